@@ -1,0 +1,1 @@
+"""Alembic environment and revisions for the jobsup schema (shipped inside the package)."""

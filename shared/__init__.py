@@ -1,0 +1,50 @@
+"""jobsup: durable background jobs that need nothing but the database you already have.
+
+import jobsup
+
+@jobsup.job("send-email", queue="mail", max_attempts=5, timeout="60s")
+def send_email(ctx: jobsup.JobContext, payload): ...
+
+client = jobsup.Client("postgresql+psycopg://postgres@127.0.0.1/app")
+job_id = client.enqueue("send-email", {"to": "a@example.com"})
+"""
+
+from jobsup.client import Client, DeadLetters
+from jobsup.context import JobContext
+from jobsup.errors import (
+    BadInput,
+    ConfigurationError,
+    DatabaseError,
+    DatabaseUnavailable,
+    Discard,
+    DuplicateJob,
+    InvalidDuration,
+    InvalidPayload,
+    JobsupError,
+    Retry,
+    SchemaOutdated,
+    UnsupportedDatabase,
+)
+from jobsup.registry import job
+from jobsup.rows import Attempt, Job
+
+__all__ = [
+    "Attempt",
+    "BadInput",
+    "Client",
+    "ConfigurationError",
+    "DatabaseError",
+    "DatabaseUnavailable",
+    "DeadLetters",
+    "Discard",
+    "DuplicateJob",
+    "InvalidDuration",
+    "InvalidPayload",
+    "Job",
+    "JobContext",
+    "JobsupError",
+    "Retry",
+    "SchemaOutdated",
+    "UnsupportedDatabase",
+    "job",
+]

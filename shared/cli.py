@@ -1,0 +1,79 @@
+"""The `jobsup` command line.
+
+Exit status: 0 success; 2 bad usage or bad input (one readable line, no traceback);
+1 a runtime failure such as an unreachable database (the password hidden).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+from jobsup.errors import BadInput, ConfigurationError, JobsupError
+
+EXIT_FAILURE, EXIT_USAGE = 1, 2
+
+
+def _database_url(url: str | None) -> str:
+    from jobsup.settings import load
+
+    return load({"database_url": url}).database_url
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """jobsup: durable background jobs in the database you already have."""
+
+
+@cli.group()
+def db() -> None:
+    """The jobsup schema."""
+
+
+@db.command("upgrade")
+@click.option("--database-url", envvar="JOBSUP_DATABASE_URL", help="Default: sqlite:///jobsup.db.")
+@click.option("--sql", is_flag=True, help="Print the DDL instead of applying it (no database needed).")
+@click.option(
+    "--dialect",
+    type=click.Choice(["sqlite", "postgresql", "mssql"]),
+    help="With --sql: the database to write DDL for (default: the URL's).",
+)
+def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None:
+    """Create or upgrade the jobsup tables (safe while other instances do the same)."""
+    from jobsup import migrate
+    from jobsup.database import Database
+    from jobsup.dialects import normalise_url
+
+    url = _database_url(database_url)
+    if sql:
+        migrate.upgrade_sql(dialect or normalise_url(url).get_backend_name(), sys.stdout)
+        return
+    if dialect is not None:
+        raise click.UsageError("--dialect goes with --sql")
+    database = Database(url)
+    migrate.upgrade(database)
+    click.echo(f"jobsup schema is at revision {migrate.head_revision()} on {database.safe_url}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: jobsup errors become one line and an exit status, not a traceback."""
+    run(cli, argv)
+
+
+def run(command: Callable[..., Any], argv: list[str] | None) -> None:
+    try:
+        command.main(args=argv, prog_name="jobsup", standalone_mode=False)  # type: ignore[attr-defined]
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_FAILURE)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except (BadInput, ConfigurationError) as exc:
+        click.echo(f"jobsup: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except JobsupError as exc:
+        click.echo(f"jobsup: {exc}", err=True)
+        sys.exit(EXIT_FAILURE)

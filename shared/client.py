@@ -1,0 +1,231 @@
+"""The Python API: enqueue jobs, look at them, cancel them, and handle dead letters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from jobsup.database import Database
+from jobsup.durations import parse_duration
+from jobsup.errors import BadInput
+from jobsup.payload import encode_payload
+from jobsup.registry import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, check_attempts, check_name, lookup
+from jobsup.rows import Job, NewJob
+from jobsup.schema import DEAD_LETTERED, STATUSES
+from jobsup.store import Store
+from sqlalchemy import Connection
+
+_ENQUEUE_KEYS = {
+    "name",
+    "payload",
+    "queue",
+    "priority",
+    "run_at",
+    "delay",
+    "max_attempts",
+    "timeout",
+    "unique_key",
+    "actor",
+}
+
+
+class Client:
+    """A handle on one jobsup database.
+
+    `database_url` defaults to the configured one (``JOBSUP_DATABASE_URL``, ``jobsup.toml``),
+    else ``sqlite:///jobsup.db``. The schema must have been created with
+    ``jobsup db upgrade`` (``jobsup start`` does it); a missing or older schema raises
+    `SchemaOutdated` on first use.
+    """
+
+    def __init__(self, database_url: str | None = None) -> None:
+        if database_url is None:
+            from jobsup.settings import load
+
+            database_url = load().database_url
+        self.database = Database(database_url)
+        self.store = Store(self.database)
+        self.dead_letters = DeadLetters(self)
+        self._schema_checked = False
+
+    def enqueue(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        delay: object = None,
+        max_attempts: int | None = None,
+        timeout: object = None,
+        unique_key: str | None = None,
+        actor: str | None = None,
+        connection: Connection | None = None,
+    ) -> int:
+        """Store a job and return its id. With `connection` (your SQLAlchemy Connection) the
+        job is written in your transaction and commits or rolls back with it.
+
+        `run_at` must be timezone-aware; `delay` is a duration from now (not both). With a
+        `unique_key`, a second enqueue while the first job with that key is pending or
+        running returns the first job's id. Options not given come from the job's
+        registration when this process has it, else from the defaults."""
+        new = _new_job(
+            name,
+            payload,
+            queue=queue,
+            priority=priority,
+            run_at=run_at,
+            delay=delay,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            unique_key=unique_key,
+            actor=actor,
+        )
+        self._ready()
+        return self.store.job_enqueue([new], connection=connection)[0]
+
+    def enqueue_many(
+        self, jobs: Iterable[Mapping[str, Any]], *, connection: Connection | None = None
+    ) -> list[int]:
+        """Store many jobs in one round trip per batch; each is a mapping with the keys of
+        `enqueue` (``name`` required). All are checked before any is written."""
+        news = []
+        for index, spec in enumerate(jobs):
+            unknown = set(spec) - _ENQUEUE_KEYS
+            if unknown or "name" not in spec:
+                problem = f"unknown keys {sorted(unknown)}" if unknown else "no 'name'"
+                raise BadInput(f"jobs[{index}] has {problem}; keys are {sorted(_ENQUEUE_KEYS)}")
+            options = {key: value for key, value in spec.items() if key not in ("name", "payload")}
+            news.append(_new_job(spec["name"], spec.get("payload"), **options))
+        if not news:
+            return []
+        self._ready()
+        return self.store.job_enqueue(news, connection=connection)
+
+    def get(self, job_id: int) -> Job | None:
+        """The job with its attempt history, or None if there is no such job."""
+        self._ready()
+        return self.store.job_get(_job_id(job_id))
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a pending or running job; False if it had already finished or does not exist."""
+        self._ready()
+        return self.store.job_cancel(_job_id(job_id))
+
+    def list_jobs(
+        self, *, status: str | None = None, queue: str | None = None, limit: int = 100
+    ) -> list[Job]:
+        """Jobs, newest first, without their history (use `get` for that)."""
+        if status is not None and status not in STATUSES:
+            raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
+        self._ready()
+        return self.store.job_list(status=status, queue=queue, limit=_limit(limit))
+
+    def close(self) -> None:
+        self.database.dispose()
+
+    def _ready(self) -> None:
+        if not self._schema_checked:
+            self.store.schema_check()
+            self._schema_checked = True
+
+
+class DeadLetters:
+    """Jobs that used up their attempts or were discarded: inspect, retry, purge."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self, *, queue: str | None = None, limit: int = 100) -> list[Job]:
+        return self._client.list_jobs(status=DEAD_LETTERED, queue=queue, limit=limit)
+
+    def retry(self, job_id: int) -> bool:
+        """Back to pending with fresh attempts; False if the job is not dead-lettered."""
+        self._client._ready()
+        return bool(self._client.store.job_retry_dead([_job_id(job_id)]))
+
+    def retry_all(self) -> int:
+        """Retry every dead letter; return how many."""
+        self._client._ready()
+        retried = 0
+        while ids := self._client.store.job_dead_ids():
+            retried += len(self._client.store.job_retry_dead(ids))
+        return retried
+
+    def purge(self, *, older_than: object = None) -> int:
+        """Delete dead letters (all, or those finished more than `older_than` ago)."""
+        from datetime import timedelta
+
+        from jobsup.clock import host_clock
+
+        self._client._ready()
+        cutoff = None
+        if older_than is not None:
+            cutoff = host_clock() - timedelta(seconds=parse_duration(older_than, what="older_than"))
+        purged = 0
+        while ids := self._client.store.job_dead_ids(older_than=cutoff):
+            purged += self._client.store.job_delete(ids, status=DEAD_LETTERED)
+        return purged
+
+
+def _new_job(
+    name: str,
+    payload: Any,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    delay: object = None,
+    max_attempts: int | None = None,
+    timeout: object = None,
+    unique_key: str | None = None,
+    actor: str | None = None,
+) -> NewJob:
+    check_name(name, "job name")
+    registered = lookup(name)
+    if run_at is not None and delay is not None:
+        raise BadInput("give run_at or delay, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise BadInput(f"run_at must be a datetime, not {type(run_at).__name__}")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise BadInput(
+                "run_at is a naive datetime: pass a timezone-aware one, e.g. datetime(..., tzinfo=UTC)"
+            )
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise BadInput(f"priority must be an int, not {priority!r}")
+    for text, what in ((unique_key, "unique_key"), (actor, "actor")):
+        if text is not None and (not isinstance(text, str) or not 0 < len(text) <= 200):
+            raise BadInput(f"{what} must be a string of 1-200 characters")
+    return NewJob(
+        name=name,
+        queue=check_name(queue or (registered.queue if registered else DEFAULT_QUEUE), "queue"),
+        payload=encode_payload(payload),
+        priority=priority if priority is not None else (registered.priority if registered else 0),
+        run_at=run_at,
+        delay=0.0 if delay is None else parse_duration(delay, what="delay"),
+        max_attempts=check_attempts(
+            max_attempts or (registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS)
+        ),
+        timeout=(
+            parse_duration(timeout, what="timeout")
+            if timeout is not None
+            else (registered.timeout if registered else None)
+        ),
+        unique_key=unique_key,
+        actor=actor,
+    )
+
+
+def _job_id(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(f"a job id is a whole number, not {value!r}")
+    return value
+
+
+def _limit(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"limit must be a whole number of at least 1, not {value!r}")
+    return value

@@ -1,0 +1,79 @@
+"""Connections to the jobsup database, and the one place driver errors become jobsup errors.
+
+jobsup uses three kinds of connection, and each dialect maps them onto its own transaction
+rules:
+
+- `read()`: reads that must never take a write lock (SQLite: no BEGIN at all);
+- `statement()`: one statement that is atomic by itself (PostgreSQL: autocommit, so it is
+  one round trip instead of BEGIN, statement, COMMIT);
+- `transaction()`: several statements, all or nothing (SQLite: BEGIN IMMEDIATE, so a
+  read-then-write never deadlocks on lock upgrade).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from jobsup.dialects import Dialect, dialect_for, normalise_url
+from jobsup.errors import DatabaseError, DatabaseUnavailable
+from sqlalchemy import Connection
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+DEFAULT_URL = "sqlite:///jobsup.db"
+
+
+class Database:
+    """An engine for one jobsup database, and the dialect that knows its quirks."""
+
+    def __init__(self, url: str | URL = DEFAULT_URL) -> None:
+        self.url = normalise_url(url)
+        self.dialect: Dialect = dialect_for(self.url)
+        self.engine = self.dialect.create_engine(self.url)
+
+    @property
+    def safe_url(self) -> str:
+        return self.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.errors(), self.engine.connect() as conn:
+            yield conn.execution_options(**self.dialect.read_options)
+
+    @contextmanager
+    def statement(self) -> Iterator[Connection]:
+        with self.errors(), self.engine.connect() as conn:
+            conn = conn.execution_options(**self.dialect.statement_options)
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self.errors(), self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """Translate driver errors once, here, with the password hidden."""
+        try:
+            yield
+        except IntegrityError:
+            raise  # a constraint the store expects to meet (unique keys); it translates those
+        except DBAPIError as exc:
+            kind = self.dialect.classify(exc)
+            raise kind(describe(exc, self.url, kind)) from None
+
+    def dispose(self, close: bool = True) -> None:
+        """Drop pooled connections; after fork pass close=False (the parent still owns them)."""
+        self.engine.dispose(close=close)
+
+
+def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:
+    reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
+    where = url.render_as_string(hide_password=True)
+    if kind is DatabaseUnavailable and url.host:
+        return f"cannot reach the database {where} (host {url.host}, port {url.port or 'default'}): {reason}"
+    if kind is DatabaseUnavailable:
+        return f"cannot use the database {where}: {reason}"
+    return f"{(kind.__doc__ or '').strip()} ({where}: {reason})"

@@ -1,0 +1,129 @@
+"""The one seam for database differences.
+
+Everything that truly differs between SQLite, PostgreSQL and SQL Server lives in one module
+per database behind the `Dialect` protocol: how an engine is set up, the reference clock,
+the claim statement, how two dependent writes are made atomic, the migration lock, and how
+driver errors read. Every other statement is written once, in `jobsup.store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
+from sqlalchemy import ColumnElement, Connection, Engine, Row, Update
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
+SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
+
+
+class Connections(Protocol):
+    """The three kinds of connection jobsup uses (see `jobsup.database.Database`)."""
+
+    def read(self) -> AbstractContextManager[Connection]: ...
+    def statement(self) -> AbstractContextManager[Connection]: ...
+    def transaction(self) -> AbstractContextManager[Connection]: ...
+
+
+class Dialect(Protocol):
+    """What one database does differently. Implementations are stateless."""
+
+    name: str
+    # Execution options for `Database.read()` and `Database.statement()` connections.
+    read_options: Mapping[str, Any]
+    statement_options: Mapping[str, Any]
+    # Execution options of the connection that runs a schema upgrade.
+    migration_options: Mapping[str, Any]
+
+    def create_engine(self, url: URL) -> Engine:
+        """An engine configured for jobsup's transaction discipline on this database."""
+
+    def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
+        """The reference clock plus `offset` seconds; `at` replaces the clock (tests, `now=`)."""
+
+    def claim(
+        self,
+        db: Connections,
+        *,
+        queue: str,
+        owner: str,
+        limit: int,
+        lease: float,
+        now: datetime | None,
+    ) -> Sequence[Row[Any]]:
+        """Take up to `limit` due pending jobs of `queue`: mark them running under `owner`'s
+        lease, count the attempt and open its attempt row, all or nothing. Returns the
+        claimed rows with the columns of `jobsup.store.CLAIM_COLUMNS`."""
+
+    def update_then(
+        self, db: Connections, first: Update, then: Callable[[Any], Update]
+    ) -> Sequence[Row[Any]]:
+        """Run `first` (an UPDATE with RETURNING whose first column is the job id) and then
+        `then(ids)` on the ids it changed, atomically; return `first`'s rows. `ids` is
+        something `column.in_()` takes."""
+
+    def migration_lock(self, conn: Connection) -> None:
+        """Inside `conn`'s open transaction, wait for the lock that serialises upgrades."""
+
+    def classify(self, error: DBAPIError) -> type[DatabaseError]:
+        """Which jobsup error a driver error is."""
+
+
+def dialect_for(url: URL) -> Dialect:
+    """The dialect for a normalised URL (see `normalise_url`)."""
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        from jobsup.dialects.sqlite import SQLiteDialect
+
+        return SQLiteDialect()
+    if backend == "postgresql":
+        from jobsup.dialects.postgresql import PostgreSQLDialect
+
+        return PostgreSQLDialect()
+    if backend == "mssql":
+        from jobsup.dialects.mssql import SQLServerDialect
+
+        return SQLServerDialect()
+    raise UnsupportedDatabase(f"unsupported database URL scheme {url.drivername!r}; use {SUPPORTED_URLS}")
+
+
+# The one driver jobsup supports per database, and the extra that installs it.
+_DRIVERS = {
+    "sqlite": ("pysqlite", None),
+    "postgresql": ("psycopg", None),
+    "mssql": ("pyodbc", "mssql"),
+}
+
+
+def normalise_url(url: str | URL) -> URL:
+    """Parse `url`, pick jobsup's driver for a bare scheme, and refuse anything else clearly."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UnsupportedDatabase(f"{url!r} is not a database URL; use {SUPPORTED_URLS}") from None
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    if backend not in _DRIVERS:
+        raise UnsupportedDatabase(
+            f"unsupported database URL scheme {parsed.drivername!r}; use {SUPPORTED_URLS}"
+        )
+    wanted, extra = _DRIVERS[backend]
+    if "+" in parsed.drivername and driver != wanted:
+        raise UnsupportedDatabase(
+            f"driver {driver!r} is not supported for {backend}; use {backend}+{wanted}://..."
+        )
+    parsed = parsed.set(drivername=f"{backend}+{wanted}")
+    if extra is not None:
+        try:
+            __import__(wanted)
+        except ImportError:
+            raise DriverMissing(
+                f"{backend} needs the {wanted} driver: pip install 'jobsup[{extra}]'"
+            ) from None
+    return parsed

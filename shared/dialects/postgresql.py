@@ -1,0 +1,114 @@
+"""PostgreSQL: production, and many hosts sharing one queue.
+
+Quirks and limits:
+- The claim is one statement: the candidates are selected FOR UPDATE SKIP LOCKED in a CTE
+  (so the planner cannot update more rows than the limit), updated, and their attempt rows
+  inserted, in one round trip. Single statements run in autocommit: BEGIN and COMMIT would
+  triple the round trips of the hot path.
+- Two dependent writes (a job and its attempt row) are one statement too: data-modifying
+  CTEs make them atomic without a transaction block.
+- The reference clock is the server's `now()`, so clock skew between hosts cannot make one
+  host think another's lease has lapsed.
+- Partial indexes are only used when the planner sees the literal status; jobsup inlines it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
+from jobsup.dialects import Connections
+from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.schema import job
+from jobsup.sqltypes import UTCDateTime
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Interval,
+    Row,
+    Update,
+    create_engine,
+    func,
+    literal,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
+# pg_advisory_xact_lock key for schema upgrades: the first 8 bytes of sha1("jobsup-migrate").
+MIGRATION_LOCK_KEY = 0x4A6F62737570
+_UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator intervention (shutdown)
+_UNDEFINED_TABLE = "42P01"
+
+
+class PostgreSQLDialect:
+    name = "postgresql"
+    read_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    migration_options: Mapping[str, Any] = {}
+
+    def create_engine(self, url: URL) -> Engine:
+        return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=False)
+
+    def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
+        if at is not None:
+            return literal(at + timedelta(seconds=offset), UTCDateTime)
+        clock: ColumnElement[datetime] = func.now(type_=UTCDateTime)
+        if offset:
+            return clock + literal(timedelta(seconds=offset), Interval)
+        return clock
+
+    def claim(
+        self,
+        db: Connections,
+        *,
+        queue: str,
+        owner: str,
+        limit: int,
+        lease: float,
+        now: datetime | None,
+    ) -> Sequence[Row[Any]]:
+        at = self.now(now)
+        candidates = (
+            select(job.c.id)
+            .where(claimable(queue, at))
+            .order_by(*CLAIM_ORDER)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .cte("candidates")
+        )
+        claimed = (
+            update(job)
+            .where(job.c.id == candidates.c.id)
+            .values(claim_values(owner, at, self.now(now, lease)))
+            .returning(*CLAIM_COLUMNS)
+            .cte("claimed")
+        )
+        stmt = select(*claimed.c).add_cte(open_attempts(claimed, at).cte("opened"))
+        with db.statement() as conn:
+            return conn.execute(stmt).all()
+
+    def update_then(
+        self, db: Connections, first: Update, then: Callable[[Any], Update]
+    ) -> Sequence[Row[Any]]:
+        changed = first.cte("changed")
+        id_column = next(iter(changed.c))
+        stmt = select(*changed.c).add_cte(then(select(id_column)).cte("followed"))
+        with db.statement() as conn:
+            return conn.execute(stmt).all()
+
+    def migration_lock(self, conn: Connection) -> None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+
+    def classify(self, error: DBAPIError) -> type[DatabaseError]:
+        state = getattr(error.orig, "sqlstate", None) or ""
+        if state == _UNDEFINED_TABLE:
+            return SchemaOutdated
+        if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or not state:
+            return DatabaseUnavailable
+        return DatabaseError

@@ -1,0 +1,156 @@
+"""SQLite: the embedded default, for one host.
+
+Quirks and limits:
+- One writer at a time. Every write transaction starts with BEGIN IMMEDIATE, so a
+  transaction that reads and then writes never fails on a lock upgrade; waiting writers
+  queue on the busy timeout (30 s).
+- A claim reads candidates first with no transaction at all (an idle poll must not take
+  the write lock), then in BEGIN IMMEDIATE updates them while rechecking *every* condition
+  of the read: a job claimed or finished between the two is not claimed again.
+- WAL journal by default (readers do not block the writer); ``?journal_mode=delete`` in the
+  URL selects the rollback journal.
+- No database clock: the reference clock is the host's, bound into each statement.
+- No data-modifying CTEs: two dependent writes run as two statements in one transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
+from jobsup.clock import host_clock
+from jobsup.dialects import Connections
+from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.schema import job, job_attempt
+from jobsup.sqltypes import UTCDateTime
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    Update,
+    create_engine,
+    event,
+    literal,
+    select,
+    update,
+)
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
+_BEGIN = "jobsup_sqlite_begin"  # execution option: which BEGIN to emit, None for none
+_JOURNAL_MODES = {"wal", "delete", "truncate", "persist"}
+
+
+class SQLiteDialect:
+    name = "sqlite"
+    read_options: Mapping[str, Any] = {_BEGIN: None}
+    statement_options: Mapping[str, Any] = {}
+
+    def create_engine(self, url: URL) -> Engine:
+        journal = url.query.get("journal_mode", "wal")
+        if isinstance(journal, tuple) or journal.lower() not in _JOURNAL_MODES:
+            from jobsup.errors import ConfigurationError
+
+            raise ConfigurationError(f"journal_mode={journal!r}: use one of {sorted(_JOURNAL_MODES)}")
+        engine = create_engine(
+            url.difference_update_query(["journal_mode"]),
+            connect_args={"timeout": 30.0},
+        )
+
+        @event.listens_for(engine, "connect")
+        def connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take BEGIN away from the sqlite3 module (it would defer it past our reads).
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA journal_mode={journal.lower()}")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def begin(conn: Connection) -> None:
+            mode = conn.get_execution_options().get(_BEGIN, "BEGIN IMMEDIATE")
+            if mode is not None:
+                conn.exec_driver_sql(mode)
+
+        return engine
+
+    def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
+        instant = (at or host_clock()) + timedelta(seconds=offset)
+        return literal(instant, UTCDateTime)
+
+    def claim(
+        self,
+        db: Connections,
+        *,
+        queue: str,
+        owner: str,
+        limit: int,
+        lease: float,
+        now: datetime | None,
+    ) -> Sequence[Row[Any]]:
+        instant = now or host_clock()  # one instant for the read and the recheck
+        candidates = self.claim_candidates(db, queue=queue, limit=limit, now=instant)
+        if not candidates:
+            return []
+        return self.claim_update(db, candidates, queue=queue, owner=owner, lease=lease, now=instant)
+
+    def claim_candidates(self, db: Connections, *, queue: str, limit: int, now: datetime) -> list[int]:
+        """The read half of a claim: takes no lock."""
+        stmt = select(job.c.id).where(claimable(queue, self.now(now))).order_by(*CLAIM_ORDER).limit(limit)
+        with db.read() as conn:
+            return list(conn.execute(stmt).scalars())
+
+    def claim_update(
+        self,
+        db: Connections,
+        ids: list[int],
+        *,
+        queue: str,
+        owner: str,
+        lease: float,
+        now: datetime,
+    ) -> Sequence[Row[Any]]:
+        """The write half: rechecks every condition of the read, so a row that changed
+        since is skipped, and opens the attempt rows in the same transaction."""
+        at = self.now(now)
+        stmt = (
+            update(job)
+            .where(job.c.id.in_(ids), claimable(queue, at))
+            .values(claim_values(owner, at, self.now(now, lease)))
+            .returning(*CLAIM_COLUMNS)
+        )
+        with db.transaction() as conn:
+            rows = conn.execute(stmt).all()
+            if rows:
+                conn.execute(
+                    job_attempt.insert(),
+                    [
+                        {"job_id": r.id, "attempt": r.attempts, "owner": owner, "started_at": now}
+                        for r in rows
+                    ],
+                )
+        return rows
+
+    def update_then(
+        self, db: Connections, first: Update, then: Callable[[Any], Update]
+    ) -> Sequence[Row[Any]]:
+        with db.transaction() as conn:
+            rows = conn.execute(first).all()
+            if rows:
+                conn.execute(then([row[0] for row in rows]))
+        return rows
+
+    def migration_lock(self, conn: Connection) -> None:
+        """Nothing more to do: the migration's transaction began with BEGIN EXCLUSIVE."""
+
+    migration_options: Mapping[str, Any] = {_BEGIN: "BEGIN EXCLUSIVE"}
+
+    def classify(self, error: DBAPIError) -> type[DatabaseError]:
+        text = str(error.orig).lower()
+        if "no such table" in text:
+            return SchemaOutdated
+        if "unable to open" in text or "disk i/o" in text:
+            return DatabaseUnavailable
+        return DatabaseError

@@ -1,0 +1,86 @@
+"""The jobsup exception family: every error jobsup raises derives from `JobsupError`.
+
+Each class's docstring is its default message, so `raise SchemaOutdated()` already says
+what to do. Driver errors are translated into this family once, where the database is
+called (see `jobsup.database`), never further up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class JobsupError(Exception):
+    """A jobsup error."""
+
+    def __init__(self, message: str | None = None, *args: Any) -> None:
+        super().__init__(message or (self.__class__.__doc__ or "").strip(), *args)
+
+
+class BadInput(JobsupError, ValueError):
+    """Invalid input: fix the argument named in this message and try again."""
+
+
+class InvalidPayload(BadInput, TypeError):
+    """The payload is not JSON: jobs take str, int, float, bool, None, lists and dicts with str keys."""
+
+
+class InvalidDuration(BadInput):
+    """A duration must look like 250ms, 10s, 5m, 1h or a plain number of seconds."""
+
+
+class ConfigurationError(JobsupError):
+    """jobsup is configured wrongly: check the setting named in this message."""
+
+
+class UnsupportedDatabase(ConfigurationError):
+    """This database URL is not supported."""
+
+
+class DriverMissing(ConfigurationError):
+    """The database driver for this URL is not installed."""
+
+
+class DatabaseError(JobsupError):
+    """The database refused a jobsup operation."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The database cannot be reached: check that it runs and that the URL's host and port are right."""
+
+
+class SchemaOutdated(DatabaseError):
+    """The jobsup tables are missing or older than this code: run `jobsup db upgrade`."""
+
+
+class DuplicateJob(JobsupError):
+    """A live job with this unique key already exists."""
+
+    def __init__(self, message: str | None = None, *, existing_id: int | None = None) -> None:
+        super().__init__(message)
+        self.existing_id = existing_id
+
+
+class JobNotFound(JobsupError, LookupError):
+    """There is no job with this id."""
+
+
+class Retry(JobsupError):
+    """Raised by a job to end this attempt as failed and run again after a chosen delay.
+
+    `after` takes a duration (``"10s"``, ``30``, a ``timedelta``); None means the job type's
+    normal backoff. The attempt is used up like any failure.
+    """
+
+    def __init__(self, after: object = None, reason: str | None = None) -> None:
+        from jobsup.durations import parse_duration
+
+        self.after = None if after is None else parse_duration(after, what="Retry(after=)")
+        super().__init__(reason or "retry requested")
+
+
+class Discard(JobsupError):
+    """Raised by a job to dead-letter it at once, whatever attempts are left."""
+
+    def __init__(self, reason: str = "discarded by the job") -> None:
+        super().__init__(reason)

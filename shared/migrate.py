@@ -1,0 +1,52 @@
+"""Schema upgrades: online under a lock, or offline as printed DDL.
+
+Many instances may start together on one fresh database; each upgrade runs in one
+transaction that first takes the dialect's migration lock (a PostgreSQL advisory lock,
+SQLite's BEGIN EXCLUSIVE, SQL Server's sp_getapplock), so the first does the work and the
+rest find the schema already at head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TextIO
+
+from alembic import command
+from alembic.config import Config
+from jobsup.database import Database
+
+DIALECT_NAMES = ("sqlite", "postgresql", "mssql")
+
+
+def _config(output: TextIO | None = None) -> Config:
+    import jobsup.migrations
+
+    config = Config(output_buffer=output) if output is not None else Config()
+    config.set_main_option("script_location", str(Path(jobsup.migrations.__file__).parent))
+    return config
+
+
+def upgrade(db: Database) -> None:
+    """Bring `db`'s schema to this code's revision, safely alongside other instances."""
+    config = _config()
+    with db.errors(), db.engine.connect() as conn:
+        conn = conn.execution_options(**db.dialect.migration_options)
+        with conn.begin():
+            db.dialect.migration_lock(conn)
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+
+
+def upgrade_sql(dialect_name: str, output: TextIO) -> None:
+    """Print the upgrade's DDL for `dialect_name` without a database."""
+    config = _config(output)
+    config.attributes["dialect_name"] = dialect_name
+    command.upgrade(config, "head", sql=True)
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head

@@ -1,0 +1,56 @@
+"""Payload encoding: JSON only, checked before anything is written.
+
+A payload that JSON would silently change (a tuple, an int dict key) or cannot hold (a
+datetime, a set, NaN) is refused with the offending type and its path in the payload,
+e.g. ``payload['items'][2] is a datetime``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from jobsup.errors import InvalidPayload
+
+_SCALARS = (str, int, bool, type(None))
+
+
+def encode_payload(payload: Any) -> str:
+    """Return `payload` as compact JSON text, or raise `InvalidPayload` naming where it fails."""
+    _check(payload, "payload")
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def decode_payload(text: str) -> Any:
+    """Decode a stored payload; a corrupt one raises `InvalidPayload` (the attempt then fails)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload(f"stored payload is not valid JSON ({exc.__class__.__name__})") from None
+
+
+def _check(value: Any, path: str) -> None:
+    if isinstance(value, _SCALARS):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidPayload(f"{path} is {value!r}, which JSON cannot hold")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidPayload(
+                    f"{path} has a key of type {type(key).__name__} ({key!r}); JSON object keys must be str"
+                )
+            _check(item, f"{path}[{key!r}]")
+        return
+    hint = " (use a list)" if isinstance(value, tuple | set | frozenset) else ""
+    raise InvalidPayload(
+        f"{path} is a {type(value).__name__}{hint}; jobs take JSON values: "
+        "str, int, float, bool, None, list, and dict with str keys"
+    )

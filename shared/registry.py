@@ -1,0 +1,85 @@
+"""Job registration by stable name: `@jobsup.job("send-email", queue="mail")`.
+
+The name, not the function's import path, is what is stored, so code can move without
+stranding jobs. Enqueueing does not need the registry: a web app enqueues by name without
+importing the workers' code, and a name no worker knows fails its attempts and ends
+dead-lettered.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from jobsup.context import JobContext
+from jobsup.durations import parse_duration
+from jobsup.errors import BadInput
+
+JobFunction = Callable[[JobContext, Any], Any]
+F = TypeVar("F", bound=JobFunction)
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 5
+_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+
+
+@dataclass(frozen=True)
+class JobType:
+    name: str
+    function: JobFunction
+    queue: str
+    max_attempts: int
+    timeout: float | None
+    priority: int
+    retry_in: Callable[[int], float] | None
+
+
+_registry: dict[str, JobType] = {}
+
+
+def job(
+    name: str,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    timeout: object = None,
+    priority: int = 0,
+    retry_in: Callable[[int], float] | None = None,
+) -> Callable[[F], F]:
+    """Register a job function under a stable `name`.
+
+    `timeout` is a duration (``"60s"``); `retry_in(attempt)` overrides the default backoff
+    (exponential from 30 s to 1 h with jitter) with seconds to wait after a failed attempt.
+    The function is called as ``function(ctx, payload)`` and returned unchanged.
+    """
+    check_name(name, "job name")
+    check_name(queue, "queue")
+    check_attempts(max_attempts)
+    seconds = None if timeout is None else parse_duration(timeout, what=f"timeout of job {name!r}")
+
+    def register(function: F) -> F:
+        existing = _registry.get(name)
+        if existing is not None and existing.function is not function:
+            raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
+        _registry[name] = JobType(name, function, queue, max_attempts, seconds, priority, retry_in)
+        return function
+
+    return register
+
+
+def lookup(name: str) -> JobType | None:
+    return _registry.get(name)
+
+
+def check_name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise BadInput(f"{what} {value!r} is not valid: use 1-200 letters, digits and the characters _ . : -")
+    return value
+
+
+def check_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"max_attempts must be a whole number of at least 1, not {value!r}")
+    return value

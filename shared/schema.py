@@ -1,0 +1,159 @@
+"""The jobsup tables as SQLAlchemy Core metadata: the one description of the schema.
+
+Alembic revisions in `jobsup.migrations` create exactly this (a test compares them). The
+filtered indexes are what keep claims fast however many finished rows pile up: the claim
+index holds pending rows only, the lease index running rows only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobsup.sqltypes import LongText, UTCDateTime
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ColumnElement,
+    Float,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Unicode,
+    literal_column,
+)
+
+# Job statuses and attempt outcomes, as stored.
+PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED = (
+    "pending",
+    "running",
+    "succeeded",
+    "dead_lettered",
+    "cancelled",
+)
+STATUSES = (PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED)
+LIVE_STATUSES = (PENDING, RUNNING)
+FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
+OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
+
+# Bumped with every Alembic revision; a test checks it equals the migrations' head.
+SCHEMA_REVISION = "0001"
+VERSION_TABLE = "jobsup_alembic_version"
+
+metadata = MetaData()
+
+# SQLite only auto-assigns ids to an INTEGER PRIMARY KEY (the rowid), not to BIGINT.
+_ID = BigInteger().with_variant(Integer(), "sqlite")
+_NAME = Unicode(200)
+
+job = Table(
+    "jobsup_job",
+    metadata,
+    Column("id", _ID, Identity(), primary_key=True),
+    Column("name", _NAME, nullable=False),
+    Column("queue", _NAME, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("payload", LongText, nullable=False),
+    Column("status", Unicode(20), nullable=False),
+    Column("run_at", UTCDateTime, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("lease_owner", _NAME),
+    Column("lease_expires_at", UTCDateTime),
+    Column("last_error", LongText),
+    Column("unique_key", _NAME),
+    Column("actor", _NAME),
+    Column("recurring_name", _NAME),
+    Column("scheduled_slot", UTCDateTime),
+    Column("timeout", Float),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+    Column("result", LongText),
+)
+
+# A surrogate key rather than (job_id, attempt): a released attempt does not count, so the
+# next claim reuses its number, and both rows belong in the history.
+job_attempt = Table(
+    "jobsup_job_attempt",
+    metadata,
+    Column("id", _ID, Identity(), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("owner", _NAME, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+    Column("outcome", Unicode(20)),
+    Column("error", LongText),
+)
+
+recurring_job = Table(
+    "jobsup_recurring_job",
+    metadata,
+    Column("name", _NAME, primary_key=True),
+    Column("job_name", _NAME, nullable=False),
+    Column("cron", Unicode(100), nullable=False),
+    Column("timezone", Unicode(64), nullable=False),
+    Column("payload", LongText, nullable=False),
+    Column("queue", _NAME, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("next_run_at", UTCDateTime, nullable=False),
+    Column("last_fired_at", UTCDateTime),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+process = Table(
+    "jobsup_process",
+    metadata,
+    Column("id", Unicode(64), primary_key=True),
+    Column("kind", Unicode(20), nullable=False),
+    Column("supervisor_id", Unicode(64)),
+    Column("queue", _NAME),
+    Column("host", _NAME, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("job_id", BigInteger),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("heartbeat_at", UTCDateTime, nullable=False),
+)
+
+
+def _filtered(condition: str) -> dict[str, Any]:
+    """The same partial-index predicate for every dialect (written once, as literal SQL)."""
+    where: ColumnElement[bool] = literal_column(condition)
+    return {"postgresql_where": where, "sqlite_where": where, "mssql_where": where}
+
+
+Index(
+    "jobsup_job_claim",
+    job.c.queue,
+    job.c.priority.desc(),
+    job.c.run_at,
+    job.c.id,
+    **_filtered("status = 'pending'"),
+)
+Index("jobsup_job_lease", job.c.lease_expires_at, **_filtered("status = 'running'"))
+Index(
+    "jobsup_job_unique_key",
+    job.c.unique_key,
+    unique=True,
+    **_filtered("unique_key IS NOT NULL AND status IN ('pending', 'running')"),
+)
+Index(
+    "jobsup_job_recurring_slot",
+    job.c.recurring_name,
+    job.c.scheduled_slot,
+    unique=True,
+    **_filtered("recurring_name IS NOT NULL"),
+)
+Index(
+    "jobsup_job_finished",
+    job.c.status,
+    job.c.finished_at,
+    **_filtered("status IN ('succeeded', 'dead_lettered', 'cancelled')"),
+)
+Index("jobsup_job_attempt_job", job_attempt.c.job_id, job_attempt.c.attempt)
+Index("jobsup_process_heartbeat", process.c.heartbeat_at)

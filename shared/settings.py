@@ -1,0 +1,114 @@
+"""One settings object. Sources, later wins: defaults, ``jobsup.toml`` (or ``[tool.jobsup]``
+in ``pyproject.toml``) in the working directory, ``JOBSUP_*`` environment variables, and
+explicit overrides (CLI flags, constructor arguments).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from jobsup.database import DEFAULT_URL
+from jobsup.durations import parse_duration
+from jobsup.errors import ConfigurationError
+from jobsup.registry import check_name
+
+_DURATIONS = {"lease", "heartbeat", "poll_interval", "maintenance_interval", "shutdown_grace"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = DEFAULT_URL
+    lease: float = 300.0
+    heartbeat: float = 60.0
+    poll_interval: float = 1.0
+    maintenance_interval: float = 15.0
+    shutdown_grace: float = 20.0
+    claim_batch: int = 1
+    queues: Mapping[str, int] = field(default_factory=lambda: {"default": 1})
+    apps: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.heartbeat >= self.lease:
+            raise ConfigurationError(
+                f"heartbeat ({self.heartbeat:g}s) must be shorter than the lease ({self.lease:g}s)"
+            )
+        if self.claim_batch < 1:
+            raise ConfigurationError(f"claim_batch must be at least 1, not {self.claim_batch}")
+        for queue, count in self.queues.items():
+            check_name(queue, "queue")
+            if count < 1:
+                raise ConfigurationError(f"queue {queue!r} needs at least 1 worker, not {count}")
+
+    def merged(self, overrides: Mapping[str, Any]) -> Settings:
+        """A copy with `overrides` applied (None values ignored), each value checked."""
+        given = {key: value for key, value in overrides.items() if value is not None}
+        return replace(self, **{key: _coerce(key, value) for key, value in given.items()})
+
+
+def load(overrides: Mapping[str, Any] | None = None, *, directory: Path | None = None) -> Settings:
+    """Settings from every source, later winning: defaults, file, environment, `overrides`."""
+    settings = Settings()
+    settings = settings.merged(_from_file(directory or Path.cwd()))
+    settings = settings.merged(_from_environment(os.environ))
+    return settings.merged(overrides or {})
+
+
+def parse_queues(specs: Any) -> dict[str, int]:
+    """``["default=2", "mail"]`` or ``{"default": 2}`` as a queue → worker count mapping."""
+    if isinstance(specs, Mapping):
+        return {str(name): _whole(count, f"workers of queue {name!r}") for name, count in specs.items()}
+    if isinstance(specs, str):
+        specs = [part for part in specs.split(",") if part.strip()]
+    queues: dict[str, int] = {}
+    for spec in specs:
+        name, _, count = str(spec).partition("=")
+        queues[name.strip()] = _whole(count or "1", f"workers of queue {name.strip()!r}")
+    return queues
+
+
+def _coerce(key: str, value: Any) -> Any:
+    names = {f.name for f in fields(Settings)}
+    if key not in names:
+        raise ConfigurationError(f"unknown setting {key!r}; known settings: {', '.join(sorted(names))}")
+    if key in _DURATIONS:
+        return parse_duration(value, what=key)
+    if key == "claim_batch":
+        return _whole(value, key)
+    if key == "queues":
+        return parse_queues(value)
+    if key == "apps":
+        return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
+    return str(value)
+
+
+def _whole(value: Any, what: str) -> int:
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ConfigurationError(f"{what}: {value!r} is not a whole number") from None
+
+
+def _from_file(directory: Path) -> dict[str, Any]:
+    own, project = directory / "jobsup.toml", directory / "pyproject.toml"
+    try:
+        if own.exists():
+            return dict(tomllib.loads(own.read_text()))
+        if project.exists():
+            return dict(tomllib.loads(project.read_text()).get("tool", {}).get("jobsup", {}))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{own if own.exists() else project} is not valid TOML: {exc}") from None
+    return {}
+
+
+def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    prefix = "JOBSUP_"
+    return {
+        key[len(prefix) :].lower(): value
+        for key, value in environ.items()
+        if key.startswith(prefix) and key[len(prefix) :].lower() in {f.name for f in fields(Settings)}
+    }

@@ -1,0 +1,424 @@
+"""Every statement of the job state machine (DESIGN section 4), written once.
+
+The store knows jobs and SQL, and nothing of loops or processes. Each transition is a
+compare-and-set: an UPDATE whose WHERE names the state it expects, and the rows it returns
+say whether it happened. Worker-side writes are fenced on the `Lease` (id, owner, attempt),
+so a stale worker's write changes nothing. Every time-dependent operation takes an
+optional `now`; without it the dialect's reference clock is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from jobsup.claiming import status_is
+from jobsup.clock import host_clock
+from jobsup.database import Database
+from jobsup.errors import DuplicateJob, SchemaOutdated
+from jobsup.rows import Attempt, ClaimedJob, Job, Lease, NewJob, decode_stored
+from jobsup.schema import (
+    CANCELLED,
+    DEAD_LETTERED,
+    LIVE_STATUSES,
+    PENDING,
+    RUNNING,
+    SCHEMA_REVISION,
+    SUCCEEDED,
+    VERSION_TABLE,
+    job,
+    job_attempt,
+)
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Update,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    null,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+_BATCH = 1000
+
+
+class Store:
+    """The jobsup tables of one database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.dialect = db.dialect
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def schema_check(self) -> None:
+        """Raise `SchemaOutdated` unless the schema is at this code's revision."""
+        from sqlalchemy import column, table
+
+        version = table(VERSION_TABLE, column("version_num"))
+        try:
+            with self.db.read() as conn:
+                found = conn.execute(select(version.c.version_num)).scalars().all()
+        except SchemaOutdated:
+            found = []
+        if SCHEMA_REVISION not in found:
+            have = ", ".join(found) or "no jobsup schema"
+            raise SchemaOutdated(
+                f"the database {self.db.safe_url} has {have}, this jobsup needs revision "
+                f"{SCHEMA_REVISION}: run `jobsup db upgrade`"
+            )
+
+    # -- enqueue ---------------------------------------------------------------------------
+
+    def job_enqueue(
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+    ) -> list[int]:
+        """Insert `jobs`; return their ids in order. A job whose unique key belongs to a live
+        job is not inserted: the live job's id is returned in its place."""
+        if connection is not None:
+            with self.db.errors():
+                return self._enqueue_on(connection, jobs, now)
+        with self.db.transaction() as conn:
+            return self._enqueue_on(conn, jobs, now)
+
+    def _enqueue_on(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> list[int]:
+        at = self.dialect.now(now)
+        stmt = (
+            job.insert()
+            .values(
+                status=PENDING,
+                attempts=0,
+                run_at=func.coalesce(bindparam("run_at", type_=job.c.run_at.type), at),
+                created_at=at,
+                updated_at=at,
+            )
+            .returning(job.c.id, sort_by_parameter_order=True)
+        )
+        host_now = now or host_clock()
+        params = [_insert_params(new, host_now) for new in jobs]
+        ids: list[int | None] = [None] * len(jobs)
+        plain = [i for i, new in enumerate(jobs) if new.unique_key is None]
+        if plain:
+            inserted = conn.execute(stmt, [params[i] for i in plain]).scalars().all()
+            for i, job_id in zip(plain, inserted, strict=True):
+                ids[i] = job_id
+        for i, new in enumerate(jobs):
+            if new.unique_key is not None:
+                ids[i] = self._enqueue_unique(conn, stmt, params[i], new.unique_key)
+        return [job_id for job_id in ids if job_id is not None]
+
+    def _enqueue_unique(self, conn: Connection, stmt: Any, params: dict[str, Any], key: str) -> int:
+        # The filtered unique index decides, so this holds across processes. The insert
+        # runs in a savepoint so that losing the race does not abort the caller's transaction.
+        live = select(job.c.id).where(job.c.unique_key == key, job.c.status.in_(LIVE_STATUSES))
+        for _ in range(5):
+            try:
+                with conn.begin_nested():
+                    return int(conn.execute(stmt, params).scalar_one())
+            except IntegrityError:
+                existing = conn.execute(live).scalar()
+                if existing is not None:
+                    return int(existing)
+                # The live job finished between our insert and our look: insert again.
+        raise DuplicateJob(f"unique key {key!r} is contended; try again")
+
+    # -- worker side -----------------------------------------------------------------------
+
+    def job_claim(
+        self, queue: str, owner: str, *, limit: int = 1, lease: float, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        """Claim up to `limit` due jobs of `queue` for `owner`, each for `lease` seconds."""
+        rows = self.dialect.claim(self.db, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+        return [ClaimedJob(*tuple(row)) for row in rows]
+
+    def job_renew_lease(
+        self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None
+    ) -> set[int]:
+        """Extend the leases still held; return the ids renewed (missing ones were lost)."""
+        if not leases:
+            return set()
+        stmt = (
+            update(job)
+            .where(_fenced(leases))
+            .values(lease_expires_at=self.dialect.now(now, lease), updated_at=self.dialect.now(now))
+            .returning(job.c.id)
+        )
+        with self.db.statement() as conn:
+            return set(conn.execute(stmt).scalars())
+
+    def job_complete(
+        self, leases: Sequence[Lease], *, result: str | None = None, now: datetime | None = None
+    ) -> set[int]:
+        """Settle attempts as succeeded; return the ids settled (a stale lease settles nothing)."""
+        if not leases:
+            return set()
+        at = self.dialect.now(now)
+        first = (
+            update(job)
+            .where(_fenced(leases))
+            .values(
+                status=SUCCEEDED,
+                finished_at=at,
+                updated_at=at,
+                lease_owner=None,
+                lease_expires_at=None,
+                result=result,
+            )
+            .returning(job.c.id)
+        )
+        rows = self.dialect.update_then(self.db, first, _close_attempts("succeeded", None, at))
+        return {row[0] for row in rows}
+
+    def job_fail(
+        self,
+        lease: Lease,
+        *,
+        outcome: str,
+        error: str,
+        retry_in: float,
+        discard: bool = False,
+        now: datetime | None = None,
+        where: ColumnElement[bool] | None = None,
+    ) -> str | None:
+        """End an attempt that did not succeed (`failed`, `timed_out`, `lease_expired`).
+
+        The job goes back to pending after `retry_in` seconds, or is dead-lettered when it
+        has no attempts left or `discard` is set. Returns the new status, or None when the
+        lease was no longer held (nothing changed)."""
+        at = self.dialect.now(now)
+        dead = true() if discard else job.c.attempts >= job.c.max_attempts
+        first = (
+            update(job)
+            .where(_fenced([lease]), *(() if where is None else (where,)))
+            .values(
+                status=case((dead, DEAD_LETTERED), else_=PENDING),
+                run_at=case((dead, job.c.run_at), else_=self.dialect.now(now, retry_in)),
+                finished_at=case((dead, at), else_=null()),
+                last_error=error,
+                updated_at=at,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            .returning(job.c.id, job.c.status)
+        )
+        rows = self.dialect.update_then(self.db, first, _close_attempts(outcome, error, at))
+        return str(rows[0].status) if rows else None
+
+    def job_release(self, lease: Lease, *, now: datetime | None = None) -> bool:
+        """Give a job back without using up its attempt (shutdown); False if the lease was lost."""
+        at = self.dialect.now(now)
+        first = (
+            update(job)
+            .where(_fenced([lease]))
+            .values(
+                status=PENDING,
+                attempts=job.c.attempts - 1,
+                updated_at=at,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            .returning(job.c.id)
+        )
+        return bool(self.dialect.update_then(self.db, first, _close_attempts("released", None, at)))
+
+    # -- maintenance -----------------------------------------------------------------------
+
+    def job_expire_leases(
+        self,
+        retry_in: Callable[[int], float],
+        *,
+        owner: str | None = None,
+        limit: int = _BATCH,
+        now: datetime | None = None,
+    ) -> int:
+        """Close leases that lapsed (or, with `owner`, every lease of a worker known dead):
+        the attempt ends `lease_expired` and the job retries after `retry_in(attempt)` or is
+        dead-lettered. Returns how many were closed."""
+        at = self.dialect.now(now)
+        found = and_(status_is(RUNNING), job.c.lease_owner == owner if owner else job.c.lease_expires_at < at)
+        with self.db.read() as conn:
+            rows = conn.execute(
+                select(job.c.id, job.c.lease_owner, job.c.attempts).where(found).limit(limit)
+            ).all()
+        closed = 0
+        for job_id, lease_owner, attempt in rows:
+            status = self.job_fail(
+                Lease(job_id, lease_owner, attempt),
+                outcome="lease_expired",
+                error="lease expired: the worker died or stopped renewing",
+                retry_in=retry_in(attempt),
+                now=now,
+                where=found,
+            )
+            closed += status is not None
+        return closed
+
+    # -- operator side ---------------------------------------------------------------------
+
+    def job_get(self, job_id: int) -> Job | None:
+        with self.db.read() as conn:
+            row = conn.execute(select(job).where(job.c.id == job_id)).first()
+            if row is None:
+                return None
+            attempts = conn.execute(
+                select(job_attempt).where(job_attempt.c.job_id == job_id).order_by(job_attempt.c.id)
+            ).all()
+        history = tuple(
+            Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error) for a in attempts
+        )
+        return _job(row, history)
+
+    def job_list(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+        order_by: Iterable[Any] = (job.c.id.desc(),),
+    ) -> list[Job]:
+        stmt = select(job).order_by(*order_by).limit(limit)
+        if status is not None:
+            stmt = stmt.where(status_is(status))
+        if queue is not None:
+            stmt = stmt.where(job.c.queue == queue)
+        with self.db.read() as conn:
+            return [_job(row, ()) for row in conn.execute(stmt)]
+
+    def job_cancel(self, job_id: int, *, now: datetime | None = None) -> bool:
+        """Cancel a pending or running job; a running one's worker sees its lease gone and
+        sets the job's cancel event. False when the job was not live."""
+        at = self.dialect.now(now)
+        first = (
+            update(job)
+            .where(job.c.id == job_id, job.c.status.in_(LIVE_STATUSES))
+            .values(
+                status=CANCELLED,
+                finished_at=at,
+                updated_at=at,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            .returning(job.c.id)
+        )
+        return bool(self.dialect.update_then(self.db, first, _close_attempts("cancelled", None, at)))
+
+    def job_retry_dead(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
+        """Put dead-lettered jobs back to pending with fresh attempts; return those retried.
+        A job whose unique key a live job now holds raises `DuplicateJob`."""
+        at = self.dialect.now(now)
+        retried: list[int] = []
+        for job_id in job_ids:
+            stmt = (
+                update(job)
+                .where(job.c.id == job_id, status_is(DEAD_LETTERED))
+                .values(status=PENDING, attempts=0, run_at=at, updated_at=at, finished_at=None)
+                .returning(job.c.id)
+            )
+            try:
+                with self.db.statement() as conn:
+                    retried.extend(conn.execute(stmt).scalars())
+            except IntegrityError:
+                raise DuplicateJob(
+                    f"job {job_id} cannot be retried: a live job holds its unique key",
+                    existing_id=None,
+                ) from None
+        return retried
+
+    def job_dead_ids(self, *, limit: int = _BATCH, older_than: datetime | None = None) -> list[int]:
+        stmt = select(job.c.id).where(status_is(DEAD_LETTERED)).order_by(job.c.id).limit(limit)
+        if older_than is not None:
+            stmt = stmt.where(job.c.finished_at < older_than)
+        with self.db.read() as conn:
+            return list(conn.execute(stmt).scalars())
+
+    def job_delete(self, job_ids: Sequence[int], *, status: str) -> int:
+        """Delete jobs (and their attempts) that are still in `status`; return how many."""
+        if not job_ids:
+            return 0
+        with self.db.transaction() as conn:
+            gone = (
+                conn.execute(delete(job).where(job.c.id.in_(job_ids), status_is(status)).returning(job.c.id))
+                .scalars()
+                .all()
+            )
+            if gone:
+                conn.execute(delete(job_attempt).where(job_attempt.c.job_id.in_(gone)))
+        return len(gone)
+
+
+def _fenced(leases: Sequence[Lease]) -> ColumnElement[bool]:
+    """The compare-and-set of every worker-side write: still running, same owner, same attempt."""
+    owners = {lease.owner for lease in leases}
+    if len(owners) == 1:
+        owner_matches = job.c.lease_owner == next(iter(owners))
+        attempt = {lease.job_id: lease.attempt for lease in leases}
+        attempt_matches = job.c.attempts == case(attempt, value=job.c.id)
+        return and_(status_is(RUNNING), job.c.id.in_(attempt), owner_matches, attempt_matches)
+    raise ValueError("one fenced write covers the leases of one owner")
+
+
+def _close_attempts(outcome: str, error: str | None, at: ColumnElement[datetime]) -> Callable[[Any], Update]:
+    """The second half of every transition out of `running`: close the job's open attempt."""
+
+    def close(job_ids: Any) -> Update:
+        return (
+            update(job_attempt)
+            .where(job_attempt.c.job_id.in_(job_ids), job_attempt.c.finished_at.is_(None))
+            .values(finished_at=at, outcome=outcome, error=error)
+        )
+
+    return close
+
+
+def _insert_params(new: NewJob, host_now: datetime) -> dict[str, Any]:
+    run_at = new.run_at
+    if run_at is None and new.delay:
+        # A delay counts from the host clock; an immediate job takes the database clock.
+        run_at = host_now + timedelta(seconds=new.delay)
+    return {
+        "name": new.name,
+        "queue": new.queue,
+        "payload": new.payload,
+        "priority": new.priority,
+        "run_at": run_at,
+        "max_attempts": new.max_attempts,
+        "timeout": new.timeout,
+        "unique_key": new.unique_key,
+        "actor": new.actor,
+    }
+
+
+def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
+    return Job(
+        id=row.id,
+        name=row.name,
+        queue=row.queue,
+        status=row.status,
+        priority=row.priority,
+        payload=decode_stored(row.payload),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        run_at=row.run_at,
+        last_error=row.last_error,
+        actor=row.actor,
+        unique_key=row.unique_key,
+        timeout=row.timeout,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        finished_at=row.finished_at,
+        result=decode_stored(row.result),
+        history=history,
+    )

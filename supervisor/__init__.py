@@ -1,0 +1,1 @@
+"""jobsup.supervisor: the arbiter that forks, reaps and restarts workers."""

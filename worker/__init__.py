@@ -1,0 +1,1 @@
+"""jobsup.worker: the claim, run, settle loop and its lease thread."""
