@@ -12,7 +12,8 @@ from jobsup.schema import PENDING, RUNNING, job, job_attempt
 from sqlalchemy import ColumnElement, Insert, and_, insert, literal, select
 from sqlalchemy.sql.expression import FromClause
 
-# What a claim returns, in this order (see `jobsup.rows.ClaimedJob`).
+# What a claim returns, in this order (see `jobsup.rows.ClaimedJob`). No timestamps: an
+# odd stored value (PostgreSQL's 'infinity') must not make every claim of the row fail.
 CLAIM_COLUMNS = (
     job.c.id,
     job.c.name,
@@ -22,7 +23,6 @@ CLAIM_COLUMNS = (
     job.c.max_attempts,
     job.c.timeout,
     job.c.actor,
-    job.c.run_at,
     job.c.lease_owner,
 )
 CLAIM_ORDER = (job.c.priority.desc(), job.c.run_at, job.c.id)

@@ -77,3 +77,7 @@ def run(command: Callable[..., Any], argv: list[str] | None) -> None:
     except JobsupError as exc:
         click.echo(f"jobsup: {exc}", err=True)
         sys.exit(EXIT_FAILURE)
+
+
+if __name__ == "__main__":
+    main()

@@ -207,7 +207,9 @@ def _new_job(
         run_at=run_at,
         delay=0.0 if delay is None else parse_duration(delay, what="delay"),
         max_attempts=check_attempts(
-            max_attempts or (registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS)
+            max_attempts
+            if max_attempts is not None
+            else (registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS)
         ),
         timeout=(
             parse_duration(timeout, what="timeout")

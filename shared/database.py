@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from jobsup.dialects import Dialect, dialect_for, normalise_url
-from jobsup.errors import DatabaseError, DatabaseUnavailable
+from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
@@ -58,8 +58,8 @@ class Database:
         """Translate driver errors once, here, with the password hidden."""
         try:
             yield
-        except IntegrityError:
-            raise  # a constraint the store expects to meet (unique keys); it translates those
+        except IntegrityError as exc:
+            raise ConstraintViolation(describe(exc, self.url, ConstraintViolation)) from None
         except DBAPIError as exc:
             kind = self.dialect.classify(exc)
             raise kind(describe(exc, self.url, kind)) from None

@@ -49,6 +49,10 @@ class DatabaseUnavailable(DatabaseError):
     """The database cannot be reached: check that it runs and that the URL's host and port are right."""
 
 
+class ConstraintViolation(DatabaseError):
+    """The database refused a write that breaks one of its constraints."""
+
+
 class SchemaOutdated(DatabaseError):
     """The jobsup tables are missing or older than this code: run `jobsup db upgrade`."""
 

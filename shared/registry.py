@@ -61,12 +61,17 @@ def job(
 
     def register(function: F) -> F:
         existing = _registry.get(name)
-        if existing is not None and existing.function is not function:
+        if existing is not None and _origin(existing.function) != _origin(function):
             raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
         _registry[name] = JobType(name, function, queue, max_attempts, seconds, priority, retry_in)
         return function
 
     return register
+
+
+def _origin(function: JobFunction) -> tuple[str, str]:
+    # The same code registered again (a module reloaded) is not a clash.
+    return (getattr(function, "__module__", ""), getattr(function, "__qualname__", repr(function)))
 
 
 def lookup(name: str) -> JobType | None:

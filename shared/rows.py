@@ -61,7 +61,6 @@ class ClaimedJob:
     max_attempts: int
     timeout: float | None
     actor: str | None
-    run_at: datetime | None
     owner: str
 
     @property

@@ -16,7 +16,7 @@ from typing import Any
 from jobsup.claiming import status_is
 from jobsup.clock import host_clock
 from jobsup.database import Database
-from jobsup.errors import DuplicateJob, SchemaOutdated
+from jobsup.errors import ConstraintViolation, DuplicateJob, SchemaOutdated
 from jobsup.rows import Attempt, ClaimedJob, Job, Lease, NewJob, decode_stored
 from jobsup.schema import (
     CANCELLED,
@@ -328,7 +328,7 @@ class Store:
             try:
                 with self.db.statement() as conn:
                     retried.extend(conn.execute(stmt).scalars())
-            except IntegrityError:
+            except ConstraintViolation:
                 raise DuplicateJob(
                     f"job {job_id} cannot be retried: a live job holds its unique key",
                     existing_id=None,

@@ -122,8 +122,10 @@ def normalise_url(url: str | URL) -> URL:
     if extra is not None:
         try:
             __import__(wanted)
-        except ImportError:
+        except ImportError as exc:
             raise DriverMissing(
-                f"{backend} needs the {wanted} driver: pip install 'jobsup[{extra}]'"
+                f"{backend} needs the {wanted} driver, which did not import ({exc}): "
+                f"pip install 'jobsup[{extra}]', and install the system's ODBC driver manager "
+                "(unixODBC) and Microsoft's ODBC Driver for SQL Server"
             ) from None
     return parsed

@@ -56,7 +56,7 @@ SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
 OUTPUT inserted.id, inserted.attempts, inserted.lease_owner, COALESCE(:now, SYSUTCDATETIME())
     INTO jobsup_job_attempt (job_id, attempt, owner, started_at)
 OUTPUT inserted.id, inserted.name, inserted.queue, inserted.payload, inserted.attempts,
-    inserted.max_attempts, inserted.timeout, inserted.actor, inserted.run_at, inserted.lease_owner;
+    inserted.max_attempts, inserted.timeout, inserted.actor, inserted.lease_owner;
 """
 
 
@@ -66,8 +66,11 @@ class SQLServerDialect:
     statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     migration_options: Mapping[str, Any] = {}
 
+    # READPAST is refused under SNAPSHOT isolation.
+    engine_options: Mapping[str, Any] = {"isolation_level": "READ COMMITTED"}
+
     def create_engine(self, url: URL) -> Engine:
-        return create_engine(url, isolation_level="READ COMMITTED")
+        return create_engine(url, **self.engine_options)
 
     def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
         if at is not None:

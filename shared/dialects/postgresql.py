@@ -29,6 +29,7 @@ from sqlalchemy import (
     Engine,
     Interval,
     Row,
+    Select,
     Update,
     create_engine,
     func,
@@ -38,7 +39,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 # pg_advisory_xact_lock key for schema upgrades: the first 8 bytes of sha1("jobsup-migrate").
 MIGRATION_LOCK_KEY = 0x4A6F62737570
@@ -63,16 +64,9 @@ class PostgreSQLDialect:
             return clock + literal(timedelta(seconds=offset), Interval)
         return clock
 
-    def claim(
-        self,
-        db: Connections,
-        *,
-        queue: str,
-        owner: str,
-        limit: int,
-        lease: float,
-        now: datetime | None,
-    ) -> Sequence[Row[Any]]:
+    def claim_statement(
+        self, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None = None
+    ) -> Select[Any]:
         at = self.now(now)
         candidates = (
             select(job.c.id)
@@ -86,10 +80,18 @@ class PostgreSQLDialect:
             update(job)
             .where(job.c.id == candidates.c.id)
             .values(claim_values(owner, at, self.now(now, lease)))
-            .returning(*CLAIM_COLUMNS)
+            .returning(*CLAIM_COLUMNS, job.c.priority, job.c.run_at)
             .cte("claimed")
         )
-        stmt = select(*claimed.c).add_cte(open_attempts(claimed, at).cte("opened"))
+        # RETURNING has no order; the batch is run in claim order, so sort it here.
+        returned = [claimed.c[column.name] for column in CLAIM_COLUMNS]
+        order = (claimed.c.priority.desc(), claimed.c.run_at, claimed.c.id)
+        return select(*returned).add_cte(open_attempts(claimed, at).cte("opened")).order_by(*order)
+
+    def claim(
+        self, db: Connections, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None
+    ) -> Sequence[Row[Any]]:
+        stmt = self.claim_statement(queue=queue, owner=owner, limit=limit, lease=lease, now=now)
         with db.statement() as conn:
             return conn.execute(stmt).all()
 
@@ -109,6 +111,7 @@ class PostgreSQLDialect:
         state = getattr(error.orig, "sqlstate", None) or ""
         if state == _UNDEFINED_TABLE:
             return SchemaOutdated
-        if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or not state:
+        lost = isinstance(error, OperationalError | InterfaceError) and not state  # refused, reset
+        if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or lost:
             return DatabaseUnavailable
         return DatabaseError

@@ -7,8 +7,10 @@ Quirks and limits:
 - A claim reads candidates first with no transaction at all (an idle poll must not take
   the write lock), then in BEGIN IMMEDIATE updates them while rechecking *every* condition
   of the read: a job claimed or finished between the two is not claimed again.
-- WAL journal by default (readers do not block the writer); ``?journal_mode=delete`` in the
-  URL selects the rollback journal.
+- WAL journal by default (readers do not block the writer) with synchronous=NORMAL: a
+  process crash loses nothing, a power loss may lose the last commits. ``?journal_mode=delete``
+  selects the rollback journal, ``?synchronous=full`` syncs every commit.
+- Lock waits are not fair: a busy claimer can win the write lock many times in a row.
 - No database clock: the reference clock is the host's, bound into each statement.
 - No data-modifying CTEs: two dependent writes run as two statements in one transaction.
 """
@@ -30,6 +32,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Row,
+    Select,
     Update,
     create_engine,
     event,
@@ -42,6 +45,8 @@ from sqlalchemy.exc import DBAPIError
 
 _BEGIN = "jobsup_sqlite_begin"  # execution option: which BEGIN to emit, None for none
 _JOURNAL_MODES = {"wal", "delete", "truncate", "persist"}
+_SYNCHRONOUS = {"off", "normal", "full", "extra"}
+_CLAIM_ROUNDS = 3
 
 
 class SQLiteDialect:
@@ -55,8 +60,15 @@ class SQLiteDialect:
             from jobsup.errors import ConfigurationError
 
             raise ConfigurationError(f"journal_mode={journal!r}: use one of {sorted(_JOURNAL_MODES)}")
+        # WAL with synchronous=NORMAL survives any process crash; only a power loss may undo
+        # the last transactions. ?synchronous=full in the URL trades speed for that too.
+        synchronous = url.query.get("synchronous", "normal" if journal.lower() == "wal" else "full")
+        if isinstance(synchronous, tuple) or synchronous.lower() not in _SYNCHRONOUS:
+            from jobsup.errors import ConfigurationError
+
+            raise ConfigurationError(f"synchronous={synchronous!r}: use one of {sorted(_SYNCHRONOUS)}")
         engine = create_engine(
-            url.difference_update_query(["journal_mode"]),
+            url.difference_update_query(["journal_mode", "synchronous"]),
             connect_args={"timeout": 30.0},
         )
 
@@ -66,6 +78,7 @@ class SQLiteDialect:
             dbapi_connection.isolation_level = None
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA journal_mode={journal.lower()}")
+            cursor.execute(f"PRAGMA synchronous={synchronous.lower()}")
             cursor.close()
 
         @event.listens_for(engine, "begin")
@@ -91,16 +104,24 @@ class SQLiteDialect:
         now: datetime | None,
     ) -> Sequence[Row[Any]]:
         instant = now or host_clock()  # one instant for the read and the recheck
-        candidates = self.claim_candidates(db, queue=queue, limit=limit, now=instant)
-        if not candidates:
-            return []
-        return self.claim_update(db, candidates, queue=queue, owner=owner, lease=lease, now=instant)
+        for _ in range(_CLAIM_ROUNDS):
+            candidates = self.claim_candidates(db, queue=queue, limit=limit, now=instant)
+            if not candidates:
+                return []
+            claimed = self.claim_update(db, candidates, queue=queue, owner=owner, lease=lease, now=instant)
+            if claimed:
+                return claimed
+            # Every candidate went to another claimer while we waited for the write lock:
+            # there may well be more work, so look again (a bounded number of times).
+        return []
 
     def claim_candidates(self, db: Connections, *, queue: str, limit: int, now: datetime) -> list[int]:
         """The read half of a claim: takes no lock."""
-        stmt = select(job.c.id).where(claimable(queue, self.now(now))).order_by(*CLAIM_ORDER).limit(limit)
         with db.read() as conn:
-            return list(conn.execute(stmt).scalars())
+            return list(conn.execute(self.candidates_statement(queue=queue, limit=limit, now=now)).scalars())
+
+    def candidates_statement(self, *, queue: str, limit: int, now: datetime) -> Select[Any]:
+        return select(job.c.id).where(claimable(queue, self.now(now))).order_by(*CLAIM_ORDER).limit(limit)
 
     def claim_update(
         self,
@@ -131,7 +152,8 @@ class SQLiteDialect:
                         for r in rows
                     ],
                 )
-        return rows
+        position = {job_id: index for index, job_id in enumerate(ids)}
+        return sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order
 
     def update_then(
         self, db: Connections, first: Update, then: Callable[[Any], Update]

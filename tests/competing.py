@@ -1,0 +1,152 @@
+"""Competing instances: the xdist workers of one test run claim from one set of jobs.
+
+At session start every xdist worker (or the lone process without xdist) joins one
+PostgreSQL database named from the run id. The first seeds the jobs; all wait at a
+barrier so they really overlap, then each claims and settles until nothing is left,
+recording every claim. `test_competing_instances.py` checks, once every worker has
+reported, that each job was claimed exactly once. The controller drops the database.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any
+
+import pytest
+from helpers import create_pg_database, drop_pg_database, pg_error, pg_url
+from jobsup import migrate
+from jobsup.client import Client
+from jobsup.database import Database
+from sqlalchemy import text
+
+JOBS = 2000
+QUEUE = "competition"
+BARRIER_SECONDS = 60.0
+
+_TABLES = """
+CREATE TABLE IF NOT EXISTS competition_participant (
+    worker text PRIMARY KEY, claimed int, error text, finished boolean NOT NULL DEFAULT false);
+CREATE TABLE IF NOT EXISTS competition_claim (job_id bigint NOT NULL, worker text NOT NULL);
+"""
+
+
+def database_name(run_id: str) -> str:
+    return f"jobsup_run_{run_id[:16]}"
+
+
+def worker_name() -> str:
+    return os.environ.get("PYTEST_XDIST_WORKER", "solo")
+
+
+def worker_count() -> int:
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+
+
+def run_id(config: pytest.Config) -> str:
+    return os.environ.get("PYTEST_XDIST_TESTRUNUID") or str(config.stash[_RUN_ID])
+
+
+_RUN_ID = pytest.StashKey[str]()
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput") and bool(config.getoption("numprocesses", None))
+
+
+def on_configure(config: pytest.Config) -> None:
+    # Fix the run id in the controller before xdist makes one, so it can clean up after.
+    if _is_controller(config) and config.getoption("testrunuid", None) is None:
+        config.option.testrunuid = uuid.uuid4().hex
+    config.stash[_RUN_ID] = config.getoption("testrunuid", None) or uuid.uuid4().hex
+
+
+def on_session_start(config: pytest.Config) -> None:
+    if _is_controller(config) or os.environ.get("JOBSUP_TEST_POSTGRES") == "skip" or pg_error():
+        return
+    name = database_name(run_id(config))
+    try:
+        _participate(name)
+    except Exception as exc:  # recorded for the test to report; a hook must not crash the worker
+        _record_error(name, f"{type(exc).__name__}: {exc}")
+
+
+def on_session_finish(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and not pg_error():
+        drop_pg_database(database_name(run_id(config)))
+
+
+def _participate(name: str) -> None:
+    _join(name)
+    client = Client(pg_url(name))
+    engine = client.database.engine
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO competition_participant (worker) VALUES (:w)"), {"w": worker_name()})
+    _barrier(engine)
+    claimed = 0
+    while batch := client.store.job_claim(QUEUE, f"xdist-{worker_name()}", limit=5, lease=300.0):
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO competition_claim (job_id, worker) VALUES (:job_id, :worker)"),
+                [{"job_id": job.id, "worker": worker_name()} for job in batch],
+            )
+        client.store.job_complete([job.lease for job in batch])
+        claimed += len(batch)
+    with engine.begin() as conn:
+        conn.execute(
+            text("UPDATE competition_participant SET claimed = :n, finished = true WHERE worker = :w"),
+            {"n": claimed, "w": worker_name()},
+        )
+    client.close()
+
+
+def _join(name: str) -> None:
+    """Create, migrate and seed the run's database once, whichever worker comes first."""
+    from sqlalchemy import create_engine
+
+    admin = create_engine(pg_url("postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_advisory_lock(hashtext(:n))"), {"n": name})
+        try:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first()
+            if not exists:
+                create_pg_database(name)
+                db = Database(pg_url(name))
+                migrate.upgrade(db)
+                with db.engine.begin() as run:
+                    run.exec_driver_sql(_TABLES)
+                db.dispose()
+                client = Client(pg_url(name))
+                client.enqueue_many([{"name": "compete", "payload": n, "queue": QUEUE} for n in range(JOBS)])
+                client.close()
+        finally:
+            conn.execute(text("SELECT pg_advisory_unlock(hashtext(:n))"), {"n": name})
+    admin.dispose()
+
+
+def _barrier(engine: Any) -> None:
+    """Wait (bounded) until every xdist worker has joined, so that the claims overlap."""
+    deadline = time.monotonic() + BARRIER_SECONDS
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            joined = conn.execute(text("SELECT count(*) FROM competition_participant")).scalar_one()
+        if joined >= worker_count():
+            return
+        time.sleep(0.02)
+
+
+def _record_error(name: str, error: str) -> None:
+    try:
+        client = Client(pg_url(name))
+        with client.database.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO competition_participant (worker, error, finished) VALUES (:w, :e, true) "
+                    "ON CONFLICT (worker) DO UPDATE SET error = :e, finished = true"
+                ),
+                {"w": worker_name(), "e": error},
+            )
+        client.close()
+    except Exception:
+        pass  # the checking test then times out waiting for this worker, naming it

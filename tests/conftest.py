@@ -1,0 +1,99 @@
+"""Real databases for the tests: SQLite files, and PostgreSQL on 127.0.0.1:5432.
+
+PostgreSQL tests never skip silently: when the server is unreachable they fail with a
+message, unless JOBSUP_TEST_POSTGRES=skip says to leave them out (then they are reported
+as skipped, with that reason). Each test session (each xdist worker) gets its own fresh
+PostgreSQL database; each test starts from empty tables.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import competing
+import pytest
+from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url
+from jobsup import migrate
+from jobsup.database import Database
+from jobsup.schema import metadata
+from sqlalchemy import text
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    competing.on_configure(config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    competing.on_session_start(session.config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    competing.on_session_finish(session.config)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    if os.environ.get("JOBSUP_TEST_POSTGRES") == "skip":
+        pytest.skip("PostgreSQL tests switched off by JOBSUP_TEST_POSTGRES=skip")
+    error = pg_error()
+    if error:
+        pytest.fail(
+            f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({error}); start it, "
+            "or set JOBSUP_TEST_POSTGRES=skip to leave the PostgreSQL tests out",
+            pytrace=False,
+        )
+    return PG_ADMIN_URL
+
+
+@pytest.fixture(scope="session")
+def pg_session_url(pg_server: str) -> Iterator[str]:
+    """A fresh, migrated PostgreSQL database for this session (this xdist worker)."""
+    name = f"jobsup_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    create_pg_database(name)
+    url = pg_url(name)
+    db = Database(url)
+    migrate.upgrade(db)
+    db.dispose()
+    yield url
+    drop_pg_database(name)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file that each test copies (cheaper than migrating every time)."""
+    path = tmp_path_factory.mktemp("template") / "jobsup.db"
+    db = Database(f"sqlite:///{path}")
+    migrate.upgrade(db)
+    db.dispose()
+    return path
+
+
+def _truncate(url: str) -> None:
+    db = Database(url)
+    names = ", ".join(table.name for table in metadata.sorted_tables)
+    with db.transaction() as conn:
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY"))
+    db.dispose()
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "jobsup.db"
+    shutil.copy(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def postgres_url(pg_session_url: str) -> str:
+    _truncate(pg_session_url)
+    return pg_session_url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest) -> str:
+    """An empty, migrated jobsup database of each kind."""
+    return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'postgres')}_url"))

@@ -1,0 +1,169 @@
+"""Bad input gets a clear JobsupError naming the problem, and nothing is written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import jobsup
+import pytest
+from jobsup.durations import parse_duration
+from jobsup.payload import encode_payload
+from jobsup.schema import job
+from jobsup.settings import load
+from sqlalchemy import func, select
+
+JOBSUP = [sys.executable, "-m", "jobsup.cli"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"when": datetime(2030, 1, 1)}, r"payload\['when'\] is a datetime"),
+        ({"items": [1, 2, {3, 4}]}, r"payload\['items'\]\[2\] is a set \(use a list\)"),
+        ((1, 2), r"payload is a tuple \(use a list\)"),
+        ({1: "a"}, r"payload has a key of type int"),
+        ([float("nan")], r"payload\[0\] is nan, which JSON cannot hold"),
+        (object(), r"payload is a object; jobs take JSON values"),
+    ],
+)
+def test_payloads_that_are_not_json_are_refused_with_their_path(payload: object, message: str) -> None:
+    with pytest.raises(jobsup.InvalidPayload, match=message):
+        encode_payload(payload)
+
+
+def test_json_payloads_round_trip() -> None:
+    assert encode_payload({"a": [1, 2.5, None, True, "é"]}) == '{"a":[1,2.5,null,true,"é"]}'
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("250ms", 0.25), ("10s", 10), ("5m", 300), ("1h", 3600), ("2", 2), (1.5, 1.5)]
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+    assert parse_duration(timedelta(minutes=2)) == 120
+
+
+@pytest.mark.parametrize("bad", ["10 parsecs", "-5s", "", True, None, float("inf")])
+def test_bad_durations_name_the_setting(bad: object) -> None:
+    with pytest.raises(jobsup.InvalidDuration, match="timeout"):
+        parse_duration(bad, what="timeout")
+
+
+def test_bad_enqueue_arguments_write_nothing(sqlite_url: str) -> None:
+    client = jobsup.Client(sqlite_url)
+    cases = [
+        ({"payload": {"x": b"bytes"}}, jobsup.InvalidPayload, r"payload\['x'\] is a bytes"),
+        ({"run_at": datetime(2030, 1, 1)}, jobsup.BadInput, "naive datetime"),
+        ({"run_at": "tomorrow"}, jobsup.BadInput, "run_at must be a datetime"),
+        ({"delay": "soon"}, jobsup.InvalidDuration, "delay"),
+        ({"delay": "1s", "run_at": datetime.now().astimezone()}, jobsup.BadInput, "not both"),
+        ({"max_attempts": 0}, jobsup.BadInput, "max_attempts"),
+        ({"queue": "no spaces"}, jobsup.BadInput, "queue 'no spaces' is not valid"),
+        ({"priority": "high"}, jobsup.BadInput, "priority must be an int"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=message):
+            client.enqueue("a", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(jobsup.BadInput, match="job name"):
+        client.enqueue("")
+    with client.database.read() as conn:
+        assert conn.execute(select(func.count()).select_from(job)).scalar_one() == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://root@127.0.0.1/app", "unsupported database URL scheme 'mysql'; use sqlite"),
+        ("postgresql+psycopg2://x@h/db", "driver 'psycopg2' is not supported for postgresql"),
+        ("not a url", "is not a database URL"),
+    ],
+)
+def test_unsupported_urls_list_the_supported_ones(url: str, message: str) -> None:
+    with pytest.raises(jobsup.UnsupportedDatabase, match=message):
+        jobsup.Client(url)
+
+
+def test_a_missing_driver_names_the_extra_to_install() -> None:
+    code = (
+        "import sys; sys.modules['pyodbc'] = None\n"
+        "import jobsup\n"
+        "try:\n    jobsup.Client('mssql+pyodbc://u:p@dsn')\n"
+        "except jobsup.ConfigurationError as e:\n    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("DriverMissing mssql needs the pyodbc driver")
+    assert "pip install 'jobsup[mssql]'" in out
+
+
+def test_bare_postgresql_scheme_uses_psycopg() -> None:
+    client = jobsup.Client("postgresql://postgres@127.0.0.1:5432/postgres")
+    assert client.database.url.drivername == "postgresql+psycopg"
+
+
+def test_unreachable_database_names_host_and_port_and_hides_the_password() -> None:
+    client = jobsup.Client("postgresql://app:s3cret@127.0.0.1:1/app")
+    with pytest.raises(jobsup.DatabaseUnavailable) as caught:
+        client.enqueue("a")
+    message = str(caught.value)
+    assert "host 127.0.0.1, port 1" in message
+    assert "s3cret" not in message and "***" in message
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*JOBSUP, *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+
+
+def test_cli_unreachable_database_exits_1_with_one_line() -> None:
+    result = run_cli("db", "upgrade", "--database-url", "postgresql://app:s3cret@127.0.0.1:1/app")
+    assert result.returncode == 1
+    assert result.stderr.startswith("jobsup: cannot reach the database")
+    assert "s3cret" not in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_cli_bad_url_exits_2_with_one_line() -> None:
+    result = run_cli("db", "upgrade", "--database-url", "oracle://x@y/z")
+    assert result.returncode == 2
+    assert "unsupported database URL scheme 'oracle'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_upgrade_creates_the_schema_and_prints_offline_sql(tmp_path: Path) -> None:
+    result = run_cli("db", "upgrade", cwd=tmp_path)  # the default URL: sqlite:///jobsup.db
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "jobsup.db").exists()
+    assert "revision 0001" in result.stdout
+    offline = run_cli("db", "upgrade", "--sql", "--dialect", "postgresql", cwd=tmp_path)
+    assert offline.returncode == 0 and "CREATE TABLE jobsup_job" in offline.stdout
+
+
+def test_settings_sources_later_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "jobsup.toml").write_text('database_url = "sqlite:///from-file.db"\nlease = "10m"\n')
+    assert load(directory=tmp_path).database_url == "sqlite:///from-file.db"
+    assert load(directory=tmp_path).lease == 600
+    monkeypatch.setenv("JOBSUP_DATABASE_URL", "sqlite:///from-env.db")
+    assert load(directory=tmp_path).database_url == "sqlite:///from-env.db"
+    assert load({"database_url": "sqlite:///flag.db"}, directory=tmp_path).database_url == "sqlite:///flag.db"
+
+
+def test_bad_settings_are_named(tmp_path: Path) -> None:
+    (tmp_path / "jobsup.toml").write_text('lease = "forever"\n')
+    with pytest.raises(jobsup.InvalidDuration, match="lease"):
+        load(directory=tmp_path)
+    (tmp_path / "jobsup.toml").write_text('leas = "5m"\n')
+    with pytest.raises(jobsup.ConfigurationError, match="unknown setting 'leas'"):
+        load(directory=tmp_path)
+    (tmp_path / "jobsup.toml").write_text("lease = [\n")
+    with pytest.raises(jobsup.ConfigurationError, match="not valid TOML"):
+        load(directory=tmp_path)
+
+
+def test_retry_and_discard_are_jobsup_errors() -> None:
+    assert jobsup.Retry(after="10s").after == 10
+    assert jobsup.Retry().after is None
+    assert isinstance(jobsup.Discard("bad"), jobsup.JobsupError)
+    with pytest.raises(jobsup.InvalidDuration):
+        jobsup.Retry(after="later")

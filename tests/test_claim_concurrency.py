@@ -1,0 +1,165 @@
+"""The claim under real competition: separate OS processes on one database.
+
+Each claimer is a forked process that opens its own connections (never the parent's).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jobsup
+import pytest
+from jobsup.database import Database
+from jobsup.schema import job, job_attempt
+from jobsup.store import Store
+from sqlalchemy import func, select
+
+JOBS = 5000
+PROCESSES = 4
+
+
+def _claimer(url: str, owner: str, batch: int, start: Any, results: Any) -> None:
+    store = Store(Database(url))
+    start.wait(30)
+    claimed: list[int] = []
+    while True:
+        leases = store.job_claim("default", owner, limit=batch, lease=300.0)
+        if not leases and not store.job_list(status="pending", limit=1):
+            break
+        claimed.extend(lease.id for lease in leases)
+        settled = store.job_complete([lease.lease for lease in leases])
+        assert settled == {lease.id for lease in leases}
+    results.put((owner, claimed))
+
+
+def run_claimers(url: str, batch: int) -> dict[str, list[int]]:
+    ctx = multiprocessing.get_context("fork")
+    start, results = ctx.Event(), ctx.Queue()
+    workers = [
+        ctx.Process(target=_claimer, args=(url, f"claimer-{n}", batch, start, results))
+        for n in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    start.set()
+    claims = dict(results.get(timeout=300) for _ in workers)
+    for worker in workers:
+        worker.join(30)
+        assert worker.exitcode == 0
+    return claims
+
+
+@pytest.fixture(
+    params=[
+        "sqlite-wal",
+        "sqlite-rollback-journal",
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def competing_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgresql":
+        return str(request.getfixturevalue("postgres_url"))
+    url = str(request.getfixturevalue("sqlite_url"))
+    return url if request.param == "sqlite-wal" else url + "?journal_mode=delete"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 7])
+def test_four_processes_claim_every_job_exactly_once(competing_url: str, batch: int) -> None:
+    client = jobsup.Client(competing_url)
+    client.enqueue_many([{"name": "noop", "payload": n} for n in range(JOBS)])
+    claims = run_claimers(competing_url, batch)
+    every = [job_id for ids in claims.values() for job_id in ids]
+    assert len(every) == JOBS
+    assert len(set(every)) == JOBS, "a job was claimed twice"
+    assert sum(1 for ids in claims.values() if ids) >= 2, "the claimers did not compete"
+    with client.database.read() as conn:
+        statuses = dict(conn.execute(select(job.c.status, func.count()).group_by(job.c.status)).all())
+        attempts = conn.execute(select(func.count()).select_from(job_attempt)).scalar_one()
+    assert statuses == {"succeeded": JOBS}
+    assert attempts == JOBS
+    client.close()
+
+
+def test_journal_mode_is_applied(sqlite_url: str) -> None:
+    from sqlalchemy import text
+
+    for suffix, mode in (("", "wal"), ("?journal_mode=delete", "delete")):
+        db = Database(sqlite_url + suffix)
+        with db.read() as conn:
+            assert conn.execute(text("PRAGMA journal_mode")).scalar_one() == mode
+        db.dispose()
+
+
+# -- the SQLite race: the row changes between the claimer's read and its update ----------
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def _sqlite_parts(url: str) -> tuple[jobsup.Client, Any, Database]:
+    client = jobsup.Client(url)
+    return client, client.database.dialect, client.database
+
+
+def test_sqlite_claim_skips_a_job_settled_between_read_and_update(sqlite_url: str) -> None:
+    client, dialect, db = _sqlite_parts(sqlite_url)
+    job_id = client.enqueue("a")
+    seen = dialect.claim_candidates(db, queue="default", limit=1, now=T0)
+    assert seen == [job_id]
+    # Meanwhile another claimer takes the job and finishes it.
+    other = client.store.job_claim("default", "other", limit=1, lease=60.0, now=T0)
+    assert client.store.job_complete([other[0].lease], now=T0) == {job_id}
+    assert dialect.claim_update(db, seen, queue="default", owner="late", lease=60.0, now=T0) == []
+    stored = client.get(job_id)
+    assert stored is not None and (stored.status, stored.attempts) == ("succeeded", 1)
+    assert [a.owner for a in stored.history] == ["other"]
+
+
+def test_sqlite_claim_skips_a_job_rescheduled_between_read_and_update(sqlite_url: str) -> None:
+    client, dialect, db = _sqlite_parts(sqlite_url)
+    job_id = client.enqueue("a")
+    seen = dialect.claim_candidates(db, queue="default", limit=1, now=T0)
+    other = client.store.job_claim("default", "other", limit=1, lease=60.0, now=T0)
+    client.store.job_fail(other[0].lease, outcome="failed", error="x", retry_in=3600, now=T0)
+    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+    assert dialect.claim_update(db, seen, queue="default", owner="late", lease=60.0, now=T0) == []
+
+
+def test_sqlite_claim_skips_a_job_cancelled_between_read_and_update(sqlite_url: str) -> None:
+    client, dialect, db = _sqlite_parts(sqlite_url)
+    job_id = client.enqueue("a")
+    seen = dialect.claim_candidates(db, queue="default", limit=1, now=T0)
+    assert client.cancel(job_id)
+    assert dialect.claim_update(db, seen, queue="default", owner="late", lease=60.0, now=T0) == []
+    assert client.get(job_id).history == ()  # type: ignore[union-attr]
+
+
+def test_a_failed_claim_uses_no_attempt(sqlite_url: str) -> None:
+    """The attempt count and the attempt row commit with the claim or not at all."""
+    from sqlalchemy import text
+
+    client, _, db = _sqlite_parts(sqlite_url)
+    job_id = client.enqueue("a")
+    with db.transaction() as conn:  # make the attempt insert fail inside the claim
+        conn.execute(
+            text(
+                "CREATE TRIGGER refuse BEFORE INSERT ON jobsup_job_attempt BEGIN "
+                "SELECT RAISE(ABORT, 'injected'); END"
+            )
+        )
+    with pytest.raises(jobsup.DatabaseError, match="injected"):
+        client.store.job_claim("default", "w1", limit=1, lease=60.0)
+    stored = client.get(job_id)
+    assert stored is not None and (stored.status, stored.attempts, stored.lease_owner) == ("pending", 0, None)
+    with db.transaction() as conn:
+        conn.execute(text("DROP TRIGGER refuse"))
+    assert client.store.job_claim("default", "w1", limit=1, lease=60.0)[0].attempt == 1
+
+
+def test_claim_with_now_in_the_past_does_not_take_later_jobs(url: str) -> None:
+    client = jobsup.Client(url)
+    client.enqueue("a", run_at=T0 + timedelta(seconds=1))
+    assert client.store.job_claim("default", "w", limit=1, lease=1.0, now=T0) == []
+    assert len(client.store.job_claim("default", "w", limit=1, lease=1.0, now=T0 + timedelta(seconds=1))) == 1

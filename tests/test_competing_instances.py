@@ -1,0 +1,44 @@
+"""The xdist workers of this run, each a separate process, claimed from one set of jobs at
+session start (see competing.py). Run with `pytest -n 4` for four competing instances."""
+
+from __future__ import annotations
+
+import competing
+import pytest
+from helpers import pg_url, wait_until
+from sqlalchemy import create_engine, text
+
+pytestmark = pytest.mark.postgres
+
+
+def test_every_job_claimed_exactly_once_across_xdist_workers(
+    pg_server: str, request: pytest.FixtureRequest
+) -> None:
+    engine = create_engine(pg_url(competing.database_name(competing.run_id(request.config))))
+    expected = competing.worker_count()
+
+    def finished() -> list[tuple[str, int | None, str | None]]:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text("SELECT worker, claimed, error FROM competition_participant WHERE finished")
+            ).all()
+        return [tuple(row) for row in rows] if len(rows) >= expected else []  # type: ignore[misc]
+
+    participants = wait_until(finished, timeout=120, what=f"{expected} competing workers to finish")
+    assert [p for p in participants if p[2]] == [], "a competing worker failed"
+    with engine.connect() as conn:
+        twice = conn.execute(
+            text("SELECT job_id, count(*) FROM competition_claim GROUP BY job_id HAVING count(*) > 1")
+        ).all()
+        claimed = conn.execute(text("SELECT count(DISTINCT job_id) FROM competition_claim")).scalar_one()
+        statuses = dict(
+            conn.execute(text("SELECT status, count(*) FROM jobsup_job GROUP BY status")).all()  # type: ignore[arg-type]
+        )
+        claimers = conn.execute(text("SELECT count(DISTINCT worker) FROM competition_claim")).scalar_one()
+    engine.dispose()
+    assert twice == []
+    assert claimed == competing.JOBS
+    assert statuses == {"succeeded": competing.JOBS}
+    assert sum(p[1] or 0 for p in participants) == competing.JOBS
+    if expected > 1:
+        assert claimers >= 2, "the workers did not overlap: only one of them claimed"

@@ -1,0 +1,79 @@
+"""The real claim statement seeks the claim index with no sort, even among many finished rows."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from jobsup.database import Database
+from sqlalchemy import event, text
+
+FINISHED, PENDING = 200_000, 1_000
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+FILL = """
+INSERT INTO jobsup_job (name, queue, priority, payload, status, run_at, attempts, max_attempts,
+                        created_at, updated_at, finished_at)
+SELECT 'noop', 'default', 0, 'null', CASE WHEN n <= {finished} THEN 'succeeded' ELSE 'pending' END,
+       {stamp}, 1, 5, {stamp}, {stamp}, {stamp}
+FROM {numbers}
+"""
+
+
+def fill(db: Database, numbers: str, stamp: str) -> None:
+    with db.transaction() as conn:
+        conn.execute(text(FILL.format(finished=FINISHED, numbers=numbers, stamp=stamp)))
+
+
+def test_sqlite_claim_uses_the_claim_index_without_sorting(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    total = FINISHED + PENDING
+    numbers = (
+        f"(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {total}) SELECT n FROM s)"
+    )
+    fill(db, numbers, "'2020-01-01 00:00:00.000000'")
+    with db.transaction() as conn:
+        conn.execute(text("ANALYZE"))
+    stmt = db.dialect.candidates_statement(queue="default", limit=10, now=NOW)  # type: ignore[attr-defined]
+    sql = str(stmt.compile(db.engine, compile_kwargs={"literal_binds": True}))
+    with db.read() as conn:
+        plan = " | ".join(row[3] for row in conn.execute(text("EXPLAIN QUERY PLAN " + sql)))
+    assert "USING INDEX jobsup_job_claim" in plan or "USING COVERING INDEX jobsup_job_claim" in plan, plan
+    assert "TEMP B-TREE" not in plan, plan
+    # The statement really claims from that table.
+    assert len(db.dialect.claim_candidates(db, queue="default", limit=10, now=NOW)) == 10  # type: ignore[attr-defined]
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found.extend(_nodes(child))
+    return found
+
+
+@pytest.mark.postgres
+def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) -> None:
+    db = Database(postgres_url)
+    fill(db, f"generate_series(1, {FINISHED + PENDING}) AS n", "'2020-01-01'::timestamptz")
+    with db.read() as conn:
+        conn.execute(text("VACUUM ANALYZE jobsup_job"))
+    stmt = db.dialect.claim_statement(queue="default", owner="w", limit=10, lease=60.0)  # type: ignore[attr-defined]
+
+    def explain(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> Any:
+        return "EXPLAIN (FORMAT JSON) " + statement, parameters
+
+    with db.statement() as conn:
+        event.listen(conn, "before_cursor_execute", explain, retval=True)
+        raw = conn.execute(stmt).scalar_one()
+    plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
+    # The candidates CTE is where rows are found: it must seek the claim index and never sort
+    # (the statement's final ORDER BY only orders the at most `limit` rows claimed).
+    candidates = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidates"]
+    assert len(candidates) == 1, json.dumps(plan, indent=1)
+    nodes = _nodes(candidates[0])
+    assert any(n.get("Index Name") == "jobsup_job_claim" for n in nodes), json.dumps(plan, indent=1)
+    assert not any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes), json.dumps(plan, indent=1)
+    # EXPLAIN did not run it: the real statement claims 10.
+    assert len(db.dialect.claim(db, queue="default", owner="w", limit=10, lease=60.0, now=None)) == 10

@@ -1,0 +1,114 @@
+"""Migrations: exactly the metadata's schema, safe when many processes upgrade at once,
+printable offline for every dialect, and a clear error when the schema is missing."""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+from pathlib import Path
+
+import jobsup
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from helpers import create_pg_database, drop_pg_database, pg_url
+from jobsup import migrate
+from jobsup.database import Database
+from jobsup.schema import SCHEMA_REVISION, VERSION_TABLE, metadata
+from sqlalchemy import inspect, text
+
+
+def test_schema_revision_constant_is_the_migrations_head() -> None:
+    assert migrate.head_revision() == SCHEMA_REVISION
+
+
+def _drift(db: Database) -> list[object]:
+    with db.engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn,
+            opts={
+                "compare_type": True,
+                "include_name": lambda name, kind, parent: name != VERSION_TABLE,
+            },
+        )
+        return list(compare_metadata(context, metadata))
+
+
+def test_migrations_produce_exactly_the_metadata_schema(url: str) -> None:
+    db = Database(url)
+    assert _drift(db) == []
+    indexes = {index["name"] for index in inspect(db.engine).get_indexes("jobsup_job")}
+    assert {"jobsup_job_claim", "jobsup_job_lease", "jobsup_job_unique_key"} <= indexes
+
+
+def _upgrade(url: str) -> None:
+    migrate.upgrade(Database(url))
+
+
+def _upgrade_concurrently(url: str, processes: int = 4) -> None:
+    ctx = multiprocessing.get_context("fork")
+    workers = [ctx.Process(target=_upgrade, args=(url,)) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+    assert [worker.exitcode for worker in workers] == [0] * processes
+
+
+def test_concurrent_upgrades_of_a_fresh_sqlite_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    _upgrade_concurrently(url)
+    db = Database(url)
+    assert _drift(db) == []
+    jobsup.Client(url).enqueue("works")
+
+
+@pytest.mark.postgres
+def test_concurrent_upgrades_of_a_fresh_postgres_database(pg_server: str, tmp_path: Path) -> None:
+    name = f"jobsup_fresh_{tmp_path.name[-20:].replace('-', '_')}".lower()
+    create_pg_database(name)
+    try:
+        _upgrade_concurrently(pg_url(name))
+        db = Database(pg_url(name))
+        assert _drift(db) == []
+        with db.read() as conn:
+            assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [
+                SCHEMA_REVISION
+            ]
+        db.dispose()
+    finally:
+        drop_pg_database(name)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql", "mssql"])
+def test_offline_sql_has_the_filtered_claim_index(dialect: str) -> None:
+    out = io.StringIO()
+    migrate.upgrade_sql(dialect, out)
+    ddl = out.getvalue()
+    assert "CREATE TABLE jobsup_job " in ddl
+    assert (
+        "CREATE INDEX jobsup_job_claim ON jobsup_job (queue, priority DESC, run_at, id) "
+        "WHERE status = 'pending'" in ddl
+    )
+    assert "CREATE UNIQUE INDEX jobsup_job_unique_key" in ddl
+    assert f"INSERT INTO {VERSION_TABLE} (version_num)" in ddl and f"VALUES ('{SCHEMA_REVISION}')" in ddl
+
+
+def test_missing_schema_names_the_upgrade_command(tmp_path: Path) -> None:
+    client = jobsup.Client(f"sqlite:///{tmp_path / 'empty.db'}")
+    with pytest.raises(jobsup.SchemaOutdated, match="run `jobsup db upgrade`"):
+        client.enqueue("a")
+    assert not inspect(client.database.engine).has_table("jobsup_job")  # nothing was written
+
+
+@pytest.mark.postgres
+def test_missing_schema_on_postgres_names_the_upgrade_command(pg_server: str) -> None:
+    name = "jobsup_no_schema"
+    create_pg_database(name)
+    try:
+        client = jobsup.Client(pg_url(name))
+        with pytest.raises(jobsup.SchemaOutdated, match="run `jobsup db upgrade`"):
+            client.list_jobs()
+        client.close()
+    finally:
+        drop_pg_database(name)

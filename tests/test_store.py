@@ -1,0 +1,277 @@
+"""The state machine on every real database: enqueue, claim, settle, fence, dead letters."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import jobsup
+import pytest
+from jobsup.rows import Lease
+from jobsup.schema import job, job_attempt
+from sqlalchemy import create_engine, func, select
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def client(url: str) -> jobsup.Client:
+    c = jobsup.Client(url)
+    yield c
+    c.close()
+
+
+def claim_one(client: jobsup.Client, owner: str = "w1", queue: str = "default", **kw: object):
+    claimed = client.store.job_claim(queue, owner, limit=1, lease=60.0, **kw)  # type: ignore[arg-type]
+    assert len(claimed) == 1, claimed
+    return claimed[0]
+
+
+def count_jobs(client: jobsup.Client) -> int:
+    with client.database.read() as conn:
+        return int(conn.execute(select(func.count()).select_from(job)).scalar_one())
+
+
+def test_enqueue_then_get_shows_the_stored_job(client: jobsup.Client) -> None:
+    job_id = client.enqueue("send-email", {"to": "a@example.com"}, actor="alice", priority=3)
+    stored = client.get(job_id)
+    assert stored is not None
+    assert (stored.name, stored.queue, stored.status, stored.priority) == (
+        "send-email",
+        "default",
+        "pending",
+        3,
+    )
+    assert stored.payload == {"to": "a@example.com"}
+    assert (stored.attempts, stored.max_attempts, stored.actor) == (0, 5, "alice")
+    assert stored.history == ()
+    assert client.get(job_id + 1000) is None
+
+
+def test_enqueue_uses_a_local_registration_for_defaults(client: jobsup.Client) -> None:
+    @jobsup.job("registered-for-defaults", queue="mail", max_attempts=9, timeout="90s")
+    def send(ctx: jobsup.JobContext, payload: object) -> None: ...
+
+    stored = client.get(client.enqueue("registered-for-defaults"))
+    assert stored is not None
+    assert (stored.queue, stored.max_attempts, stored.timeout) == ("mail", 9, 90.0)
+
+
+def test_claim_takes_due_jobs_by_priority_then_age(client: jobsup.Client) -> None:
+    low = client.enqueue("a", 1, priority=0)
+    high = client.enqueue("a", 2, priority=5)
+    later = client.enqueue("a", 3, priority=9, run_at=T0 + timedelta(days=3650))
+    other_queue = client.enqueue("a", 4, queue="mail", priority=9)
+    claimed = client.store.job_claim("default", "w1", limit=10, lease=60.0)
+    assert [c.id for c in claimed] == [high, low]
+    assert all(c.attempt == 1 and c.owner == "w1" for c in claimed)
+    assert client.get(later).status == "pending"  # type: ignore[union-attr]
+    assert client.get(other_queue).status == "pending"  # type: ignore[union-attr]
+    assert client.store.job_claim("default", "w2", limit=10, lease=60.0) == []
+
+
+def test_delay_and_run_at_hold_a_job_back_until_due(client: jobsup.Client) -> None:
+    now = datetime.now(UTC)
+    delayed = client.enqueue("a", delay="1h")
+    scheduled = client.enqueue("a", run_at=now + timedelta(minutes=5))
+    assert client.store.job_claim("default", "w1", limit=10, lease=60.0) == []
+    due = client.store.job_claim("default", "w1", limit=10, lease=60.0, now=now + timedelta(hours=2))
+    assert {c.id for c in due} == {delayed, scheduled}
+
+
+def test_complete_settles_job_and_attempt(client: jobsup.Client) -> None:
+    job_id = client.enqueue("a")
+    claimed = claim_one(client)
+    assert client.store.job_complete([claimed.lease]) == {job_id}
+    stored = client.get(job_id)
+    assert stored is not None and stored.status == "succeeded" and stored.finished_at is not None
+    assert [(a.attempt, a.outcome, a.owner) for a in stored.history] == [(1, "succeeded", "w1")]
+
+
+def test_failure_retries_with_backoff_then_dead_letters(client: jobsup.Client) -> None:
+    job_id = client.enqueue("a", max_attempts=2)
+    first = claim_one(client, now=T0)
+    assert (
+        client.store.job_fail(first.lease, outcome="failed", error="E: 1", retry_in=30, now=T0) == "pending"
+    )
+    assert client.store.job_claim("default", "w1", limit=1, lease=60.0, now=T0 + timedelta(seconds=29)) == []
+    second = claim_one(client, now=T0 + timedelta(seconds=31))
+    assert second.attempt == 2
+    status = client.store.job_fail(
+        second.lease, outcome="timed_out", error="E: 2", retry_in=30, now=T0 + timedelta(seconds=40)
+    )
+    assert status == "dead_lettered"
+    stored = client.get(job_id)
+    assert stored is not None
+    assert (stored.status, stored.attempts, stored.last_error) == ("dead_lettered", 2, "E: 2")
+    assert [(a.attempt, a.outcome, a.error) for a in stored.history] == [
+        (1, "failed", "E: 1"),
+        (2, "timed_out", "E: 2"),
+    ]
+    assert [j.id for j in client.dead_letters.list()] == [job_id]
+
+
+def test_discard_dead_letters_at_once(client: jobsup.Client) -> None:
+    job_id = client.enqueue("a", max_attempts=5)
+    claimed = claim_one(client)
+    assert client.store.job_fail(claimed.lease, outcome="failed", error="x", retry_in=0, discard=True) == (
+        "dead_lettered"
+    )
+    assert client.get(job_id).attempts == 1  # type: ignore[union-attr]
+
+
+def test_release_gives_the_attempt_back(client: jobsup.Client) -> None:
+    job_id = client.enqueue("a", max_attempts=1)
+    first = claim_one(client)
+    assert client.store.job_release(first.lease)
+    stored = client.get(job_id)
+    assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
+    again = claim_one(client, owner="w2")
+    assert again.attempt == 1
+    client.store.job_complete([again.lease])
+    history = client.get(job_id).history  # type: ignore[union-attr]
+    assert [(a.attempt, a.outcome, a.owner) for a in history] == [
+        (1, "released", "w1"),
+        (1, "succeeded", "w2"),
+    ]
+
+
+@pytest.mark.parametrize("stale", ["owner", "attempt"])
+def test_stale_writes_change_nothing_and_say_so(client: jobsup.Client, stale: str) -> None:
+    job_id = client.enqueue("a")
+    claimed = claim_one(client)
+    wrong = Lease(job_id, "intruder", claimed.attempt) if stale == "owner" else Lease(job_id, "w1", 2)
+    before = client.get(job_id)
+    assert client.store.job_renew_lease([wrong], lease=600.0) == set()
+    assert client.store.job_complete([wrong]) == set()
+    assert client.store.job_fail(wrong, outcome="failed", error="x", retry_in=0) is None
+    assert client.store.job_release(wrong) is False
+    assert client.get(job_id) == before
+    # The real holder is unaffected.
+    assert client.store.job_renew_lease([claimed.lease], lease=600.0) == {job_id}
+    assert client.store.job_complete([claimed.lease]) == {job_id}
+
+
+def test_a_settled_lease_cannot_settle_again(client: jobsup.Client) -> None:
+    client.enqueue("a")
+    claimed = claim_one(client)
+    assert client.store.job_complete([claimed.lease])
+    assert client.store.job_complete([claimed.lease]) == set()
+    assert client.store.job_fail(claimed.lease, outcome="failed", error="x", retry_in=0) is None
+
+
+def test_expired_leases_return_jobs_and_dead_letter_the_last_attempt(client: jobsup.Client) -> None:
+    retried = client.enqueue("a", max_attempts=3)
+    last = client.enqueue("a", max_attempts=1)
+    claimed = client.store.job_claim("default", "w1", limit=2, lease=60.0, now=T0)
+    assert client.store.job_expire_leases(lambda attempt: 10.0, now=T0 + timedelta(seconds=59)) == 0
+    assert client.store.job_expire_leases(lambda attempt: 10.0, now=T0 + timedelta(seconds=61)) == 2
+    assert client.get(retried).status == "pending"  # type: ignore[union-attr]
+    assert client.get(last).status == "dead_lettered"  # type: ignore[union-attr]
+    assert client.get(retried).history[0].outcome == "lease_expired"  # type: ignore[union-attr]
+    # The old holder's writes are fenced out.
+    assert client.store.job_complete([c.lease for c in claimed]) == set()
+
+
+def test_expire_leases_of_a_dead_owner_at_once(client: jobsup.Client) -> None:
+    job_id = client.enqueue("a")
+    claim_one(client, owner="dead-worker")
+    client.enqueue("b")
+    claim_one(client, owner="live-worker")
+    assert client.store.job_expire_leases(lambda attempt: 0.0, owner="dead-worker") == 1
+    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+
+
+def test_cancel_pending_and_running_jobs(client: jobsup.Client) -> None:
+    pending = client.enqueue("a", run_at=T0 + timedelta(days=3650))
+    running = client.enqueue("a")
+    claimed = claim_one(client)
+    assert client.cancel(pending) and client.cancel(running)
+    assert not client.cancel(running)
+    assert client.get(running).history[0].outcome == "cancelled"  # type: ignore[union-attr]
+    assert client.store.job_complete([claimed.lease]) == set()
+    assert {j.status for j in client.list_jobs()} == {"cancelled"}
+
+
+def test_list_jobs_filters_by_status_and_queue(client: jobsup.Client) -> None:
+    a = client.enqueue("a")
+    b = client.enqueue("a", queue="mail")
+    assert [j.id for j in client.list_jobs()] == [b, a]
+    assert [j.id for j in client.list_jobs(queue="mail")] == [b]
+    assert [j.id for j in client.list_jobs(status="pending", limit=1)] == [b]
+    with pytest.raises(jobsup.BadInput, match="status 'done' is not one of"):
+        client.list_jobs(status="done")
+
+
+def test_unique_key_returns_the_live_job(client: jobsup.Client) -> None:
+    first = client.enqueue("a", 1, unique_key="report-42")
+    assert client.enqueue("a", 2, unique_key="report-42") == first
+    claimed = claim_one(client)
+    assert client.enqueue("a", 3, unique_key="report-42") == first  # running is still live
+    client.store.job_complete([claimed.lease])
+    second = client.enqueue("a", 4, unique_key="report-42")
+    assert second != first
+    assert count_jobs(client) == 2
+
+
+def test_enqueue_many_in_order_with_unique_keys(client: jobsup.Client) -> None:
+    existing = client.enqueue("a", unique_key="k1")
+    ids = client.enqueue_many(
+        [{"name": "a", "payload": n} for n in range(3)]
+        + [{"name": "a", "unique_key": "k1"}, {"name": "b", "queue": "mail"}]
+    )
+    assert len(ids) == 5 and ids[3] == existing
+    assert [client.get(i).payload for i in ids[:3]] == [0, 1, 2]  # type: ignore[union-attr]
+    assert client.get(ids[4]).queue == "mail"  # type: ignore[union-attr]
+
+
+def test_enqueue_many_writes_nothing_when_one_job_is_bad(client: jobsup.Client) -> None:
+    with pytest.raises(jobsup.InvalidPayload, match=r"payload\['when'\] is a datetime"):
+        client.enqueue_many([{"name": "a"}, {"name": "a", "payload": {"when": datetime.now(UTC)}}])
+    with pytest.raises(jobsup.BadInput, match=r"jobs\[0\] has unknown keys \['quue'\]"):
+        client.enqueue_many([{"name": "a", "quue": "mail"}])
+    assert count_jobs(client) == 0
+
+
+def test_transactional_enqueue_commits_and_rolls_back_with_the_caller(
+    client: jobsup.Client, url: str
+) -> None:
+    engine = create_engine(url)  # the application's own engine
+    with engine.begin() as conn:
+        kept = client.enqueue("a", connection=conn)
+        kept_unique = client.enqueue("a", unique_key="tx", connection=conn)
+    with pytest.raises(RuntimeError), engine.begin() as conn:
+        client.enqueue("a", connection=conn)
+        client.enqueue("a", unique_key="tx-2", connection=conn)
+        raise RuntimeError("the caller's transaction fails")
+    engine.dispose()
+    assert {j.id for j in client.list_jobs()} == {kept, kept_unique}
+
+
+def test_dead_letters_retry_retry_all_and_purge(client: jobsup.Client) -> None:
+    ids = [client.enqueue("a", n, max_attempts=1) for n in range(3)]
+    for claimed in client.store.job_claim("default", "w1", limit=3, lease=60.0):
+        client.store.job_fail(claimed.lease, outcome="failed", error="boom", retry_in=0)
+    assert sorted(j.id for j in client.dead_letters.list()) == ids
+    assert client.dead_letters.retry(ids[0]) is True
+    assert client.dead_letters.retry(ids[0]) is False  # no longer dead
+    retried = client.get(ids[0])
+    assert retried is not None and (retried.status, retried.attempts) == ("pending", 0)
+    assert client.dead_letters.retry_all() == 2
+    for claimed in client.store.job_claim("default", "w1", limit=3, lease=60.0):
+        client.store.job_fail(claimed.lease, outcome="failed", error="boom", retry_in=0)
+    assert client.dead_letters.purge(older_than="1h") == 0
+    assert client.dead_letters.purge() == 3
+    assert count_jobs(client) == 0
+    with client.database.read() as conn:
+        assert conn.execute(select(func.count()).select_from(job_attempt)).scalar_one() == 0
+
+
+def test_retry_of_a_dead_letter_whose_unique_key_is_live_again_is_refused(client: jobsup.Client) -> None:
+    dead = client.enqueue("a", unique_key="k", max_attempts=1)
+    claimed = claim_one(client)
+    client.store.job_fail(claimed.lease, outcome="failed", error="boom", retry_in=0)
+    live = client.enqueue("a", unique_key="k")
+    with pytest.raises(jobsup.DuplicateJob, match=f"job {dead} cannot be retried"):
+        client.dead_letters.retry(dead)
+    assert client.get(dead).status == "dead_lettered"  # type: ignore[union-attr]
+    assert client.get(live).status == "pending"  # type: ignore[union-attr]
