@@ -8,6 +8,7 @@ the DDL is printed.
 from __future__ import annotations
 
 from alembic import context
+
 from jobsup.schema import VERSION_TABLE, metadata
 
 config = context.config

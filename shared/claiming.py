@@ -8,9 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from jobsup.schema import PENDING, RUNNING, job, job_attempt
 from sqlalchemy import ColumnElement, Insert, and_, insert, literal, select
 from sqlalchemy.sql.expression import FromClause
+
+from jobsup.schema import PENDING, RUNNING, job, job_attempt
 
 # What a claim returns, in this order (see `jobsup.rows.ClaimedJob`). No timestamps: an
 # odd stored value (PostgreSQL's 'infinity') must not make every claim of the row fail.

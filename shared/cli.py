@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+
 from jobsup.errors import BadInput, ConfigurationError, JobsupError
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
@@ -55,6 +56,41 @@ def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None
     database = Database(url)
     migrate.upgrade(database)
     click.echo(f"jobsup schema is at revision {migrate.head_revision()} on {database.safe_url}")
+
+
+@cli.command()
+@click.option("--app", "apps", multiple=True, help="Module that registers jobs (repeatable).")
+@click.option("--queue", "queues", multiple=True, help="NAME=WORKERS, e.g. default=2 (repeatable).")
+@click.option("--database-url", help="Default: sqlite:///jobsup.db.")
+@click.option("--lease", help="How long a claim holds a job without renewal (default 5m).")
+@click.option("--heartbeat", help="How often a running job's lease is renewed (default 1m).")
+@click.option(
+    "--poll-interval", help="Idle wait between claims (default 1s; PostgreSQL 5s, woken by NOTIFY)."
+)
+@click.option("--maintenance-interval", help="How often leases are swept and rows pruned (default 15s).")
+@click.option("--shutdown-grace", help="How long a running job may finish on shutdown (default 20s).")
+@click.option("--claim-batch", help="Jobs a worker claims at once and runs one by one (default 1).")
+@click.option("--migrate/--no-migrate", default=None, help="Upgrade the schema on start (default on).")
+@click.option("--faults", help="Fault injection for drills and tests, e.g. worker:renew@2s+30s.")
+@click.option("--log-level", help="DEBUG, INFO (default), WARNING or ERROR.")
+def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> None:
+    """Run the supervisor and its worker processes until SIGTERM or SIGINT."""
+    import os
+
+    from jobsup.events import configure_logging
+    from jobsup.settings import load
+    from jobsup.supervisor.arbiter import Arbiter
+
+    overrides = {key: value for key, value in options.items() if value is not None}
+    if apps:
+        overrides["apps"] = apps
+    if queues:
+        overrides["queues"] = list(queues)
+    settings = load(overrides)
+    if settings.faults:
+        os.environ["JOBSUP_FAULTS"] = settings.faults
+    configure_logging(settings.log_level)
+    sys.exit(Arbiter(settings).run())
 
 
 def main(argv: list[str] | None = None) -> None:

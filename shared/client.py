@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Connection
+
 from jobsup.database import Database
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput
@@ -14,7 +16,6 @@ from jobsup.registry import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, check_attempts,
 from jobsup.rows import Job, NewJob
 from jobsup.schema import DEAD_LETTERED, STATUSES
 from jobsup.store import Store
-from sqlalchemy import Connection
 
 _ENQUEUE_KEYS = {
     "name",

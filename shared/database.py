@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from jobsup.dialects import Dialect, dialect_for, normalise_url
-from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from jobsup import faults
+from jobsup.dialects import Dialect, dialect_for, normalise_url
+from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
+from jobsup.faults import OPERATION
 
 DEFAULT_URL = "sqlite:///jobsup.db"
 
@@ -27,31 +30,38 @@ DEFAULT_URL = "sqlite:///jobsup.db"
 class Database:
     """An engine for one jobsup database, and the dialect that knows its quirks."""
 
-    def __init__(self, url: str | URL = DEFAULT_URL) -> None:
+    def __init__(self, url: str | URL = DEFAULT_URL, *, role: str | None = None) -> None:
+        """`role` (``worker``, ``supervisor``) arms the fault injection configured for it."""
         self.url = normalise_url(url)
         self.dialect: Dialect = dialect_for(self.url)
         self.engine = self.dialect.create_engine(self.url)
+        if role is not None:
+            faults.install(self.engine, role)
 
     @property
     def safe_url(self) -> str:
         return self.url.render_as_string(hide_password=True)
 
-    @contextmanager
-    def read(self) -> Iterator[Connection]:
-        with self.errors(), self.engine.connect() as conn:
-            yield conn.execution_options(**self.dialect.read_options)
+    # Each takes the name of the operation, which fault injection and error counts use.
 
     @contextmanager
-    def statement(self) -> Iterator[Connection]:
+    def read(self, operation: str = "read") -> Iterator[Connection]:
         with self.errors(), self.engine.connect() as conn:
-            conn = conn.execution_options(**self.dialect.statement_options)
+            yield conn.execution_options(**self.dialect.read_options, **{OPERATION: operation})
+
+    @contextmanager
+    def statement(self, operation: str = "write") -> Iterator[Connection]:
+        with self.errors(), self.engine.connect() as conn:
+            conn = conn.execution_options(**self.dialect.statement_options, **{OPERATION: operation})
             with conn.begin():
                 yield conn
 
     @contextmanager
-    def transaction(self) -> Iterator[Connection]:
-        with self.errors(), self.engine.begin() as conn:
-            yield conn
+    def transaction(self, operation: str = "write") -> Iterator[Connection]:
+        with self.errors(), self.engine.connect() as conn:
+            conn = conn.execution_options(**{OPERATION: operation})
+            with conn.begin():
+                yield conn
 
     @contextmanager
     def errors(self) -> Iterator[None]:

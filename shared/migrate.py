@@ -13,6 +13,7 @@ from typing import TextIO
 
 from alembic import command
 from alembic.config import Config
+
 from jobsup.database import Database
 
 DIALECT_NAMES = ("sqlite", "postgresql", "mssql")

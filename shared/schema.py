@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobsup.sqltypes import LongText, UTCDateTime
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -24,6 +23,8 @@ from sqlalchemy import (
     Unicode,
     literal_column,
 )
+
+from jobsup.sqltypes import LongText, UTCDateTime
 
 # Job statuses and attempt outcomes, as stored.
 PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED = (

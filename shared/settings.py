@@ -21,16 +21,29 @@ _DURATIONS = {"lease", "heartbeat", "poll_interval", "maintenance_interval", "sh
 
 
 @dataclass(frozen=True)
+class QueueConfig:
+    """Per queue: how many worker processes, and optional claim batch and job timeout."""
+
+    workers: int = 1
+    claim_batch: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_URL
     lease: float = 300.0
     heartbeat: float = 60.0
-    poll_interval: float = 1.0
+    # None: the dialect's own (1 s on SQLite; 5 s on PostgreSQL, where LISTEN/NOTIFY wakes workers)
+    poll_interval: float | None = None
     maintenance_interval: float = 15.0
     shutdown_grace: float = 20.0
     claim_batch: int = 1
-    queues: Mapping[str, int] = field(default_factory=lambda: {"default": 1})
+    queues: Mapping[str, QueueConfig] = field(default_factory=lambda: {"default": QueueConfig()})
     apps: tuple[str, ...] = ()
+    migrate: bool = True
+    faults: str = ""
+    log_level: str = "INFO"
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.lease:
@@ -39,10 +52,18 @@ class Settings:
             )
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be at least 1, not {self.claim_batch}")
-        for queue, count in self.queues.items():
+        for queue, config in self.queues.items():
             check_name(queue, "queue")
-            if count < 1:
-                raise ConfigurationError(f"queue {queue!r} needs at least 1 worker, not {count}")
+            if config.workers < 1:
+                raise ConfigurationError(f"queue {queue!r} needs at least 1 worker, not {config.workers}")
+            if config.claim_batch is not None and config.claim_batch < 1:
+                raise ConfigurationError(f"claim_batch of queue {queue!r} must be at least 1")
+
+    def claim_batch_of(self, queue: str) -> int:
+        return self.queues[queue].claim_batch or self.claim_batch
+
+    def timeout_of(self, queue: str) -> float | None:
+        return self.queues[queue].timeout
 
     def merged(self, overrides: Mapping[str, Any]) -> Settings:
         """A copy with `overrides` applied (None values ignored), each value checked."""
@@ -58,17 +79,36 @@ def load(overrides: Mapping[str, Any] | None = None, *, directory: Path | None =
     return settings.merged(overrides or {})
 
 
-def parse_queues(specs: Any) -> dict[str, int]:
-    """``["default=2", "mail"]`` or ``{"default": 2}`` as a queue → worker count mapping."""
+def parse_queues(specs: Any) -> dict[str, QueueConfig]:
+    """Queues from ``["default=2", "mail"]``, ``"default=2,mail=1"``, or a TOML table whose
+    values are worker counts or tables (``{workers = 2, claim_batch = 10, timeout = "60s"}``)."""
     if isinstance(specs, Mapping):
-        return {str(name): _whole(count, f"workers of queue {name!r}") for name, count in specs.items()}
+        return {str(name): _queue_config(str(name), value) for name, value in specs.items()}
     if isinstance(specs, str):
         specs = [part for part in specs.split(",") if part.strip()]
-    queues: dict[str, int] = {}
+    queues: dict[str, QueueConfig] = {}
     for spec in specs:
         name, _, count = str(spec).partition("=")
-        queues[name.strip()] = _whole(count or "1", f"workers of queue {name.strip()!r}")
+        queues[name.strip()] = QueueConfig(workers=_whole(count or "1", f"workers of queue {name.strip()!r}"))
     return queues
+
+
+def _queue_config(name: str, value: Any) -> QueueConfig:
+    if isinstance(value, QueueConfig):
+        return value
+    if not isinstance(value, Mapping):
+        return QueueConfig(workers=_whole(value, f"workers of queue {name!r}"))
+    unknown = set(value) - {"workers", "claim_batch", "timeout"}
+    if unknown:
+        raise ConfigurationError(
+            f"queue {name!r}: unknown keys {sorted(unknown)}; use workers, claim_batch, timeout"
+        )
+    batch, timeout = value.get("claim_batch"), value.get("timeout")
+    return QueueConfig(
+        workers=_whole(value.get("workers", 1), f"workers of queue {name!r}"),
+        claim_batch=None if batch is None else _whole(batch, f"claim_batch of queue {name!r}"),
+        timeout=None if timeout is None else parse_duration(timeout, what=f"timeout of queue {name!r}"),
+    )
 
 
 def _coerce(key: str, value: Any) -> Any:
@@ -83,6 +123,8 @@ def _coerce(key: str, value: Any) -> Any:
         return parse_queues(value)
     if key == "apps":
         return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
+    if key == "migrate":
+        return value if isinstance(value, bool) else str(value).lower() not in ("0", "false", "no")
     return str(value)
 
 

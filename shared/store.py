@@ -13,6 +13,22 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Update,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    null,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
 from jobsup.claiming import status_is
 from jobsup.clock import host_clock
 from jobsup.database import Database
@@ -30,21 +46,6 @@ from jobsup.schema import (
     job,
     job_attempt,
 )
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Update,
-    and_,
-    bindparam,
-    case,
-    delete,
-    func,
-    null,
-    select,
-    true,
-    update,
-)
-from sqlalchemy.exc import IntegrityError
 
 _BATCH = 1000
 
@@ -64,7 +65,7 @@ class Store:
 
         version = table(VERSION_TABLE, column("version_num"))
         try:
-            with self.db.read() as conn:
+            with self.db.read("schema") as conn:
                 found = conn.execute(select(version.c.version_num)).scalars().all()
         except SchemaOutdated:
             found = []
@@ -89,7 +90,7 @@ class Store:
         if connection is not None:
             with self.db.errors():
                 return self._enqueue_on(connection, jobs, now)
-        with self.db.transaction() as conn:
+        with self.db.transaction("enqueue") as conn:
             return self._enqueue_on(conn, jobs, now)
 
     def _enqueue_on(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> list[int]:
@@ -116,6 +117,7 @@ class Store:
         for i, new in enumerate(jobs):
             if new.unique_key is not None:
                 ids[i] = self._enqueue_unique(conn, stmt, params[i], new.unique_key)
+        self.dialect.after_enqueue(conn, {new.queue for new in jobs})
         return [job_id for job_id in ids if job_id is not None]
 
     def _enqueue_unique(self, conn: Connection, stmt: Any, params: dict[str, Any], key: str) -> int:
@@ -154,7 +156,7 @@ class Store:
             .values(lease_expires_at=self.dialect.now(now, lease), updated_at=self.dialect.now(now))
             .returning(job.c.id)
         )
-        with self.db.statement() as conn:
+        with self.db.statement("renew") as conn:
             return set(conn.execute(stmt).scalars())
 
     def job_complete(
@@ -177,7 +179,7 @@ class Store:
             )
             .returning(job.c.id)
         )
-        rows = self.dialect.update_then(self.db, first, _close_attempts("succeeded", None, at))
+        rows = self.dialect.update_then(self.db, first, _close_attempts("succeeded", None, at), "settle")
         return {row[0] for row in rows}
 
     def job_fail(
@@ -190,6 +192,7 @@ class Store:
         discard: bool = False,
         now: datetime | None = None,
         where: ColumnElement[bool] | None = None,
+        operation: str = "settle",
     ) -> str | None:
         """End an attempt that did not succeed (`failed`, `timed_out`, `lease_expired`).
 
@@ -212,7 +215,7 @@ class Store:
             )
             .returning(job.c.id, job.c.status)
         )
-        rows = self.dialect.update_then(self.db, first, _close_attempts(outcome, error, at))
+        rows = self.dialect.update_then(self.db, first, _close_attempts(outcome, error, at), operation)
         return str(rows[0].status) if rows else None
 
     def job_release(self, lease: Lease, *, now: datetime | None = None) -> bool:
@@ -230,36 +233,39 @@ class Store:
             )
             .returning(job.c.id)
         )
-        return bool(self.dialect.update_then(self.db, first, _close_attempts("released", None, at)))
+        return bool(
+            self.dialect.update_then(self.db, first, _close_attempts("released", None, at), "release")
+        )
 
     # -- maintenance -----------------------------------------------------------------------
 
     def job_expire_leases(
         self,
-        retry_in: Callable[[int], float],
+        retry_in: Callable[[str, int], float],
         *,
         owner: str | None = None,
         limit: int = _BATCH,
         now: datetime | None = None,
     ) -> int:
         """Close leases that lapsed (or, with `owner`, every lease of a worker known dead):
-        the attempt ends `lease_expired` and the job retries after `retry_in(attempt)` or is
+        the attempt ends `lease_expired` and the job retries after `retry_in(name, attempt)` or is
         dead-lettered. Returns how many were closed."""
         at = self.dialect.now(now)
         found = and_(status_is(RUNNING), job.c.lease_owner == owner if owner else job.c.lease_expires_at < at)
-        with self.db.read() as conn:
+        with self.db.read("maintenance") as conn:
             rows = conn.execute(
-                select(job.c.id, job.c.lease_owner, job.c.attempts).where(found).limit(limit)
+                select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name).where(found).limit(limit)
             ).all()
         closed = 0
-        for job_id, lease_owner, attempt in rows:
+        for job_id, lease_owner, attempt, name in rows:
             status = self.job_fail(
                 Lease(job_id, lease_owner, attempt),
                 outcome="lease_expired",
                 error="lease expired: the worker died or stopped renewing",
-                retry_in=retry_in(attempt),
+                retry_in=retry_in(name, attempt),
                 now=now,
                 where=found,
+                operation="maintenance",
             )
             closed += status is not None
         return closed
@@ -267,7 +273,7 @@ class Store:
     # -- operator side ---------------------------------------------------------------------
 
     def job_get(self, job_id: int) -> Job | None:
-        with self.db.read() as conn:
+        with self.db.read("inspect") as conn:
             row = conn.execute(select(job).where(job.c.id == job_id)).first()
             if row is None:
                 return None
@@ -292,7 +298,7 @@ class Store:
             stmt = stmt.where(status_is(status))
         if queue is not None:
             stmt = stmt.where(job.c.queue == queue)
-        with self.db.read() as conn:
+        with self.db.read("inspect") as conn:
             return [_job(row, ()) for row in conn.execute(stmt)]
 
     def job_cancel(self, job_id: int, *, now: datetime | None = None) -> bool:
@@ -311,7 +317,9 @@ class Store:
             )
             .returning(job.c.id)
         )
-        return bool(self.dialect.update_then(self.db, first, _close_attempts("cancelled", None, at)))
+        return bool(
+            self.dialect.update_then(self.db, first, _close_attempts("cancelled", None, at), "cancel")
+        )
 
     def job_retry_dead(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
         """Put dead-lettered jobs back to pending with fresh attempts; return those retried.
@@ -326,7 +334,7 @@ class Store:
                 .returning(job.c.id)
             )
             try:
-                with self.db.statement() as conn:
+                with self.db.statement("dead_letters") as conn:
                     retried.extend(conn.execute(stmt).scalars())
             except ConstraintViolation:
                 raise DuplicateJob(
@@ -339,14 +347,14 @@ class Store:
         stmt = select(job.c.id).where(status_is(DEAD_LETTERED)).order_by(job.c.id).limit(limit)
         if older_than is not None:
             stmt = stmt.where(job.c.finished_at < older_than)
-        with self.db.read() as conn:
+        with self.db.read("inspect") as conn:
             return list(conn.execute(stmt).scalars())
 
-    def job_delete(self, job_ids: Sequence[int], *, status: str) -> int:
+    def job_delete(self, job_ids: Sequence[int], *, status: str, operation: str = "dead_letters") -> int:
         """Delete jobs (and their attempts) that are still in `status`; return how many."""
         if not job_ids:
             return 0
-        with self.db.transaction() as conn:
+        with self.db.transaction(operation) as conn:
             gone = (
                 conn.execute(delete(job).where(job.c.id.in_(job_ids), status_is(status)).returning(job.c.id))
                 .scalars()

@@ -15,11 +15,13 @@ import uuid
 from typing import Any
 
 import pytest
-from helpers import create_pg_database, drop_pg_database, pg_error, pg_url
+from sqlalchemy import text
+
 from jobsup import migrate
 from jobsup.client import Client
 from jobsup.database import Database
-from sqlalchemy import text
+
+from helpers import create_pg_database, drop_pg_database, pg_error, pg_url
 
 JOBS = 2000
 QUEUE = "competition"

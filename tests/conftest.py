@@ -14,13 +14,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import competing
 import pytest
-from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url
+from sqlalchemy import text
+
 from jobsup import migrate
 from jobsup.database import Database
 from jobsup.schema import metadata
-from sqlalchemy import text
+
+import competing
+from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url
 
 
 def pytest_configure(config: pytest.Config) -> None:

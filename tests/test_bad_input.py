@@ -7,13 +7,14 @@ import sys
 from datetime import datetime, timedelta
 from pathlib import Path
 
-import jobsup
 import pytest
+from sqlalchemy import func, select
+
+import jobsup
 from jobsup.durations import parse_duration
 from jobsup.payload import encode_payload
 from jobsup.schema import job
 from jobsup.settings import load
-from sqlalchemy import func, select
 
 JOBSUP = [sys.executable, "-m", "jobsup.cli"]
 

@@ -9,12 +9,13 @@ import multiprocessing
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import jobsup
 import pytest
+from sqlalchemy import func, select
+
+import jobsup
 from jobsup.database import Database
 from jobsup.schema import job, job_attempt
 from jobsup.store import Store
-from sqlalchemy import func, select
 
 JOBS = 5000
 PROCESSES = 4

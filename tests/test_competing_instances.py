@@ -3,10 +3,11 @@ session start (see competing.py). Run with `pytest -n 4` for four competing inst
 
 from __future__ import annotations
 
-import competing
 import pytest
-from helpers import pg_url, wait_until
 from sqlalchemy import create_engine, text
+
+import competing
+from helpers import pg_url, wait_until
 
 pytestmark = pytest.mark.postgres
 

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from jobsup.database import Database
 from sqlalchemy import event, text
+
+from jobsup.database import Database
 
 FINISHED, PENDING = 200_000, 1_000
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -7,15 +7,17 @@ import io
 import multiprocessing
 from pathlib import Path
 
-import jobsup
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from helpers import create_pg_database, drop_pg_database, pg_url
+from sqlalchemy import inspect, text
+
+import jobsup
 from jobsup import migrate
 from jobsup.database import Database
 from jobsup.schema import SCHEMA_REVISION, VERSION_TABLE, metadata
-from sqlalchemy import inspect, text
+
+from helpers import create_pg_database, drop_pg_database, pg_url
 
 
 def test_schema_revision_constant_is_the_migrations_head() -> None:

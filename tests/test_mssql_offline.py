@@ -8,12 +8,13 @@ import io
 import re
 from datetime import UTC, datetime
 
+from sqlalchemy.dialects.mssql import pyodbc
+
 from jobsup import migrate
 from jobsup.dialects.mssql import SQLServerDialect
 from jobsup.rows import Lease
 from jobsup.schema import job
 from jobsup.store import _close_attempts, _fenced
-from sqlalchemy.dialects.mssql import pyodbc
 
 DIALECT = pyodbc.dialect()  # the dialect class only; the driver is not imported
 

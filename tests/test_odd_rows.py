@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import jobsup
 import pytest
 from sqlalchemy import text
+
+import jobsup
 
 INSERT = (
     "INSERT INTO jobsup_job (id, name, queue, priority, payload, status, run_at, attempts, max_attempts, "

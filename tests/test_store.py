@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import jobsup
 import pytest
+from sqlalchemy import create_engine, func, select
+
+import jobsup
 from jobsup.rows import Lease
 from jobsup.schema import job, job_attempt
-from sqlalchemy import create_engine, func, select
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -163,8 +164,8 @@ def test_expired_leases_return_jobs_and_dead_letter_the_last_attempt(client: job
     retried = client.enqueue("a", max_attempts=3)
     last = client.enqueue("a", max_attempts=1)
     claimed = client.store.job_claim("default", "w1", limit=2, lease=60.0, now=T0)
-    assert client.store.job_expire_leases(lambda attempt: 10.0, now=T0 + timedelta(seconds=59)) == 0
-    assert client.store.job_expire_leases(lambda attempt: 10.0, now=T0 + timedelta(seconds=61)) == 2
+    assert client.store.job_expire_leases(lambda name, attempt: 10.0, now=T0 + timedelta(seconds=59)) == 0
+    assert client.store.job_expire_leases(lambda name, attempt: 10.0, now=T0 + timedelta(seconds=61)) == 2
     assert client.get(retried).status == "pending"  # type: ignore[union-attr]
     assert client.get(last).status == "dead_lettered"  # type: ignore[union-attr]
     assert client.get(retried).history[0].outcome == "lease_expired"  # type: ignore[union-attr]
@@ -177,7 +178,7 @@ def test_expire_leases_of_a_dead_owner_at_once(client: jobsup.Client) -> None:
     claim_one(client, owner="dead-worker")
     client.enqueue("b")
     claim_one(client, owner="live-worker")
-    assert client.store.job_expire_leases(lambda attempt: 0.0, owner="dead-worker") == 1
+    assert client.store.job_expire_leases(lambda name, attempt: 0.0, owner="dead-worker") == 1
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
+
 from jobsup.sqltypes import LongText, UTCDateTime
 
 revision = "0001"

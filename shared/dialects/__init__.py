@@ -13,10 +13,11 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
 from sqlalchemy import ColumnElement, Connection, Engine, Row, Update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
+
+from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
 
 SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
 
@@ -24,9 +25,17 @@ SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodb
 class Connections(Protocol):
     """The three kinds of connection jobsup uses (see `jobsup.database.Database`)."""
 
-    def read(self) -> AbstractContextManager[Connection]: ...
-    def statement(self) -> AbstractContextManager[Connection]: ...
-    def transaction(self) -> AbstractContextManager[Connection]: ...
+    def read(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
+    def statement(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
+    def transaction(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
+
+
+class Listener(Protocol):
+    """Something an idle worker can `select` on that becomes readable when work arrives."""
+
+    def fileno(self) -> int: ...
+    def drain(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class Dialect(Protocol):
@@ -38,6 +47,8 @@ class Dialect(Protocol):
     statement_options: Mapping[str, Any]
     # Execution options of the connection that runs a schema upgrade.
     migration_options: Mapping[str, Any]
+    # How often an idle worker looks for work when nothing wakes it sooner.
+    default_poll_interval: float
 
     def create_engine(self, url: URL) -> Engine:
         """An engine configured for jobsup's transaction discipline on this database."""
@@ -60,11 +71,17 @@ class Dialect(Protocol):
         claimed rows with the columns of `jobsup.store.CLAIM_COLUMNS`."""
 
     def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update]
+        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
     ) -> Sequence[Row[Any]]:
         """Run `first` (an UPDATE with RETURNING whose first column is the job id) and then
         `then(ids)` on the ids it changed, atomically; return `first`'s rows. `ids` is
         something `column.in_()` takes."""
+
+    def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
+        """Inside the enqueue's transaction: wake idle workers of `queues` when it commits."""
+
+    def listener(self, db: Any) -> Listener | None:
+        """A connection that idle workers wait on to be woken by `after_enqueue`, or None."""
 
     def migration_lock(self, conn: Connection) -> None:
         """Inside `conn`'s open transaction, wait for the lock that serialises upgrades."""

@@ -19,9 +19,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobsup.dialects import Connections
-from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.sqltypes import UTCDateTime
 from sqlalchemy import (
     ColumnElement,
     Connection,
@@ -38,6 +35,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
+
+from jobsup.dialects import Connections
+from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.sqltypes import UTCDateTime
 
 # The candidates' CTE names every column the OUTPUT clauses read: an updatable CTE only
 # exposes its own columns to `inserted`.
@@ -64,6 +65,7 @@ class SQLServerDialect:
     name = "mssql"
     read_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {}
 
     # READPAST is refused under SNAPSHOT isolation.
@@ -106,17 +108,23 @@ class SQLServerDialect:
         now: datetime | None,
     ) -> Sequence[Row[Any]]:
         stmt = self.claim_statement(queue=queue, owner=owner, limit=limit, lease=lease, now=now)
-        with db.transaction() as conn:
+        with db.transaction("claim") as conn:
             return conn.execute(stmt).all()
 
     def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update]
+        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
     ) -> Sequence[Row[Any]]:
-        with db.transaction() as conn:
+        with db.transaction(operation) as conn:
             rows = conn.execute(first).all()
             if rows:
                 conn.execute(then([row[0] for row in rows]))
         return rows
+
+    def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
+        """Nothing to send: idle workers poll."""
+
+    def listener(self, db: Any) -> None:
+        return None
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(

@@ -18,11 +18,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
-from jobsup.dialects import Connections
-from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.schema import job
-from jobsup.sqltypes import UTCDateTime
 from sqlalchemy import (
     ColumnElement,
     Connection,
@@ -41,10 +36,53 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
+from jobsup.dialects import Connections
+from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.schema import job
+from jobsup.sqltypes import UTCDateTime
+
 # pg_advisory_xact_lock key for schema upgrades: the first 8 bytes of sha1("jobsup-migrate").
 MIGRATION_LOCK_KEY = 0x4A6F62737570
 _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator intervention (shutdown)
 _UNDEFINED_TABLE = "42P01"
+
+
+CHANNEL = "jobsup"
+
+
+class NotifyListener:
+    """A dedicated autocommit connection LISTENing on the jobsup channel.
+
+    Behind a transaction-mode pooler (PgBouncer) notifications never arrive; workers then
+    find work by polling, so nothing is lost, only latency."""
+
+    def __init__(self, db: Any) -> None:
+        import psycopg
+
+        args, kwargs = db.engine.dialect.create_connect_args(db.url)
+        with db.errors():
+            try:
+                self.conn = psycopg.connect(*args, **kwargs, autocommit=True)
+                self.conn.execute(f"LISTEN {CHANNEL}")
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(f"cannot LISTEN on {db.safe_url}: {exc}") from None
+
+    def fileno(self) -> int:
+        return int(self.conn.fileno())
+
+    def drain(self) -> None:
+        import psycopg
+
+        try:
+            for _ in self.conn.notifies(timeout=0):
+                pass
+        except psycopg.Error as exc:
+            self.close()
+            raise DatabaseUnavailable(f"LISTEN connection lost: {exc}") from None
+
+    def close(self) -> None:
+        self.conn.close()
 
 
 class PostgreSQLDialect:
@@ -52,6 +90,7 @@ class PostgreSQLDialect:
     read_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     migration_options: Mapping[str, Any] = {}
+    default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=False)
@@ -92,17 +131,25 @@ class PostgreSQLDialect:
         self, db: Connections, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None
     ) -> Sequence[Row[Any]]:
         stmt = self.claim_statement(queue=queue, owner=owner, limit=limit, lease=lease, now=now)
-        with db.statement() as conn:
+        with db.statement("claim") as conn:
             return conn.execute(stmt).all()
 
     def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update]
+        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
     ) -> Sequence[Row[Any]]:
         changed = first.cte("changed")
         id_column = next(iter(changed.c))
         stmt = select(*changed.c).add_cte(then(select(id_column)).cte("followed"))
-        with db.statement() as conn:
+        with db.statement(operation) as conn:
             return conn.execute(stmt).all()
+
+    def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
+        # Delivered when the enqueue commits (with the caller's transaction, if it is theirs).
+        for queue in sorted(queues):
+            conn.execute(select(func.pg_notify(CHANNEL, queue)))
+
+    def listener(self, db: Any) -> NotifyListener:
+        return NotifyListener(db)
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})

@@ -21,12 +21,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
-from jobsup.clock import host_clock
-from jobsup.dialects import Connections
-from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.schema import job, job_attempt
-from jobsup.sqltypes import UTCDateTime
 from sqlalchemy import (
     ColumnElement,
     Connection,
@@ -42,6 +36,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
+
+from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
+from jobsup.clock import host_clock
+from jobsup.dialects import Connections
+from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.schema import job, job_attempt
+from jobsup.sqltypes import UTCDateTime
 
 _BEGIN = "jobsup_sqlite_begin"  # execution option: which BEGIN to emit, None for none
 _JOURNAL_MODES = {"wal", "delete", "truncate", "persist"}
@@ -117,7 +118,7 @@ class SQLiteDialect:
 
     def claim_candidates(self, db: Connections, *, queue: str, limit: int, now: datetime) -> list[int]:
         """The read half of a claim: takes no lock."""
-        with db.read() as conn:
+        with db.read("claim") as conn:
             return list(conn.execute(self.candidates_statement(queue=queue, limit=limit, now=now)).scalars())
 
     def candidates_statement(self, *, queue: str, limit: int, now: datetime) -> Select[Any]:
@@ -142,7 +143,7 @@ class SQLiteDialect:
             .values(claim_values(owner, at, self.now(now, lease)))
             .returning(*CLAIM_COLUMNS)
         )
-        with db.transaction() as conn:
+        with db.transaction("claim") as conn:
             rows = conn.execute(stmt).all()
             if rows:
                 conn.execute(
@@ -156,17 +157,24 @@ class SQLiteDialect:
         return sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order
 
     def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update]
+        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
     ) -> Sequence[Row[Any]]:
-        with db.transaction() as conn:
+        with db.transaction(operation) as conn:
             rows = conn.execute(first).all()
             if rows:
                 conn.execute(then([row[0] for row in rows]))
         return rows
 
+    def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
+        """Nothing to send: idle workers poll."""
+
+    def listener(self, db: Any) -> None:
+        return None
+
     def migration_lock(self, conn: Connection) -> None:
         """Nothing more to do: the migration's transaction began with BEGIN EXCLUSIVE."""
 
+    default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {_BEGIN: "BEGIN EXCLUSIVE"}
 
     def classify(self, error: DBAPIError) -> type[DatabaseError]:

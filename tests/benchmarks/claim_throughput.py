@@ -47,13 +47,14 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import CTE, create_engine, delete, func, insert, literal, literal_column, select, text, true
+
 from jobsup import migrate
 from jobsup.claiming import status_is
 from jobsup.database import Database
 from jobsup.rows import NewJob
 from jobsup.schema import PENDING, SUCCEEDED, job, job_attempt
 from jobsup.store import Store
-from sqlalchemy import CTE, create_engine, delete, func, insert, literal, literal_column, select, text, true
 
 QUEUE = "default"
 LEASE = 300.0

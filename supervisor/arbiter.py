@@ -1,0 +1,232 @@
+"""The supervisor process: the arbiter loop.
+
+Signal handlers only put the signal on a `queue.SimpleQueue` (reentrant, so safe inside a
+handler) and the loop does the rest: reap dead workers and expire their leases at once,
+refill empty slots with backoff, heartbeat the process table, run maintenance. The order
+of boot and of shutdown is written out once, in `boot()` and `shutdown()`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import queue
+import signal
+import socket
+import time
+import uuid
+from types import FrameType
+
+from setproctitle import setproctitle
+
+from jobsup import exits, migrate
+from jobsup.backoff import retry_in_for
+from jobsup.database import Database
+from jobsup.errors import ConfigurationError, JobsupError
+from jobsup.events import event
+from jobsup.processes import ProcessTable
+from jobsup.settings import Settings
+from jobsup.store import Store
+from jobsup.supervisor.children import Children, Death
+from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses
+from jobsup.worker.spec import WorkerSpec
+
+TICK = 0.2  # seconds between loop turns when no signal arrives
+HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
+
+
+class AppImportFailed(ConfigurationError):
+    """An --app module could not be imported."""
+
+
+class WorkerBootFailed(JobsupError):
+    """A worker failed at boot: restarting it would fail the same way."""
+
+
+class Arbiter:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.id = f"{socket.gethostname()}:supervisor:{uuid.uuid4().hex[:12]}"
+        self.signals: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.stopping: float | None = None  # monotonic time shutdown began
+        self.immediate = False
+        self.failure: JobsupError | None = None
+        self.heartbeat_every = min(settings.heartbeat, settings.maintenance_interval)
+        self.next_heartbeat = self.next_maintenance = 0.0
+
+    # -- boot ------------------------------------------------------------------------------
+
+    def boot(self) -> None:
+        """Import the apps, reach the database, upgrade the schema, register, fork workers."""
+        self.import_apps()
+        setproctitle(f"jobsup: supervisor {self.queue_summary()}")
+        self.db = Database(self.settings.database_url, role="supervisor")
+        self.store = Store(self.db)
+        self.processes = ProcessTable(self.db)
+        if self.settings.migrate:
+            migrate.upgrade(self.db)
+        else:
+            self.store.schema_check()
+        self.maintenance = Maintenance(
+            [ExpireLeases(self.store), PruneProcesses(self.processes, self.heartbeat_every)]
+        )
+        self.processes.process_register(
+            id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid()
+        )
+        self.children = Children(self.settings, self.fork_worker)
+        for signum in HANDLED:
+            signal.signal(signum, self.on_signal)
+        event("supervisor.started", pid=os.getpid(), queues=self.queue_summary(), database=self.db.safe_url)
+
+    def import_apps(self) -> None:
+        # Imported once here, before forking, so every worker shares the code (and a broken
+        # app stops `jobsup start` at once instead of fork-looping).
+        for app in self.settings.apps:
+            try:
+                importlib.import_module(app)
+            except Exception as exc:
+                raise AppImportFailed(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
+
+    def queue_summary(self) -> str:
+        return " ".join(f"{name}={config.workers}" for name, config in self.settings.queues.items())
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.boot()
+        try:
+            while not self.finished():
+                self.handle(self.next_signal())
+                self.reap()
+                if self.stopping is None:
+                    self.spawn()
+                    self.tick()
+                elif time.monotonic() > self.stopping + self.shutdown_deadline():
+                    self.kill_stragglers()
+        finally:
+            self.shutdown()
+        if self.failure is not None:
+            raise self.failure
+        return exits.STOPPED
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.signals.put(signum)  # nothing else in a handler: no I/O, no logging, no locks
+
+    def next_signal(self) -> int | None:
+        try:
+            return self.signals.get(timeout=TICK)
+        except queue.Empty:
+            return None
+
+    def handle(self, signum: int | None) -> None:
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            if self.stopping is None:
+                self.begin_shutdown(signal.Signals(signum).name)
+            elif signum == signal.SIGINT:
+                self.stop_now()
+
+    def finished(self) -> bool:
+        return self.stopping is not None and not self.children.alive
+
+    def spawn(self) -> None:
+        for child in self.children.spawn_due():
+            event("worker.spawned", worker=child.slot.label, pid=child.pid)
+            self.safely(
+                "process_register",
+                lambda child=child: self.processes.process_register(
+                    id=child.worker_id,
+                    kind="worker",
+                    host=self.children.host,
+                    pid=child.pid,
+                    supervisor_id=self.id,
+                    queue=child.slot.queue,
+                ),
+            )
+
+    def reap(self) -> None:
+        for death in self.children.reap():
+            self.bury(death)
+
+    def bury(self, death: Death) -> None:
+        child = death.child
+        name = "worker.stopped" if death.clean else "worker.died"
+        event(name, worker=child.slot.label, pid=child.pid, status=exits.describe(death.status))
+        # Its job comes back now rather than when the lease would lapse (a CAS on owner
+        # and attempt: a job it already settled or released is not touched).
+        self.safely("expire_lease", lambda: self.store.job_expire_leases(retry_in_for, owner=child.worker_id))
+        self.safely("process_deregister", lambda: self.processes.process_deregister([child.worker_id]))
+        if death.code == exits.BOOT_FAILED and self.stopping is None:
+            self.failure = WorkerBootFailed(
+                f"worker {child.slot.label} failed at boot; see its log line above"
+            )
+            self.begin_shutdown("a worker failed at boot")
+        elif self.stopping is None:
+            delay = self.children.schedule_restart(death)
+            if delay:
+                event("worker.restart_delayed", worker=child.slot.label, seconds=round(delay, 1))
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now >= self.next_heartbeat:
+            self.next_heartbeat = now + self.heartbeat_every
+            self.safely("process_heartbeat", lambda: self.processes.process_heartbeat(self.id))
+        if now >= self.next_maintenance:
+            self.next_maintenance = now + self.settings.maintenance_interval
+            self.maintenance.run_once()
+
+    def safely(self, operation: str, action: object) -> None:
+        """A database error in the loop is logged and retried later; it never stops the loop."""
+        try:
+            action()  # type: ignore[operator]
+        except JobsupError as exc:
+            event("db.error", operation=operation, error=exc)
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def begin_shutdown(self, reason: str) -> None:
+        """Phase 1: workers stop claiming; a running job gets the shutdown grace."""
+        self.stopping = time.monotonic()
+        setproctitle(f"jobsup: supervisor {self.queue_summary()} stopping")
+        event("supervisor.stopping", reason=reason, grace=self.settings.shutdown_grace)
+        self.children.signal_all(signal.SIGTERM)
+
+    def stop_now(self) -> None:
+        """A second SIGINT: workers cancel their jobs now, release them, and exit."""
+        self.immediate = True
+        event("supervisor.stopping_now")
+        self.children.signal_all(signal.SIGINT)
+
+    def shutdown_deadline(self) -> float:
+        # Workers need the grace, then a short cancel grace, then time to release and exit.
+        cancel_grace = min(5.0, self.settings.heartbeat)
+        grace = 0.0 if self.immediate else self.settings.shutdown_grace
+        return grace + cancel_grace + 5.0
+
+    def kill_stragglers(self) -> None:
+        """Phase 2: SIGKILL what is left; their leases are expired as they are reaped."""
+        event("supervisor.killing", workers=len(self.children.alive))
+        self.children.kill_all()
+        time.sleep(0.1)
+
+    def shutdown(self) -> None:
+        """Phase 3: reap the rest and deregister."""
+        if hasattr(self, "children") and self.children.alive:
+            self.children.kill_all()
+            deadline = time.monotonic() + 10
+            while self.children.alive and time.monotonic() < deadline:
+                self.reap()
+                time.sleep(0.05)
+        if hasattr(self, "processes"):
+            self.safely("process_deregister", lambda: self.processes.process_deregister([self.id]))
+            event("supervisor.stopped", pid=os.getpid())
+            self.db.dispose()
+
+    # -- fork ------------------------------------------------------------------------------
+
+    def fork_worker(self, spec: WorkerSpec) -> int:
+        pid = os.fork()
+        if pid == 0:
+            from jobsup.worker.boot import main
+
+            main(spec, inherited=[self.db], inherited_fds=[])
+        return pid

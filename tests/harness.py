@@ -1,0 +1,106 @@
+"""Real `jobsup start` processes for the process-level tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from helpers import wait_until
+
+TESTS = Path(__file__).parent
+
+FAST = {
+    "--lease": "30s",
+    "--heartbeat": "1s",
+    "--poll-interval": "100ms",
+    "--maintenance-interval": "500ms",
+    "--shutdown-grace": "3s",
+}
+
+
+class Supervisor:
+    """One `jobsup start` in its own session (so a lost host is one killpg away)."""
+
+    def __init__(self, url: str, record: Path, log: Path, *args: str, **options: str) -> None:
+        settings = {**FAST, **{f"--{k.replace('_', '-')}": v for k, v in options.items()}}
+        self.log_path = log
+        command = [sys.executable, "-m", "jobsup.cli", "start", "--app", "jobapps", "--database-url", url]
+        command += [part for pair in settings.items() for part in pair] + list(args)
+        env = {**os.environ, "PYTHONPATH": str(TESTS), "JOBSUP_TEST_RECORD": str(record)}
+        env.pop("JOBSUP_FAULTS", None)
+        self.log = open(log, "ab")  # noqa: SIM115 - open for the supervisor's whole life
+        self.process = subprocess.Popen(
+            command, stdout=self.log, stderr=self.log, env=env, start_new_session=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def workers(self) -> list[int]:
+        try:
+            return [
+                int(pid) for pid in Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
+            ]
+        except FileNotFoundError:
+            return []
+
+    def wait_for_workers(self, count: int, timeout: float = 30) -> list[int]:
+        return wait_until(
+            lambda: len(self.workers()) >= count and self.workers(),
+            timeout=timeout,
+            what=f"{count} workers of supervisor {self.pid}",
+        )
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+    def lose_host(self) -> None:
+        """kill -9 the supervisor and all its workers at once."""
+        os.killpg(self.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self.log.close()
+
+
+def records(record: Path, job_id: int) -> list[dict[str, Any]]:
+    path = record / str(job_id)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def attempt_spans(record: Path, job_id: int) -> dict[int, tuple[float, float]]:
+    """Per attempt: the first and the last moment it was seen running."""
+    spans: dict[int, tuple[float, float]] = {}
+    for entry in records(record, job_id):
+        first, last = spans.get(entry["attempt"], (entry["at"], entry["at"]))
+        spans[entry["attempt"]] = (min(first, entry["at"]), max(last, entry["at"]))
+    return spans
+
+
+def assert_no_overlap(record: Path, job_id: int) -> None:
+    spans = sorted(attempt_spans(record, job_id).values())
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end < start, f"attempts of job {job_id} overlapped: {spans}"

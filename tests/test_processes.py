@@ -1,0 +1,225 @@
+"""`jobsup start` as an operator meets it: real processes, real signals, real databases."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from harness import Supervisor, assert_no_overlap, attempt_spans, records
+
+import jobsup
+
+from helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Path:
+    folder = tmp_path / "record"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def start(url: str, record: Path, tmp_path: Path) -> Iterator[object]:
+    started: list[Supervisor] = []
+
+    def start(*args: str, **options: str) -> Supervisor:
+        supervisor = Supervisor(url, record, tmp_path / f"supervisor-{len(started)}.log", *args, **options)
+        started.append(supervisor)
+        return supervisor
+
+    yield start
+    for supervisor in started:
+        supervisor.stop()
+
+
+def status_of(client: jobsup.Client, job_id: int) -> str:
+    job = client.get(job_id)
+    assert job is not None
+    return job.status
+
+
+def history(client: jobsup.Client, job_id: int) -> list[tuple[int, str | None]]:
+    job = client.get(job_id)
+    assert job is not None
+    return [(a.attempt, a.outcome) for a in job.history]
+
+
+def started_by(record: Path, job_id: int, attempt: int = 1) -> int:
+    entries = wait_until(
+        lambda: [e for e in records(record, job_id) if e["what"] == "start" and e["attempt"] == attempt],
+        timeout=30,
+        what=f"attempt {attempt} of job {job_id} to start",
+    )
+    return int(entries[0]["pid"])
+
+
+def test_kill_9_a_worker_and_its_job_comes_back_at_once(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    supervisor = start("--queue", "default=2", lease="60s")
+    job_id = client.enqueue("work", {"seconds": 60, "slow_attempts": [1]})
+    victim = started_by(record, job_id)
+    killed_at = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=30, what="the job to succeed")
+    assert time.monotonic() - killed_at < 60, "recovery waited out the 60 s lease"
+    assert history(client, job_id) == [(1, "lease_expired"), (2, "succeeded")]
+    assert started_by(record, job_id, attempt=2) != victim
+    replaced = wait_until(
+        lambda: len(supervisor.workers()) == 2 and victim not in supervisor.workers(),
+        timeout=30,
+        what="the killed worker to be replaced",
+    )
+    assert replaced
+    assert "killed by SIGKILL" in supervisor.output()
+    assert_no_overlap(record, job_id)
+
+
+def test_a_lost_host_s_job_runs_elsewhere_after_the_lease_lapses(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    first = start(lease="4s")
+    job_id = client.enqueue("work", {"seconds": 60, "slow_attempts": [1]})
+    started_by(record, job_id)
+    first.lose_host()
+    lost_at = time.time()
+    start(lease="4s")
+    wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=60, what="the job to succeed")
+    assert history(client, job_id) == [(1, "lease_expired"), (2, "succeeded")]
+    second_start = attempt_spans(record, job_id)[2][0]
+    assert second_start - lost_at > 1.0, "the job ran again before its lease could have lapsed"
+    assert_no_overlap(record, job_id)
+
+
+def test_sigterm_lets_short_jobs_finish_and_releases_long_ones(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    supervisor = start("--queue", "default=2", shutdown_grace="2s")
+    short = client.enqueue("work", {"seconds": 1})
+    long = client.enqueue("work", {"seconds": 60})
+    started_by(record, short)
+    started_by(record, long)
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=2 + 15) == 0
+    assert status_of(client, short) == "succeeded"
+    stored = client.get(long)
+    assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
+    assert history(client, long) == [(1, "released")]
+    assert "supervisor.stopped" in supervisor.output()
+
+
+def test_a_job_past_its_timeout_is_timed_out_and_its_worker_replaced(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    supervisor = start()
+    job_id = client.enqueue("work", {"seconds": 60, "slow_attempts": [1]}, timeout="1s")
+    victim = started_by(record, job_id)
+    wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=30, what="the retry to succeed")
+    assert history(client, job_id) == [(1, "timed_out"), (2, "succeeded")]
+    assert "timed out after 1s" in (client.get(job_id).history[0].error or "")  # type: ignore[union-attr]
+    wait_until(
+        lambda: supervisor.workers() and victim not in supervisor.workers(),
+        timeout=30,
+        what="the worker to be replaced",
+    )
+    assert "ended itself: job timed out" in supervisor.output()
+    assert_no_overlap(record, job_id)
+
+
+@pytest.mark.parametrize("honour", [True, False], ids=["honours-cancel", "ignores-cancel"])
+def test_lease_loss_stops_the_job_before_another_instance_runs_it(  # type: ignore[no-untyped-def]
+    url: str, start, record: Path, honour: bool
+) -> None:
+    client = jobsup.Client(url)
+    faulty = start(lease="4s", heartbeat="1s", faults="worker:renew@0s+600s")
+    job_id = client.enqueue("work", {"seconds": 60, "slow_attempts": [1], "honour": honour})
+    started_by(record, job_id)
+    healthy = start(lease="4s", heartbeat="1s")
+    # The faulty worker gives up one heartbeat before its 4 s lease could lapse.
+    wait_until(lambda: status_of(client, job_id) != "running", timeout=30, what="attempt 1 to end")
+    faulty.signal(signal.SIGTERM)
+    wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=60, what="attempt 2 to succeed")
+    assert_no_overlap(record, job_id)
+    first = [e["what"] for e in records(record, job_id) if e["attempt"] == 1]
+    if honour:
+        assert first[-1] == "cancelled"
+    else:
+        assert "ended itself: lease lost" in faulty.output()
+    assert healthy.process.poll() is None
+
+
+def test_a_brief_outage_during_settle_loses_neither_success_nor_failure(
+    url: str, start, record: Path
+) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    start("--queue", "default=2", faults="worker:settle@0s+4s")
+    ok = client.enqueue("work", {"seconds": 1})
+    bad = client.enqueue("work", {"seconds": 1, "fail": True}, max_attempts=1)
+    wait_until(lambda: status_of(client, ok) == "succeeded", timeout=30, what="the success to be written")
+    wait_until(
+        lambda: status_of(client, bad) == "dead_lettered", timeout=30, what="the failure to be written"
+    )
+    assert history(client, ok) == [(1, "succeeded")]
+    assert history(client, bad) == [(1, "failed")]
+    assert len([e for e in records(record, ok) if e["what"] == "start"]) == 1
+
+
+def test_unknown_names_and_corrupt_payloads_dead_letter_without_blocking(
+    url: str, start, record: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from sqlalchemy import text
+
+    client = jobsup.Client(url)
+    unknown = client.enqueue("no-such-job", max_attempts=1)
+    corrupt = client.enqueue("work", max_attempts=3)
+    with client.database.transaction() as conn:
+        conn.execute(text("UPDATE jobsup_job SET payload = '{broken' WHERE id = :id"), {"id": corrupt})
+    behind = client.enqueue_many([{"name": "work"} for _ in range(5)])
+    start()
+    wait_until(
+        lambda: all(status_of(client, j) == "succeeded" for j in behind), timeout=30, what="jobs behind"
+    )
+    wait_until(
+        lambda: status_of(client, unknown) == "dead_lettered", timeout=90, what="unknown to dead-letter"
+    )
+    assert status_of(client, corrupt) == "dead_lettered"
+    assert "InvalidPayload" in (client.get(corrupt).last_error or "")  # type: ignore[union-attr]
+    assert "no job named 'no-such-job'" in (client.get(unknown).last_error or "")  # type: ignore[union-attr]
+    assert client.get(unknown).attempts == 1  # type: ignore[union-attr]
+
+
+def test_sigterm_to_one_worker_stops_it_gracefully_and_it_is_replaced(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    supervisor = start()
+    job_id = client.enqueue("work", {"seconds": 1})
+    worker = started_by(record, job_id)
+    os.kill(worker, signal.SIGTERM)
+    wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=30, what="the job to finish")
+    wait_until(
+        lambda: supervisor.workers() and worker not in supervisor.workers(),
+        timeout=30,
+        what="the worker to be replaced",
+    )
+    assert history(client, job_id) == [(1, "succeeded")]
+
+
+def test_workers_stop_when_their_supervisor_is_killed(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    supervisor = start("--queue", "default=2")
+    workers = supervisor.wait_for_workers(2)
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+
+    def gone() -> bool:
+        return not any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in workers)
+
+    wait_until(gone, timeout=15, what="orphaned workers to stop")
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
+    except (FileNotFoundError, IndexError):
+        return "zombie"
