@@ -1,17 +1,25 @@
-"""Competing instances: the xdist workers of one test run claim from one set of jobs.
+"""Competing instances: two `jobsup start` supervisors and the xdist workers of one test
+run process one set of jobs on one PostgreSQL database.
 
-At session start every xdist worker (or the lone process without xdist) joins one
-PostgreSQL database named from the run id. The first seeds the jobs; all wait at a
-barrier so they really overlap, then each claims and settles until nothing is left,
-recording every claim. `test_competing_instances.py` checks, once every worker has
-reported, that each job was claimed exactly once. The controller drops the database.
+At session start every xdist worker (or the lone process without xdist) joins a database
+named from the run id. The first creates it, seeds the jobs and starts two supervisors
+(whose workers run the `compete` job, which records each execution in a file); all xdist
+workers wait at a barrier so they really overlap, then each claims and settles until
+nothing is left, recording every claim in a table. `test_competing_instances.py` checks,
+once every worker has reported, that each job ran exactly once. The controller stops the
+supervisors and drops the database.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,11 +39,17 @@ _TABLES = """
 CREATE TABLE IF NOT EXISTS competition_participant (
     worker text PRIMARY KEY, claimed int, error text, finished boolean NOT NULL DEFAULT false);
 CREATE TABLE IF NOT EXISTS competition_claim (job_id bigint NOT NULL, worker text NOT NULL);
+CREATE TABLE IF NOT EXISTS competition_supervisor (pid int PRIMARY KEY);
 """
+SUPERVISORS = 2
 
 
 def database_name(run_id: str) -> str:
     return f"jobsup_run_{run_id[:16]}"
+
+
+def record_dir(run_id: str) -> Path:
+    return Path(tempfile.gettempdir()) / database_name(run_id)
 
 
 def worker_name() -> str:
@@ -69,18 +83,56 @@ def on_session_start(config: pytest.Config) -> None:
         return
     name = database_name(run_id(config))
     try:
-        _participate(name)
+        _participate(name, record_dir(run_id(config)))
     except Exception as exc:  # recorded for the test to report; a hook must not crash the worker
         _record_error(name, f"{type(exc).__name__}: {exc}")
 
 
 def on_session_finish(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput") and not pg_error():
-        drop_pg_database(database_name(run_id(config)))
+        name = database_name(run_id(config))
+        stop_supervisors(name)
+        drop_pg_database(name)
+        shutil.rmtree(record_dir(run_id(config)), ignore_errors=True)
 
 
-def _participate(name: str) -> None:
-    _join(name)
+def supervisor_pids(name: str) -> list[int]:
+    from sqlalchemy import create_engine
+
+    engine = create_engine(pg_url(name))
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text("SELECT pid FROM competition_supervisor")).scalars())
+    except Exception:
+        return []  # no run database: nothing was started
+    finally:
+        engine.dispose()
+
+
+def stop_supervisors(name: str) -> None:
+    """SIGTERM the run's supervisors and wait (bounded) until they are gone."""
+    pids = supervisor_pids(name)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in state
+
+
+def _participate(name: str, records: Path) -> None:
+    _join(name, records)
     client = Client(pg_url(name))
     engine = client.database.engine
     with engine.begin() as conn:
@@ -103,8 +155,9 @@ def _participate(name: str) -> None:
     client.close()
 
 
-def _join(name: str) -> None:
-    """Create, migrate and seed the run's database once, whichever worker comes first."""
+def _join(name: str, records: Path) -> None:
+    """Create, migrate and seed the run's database and start the supervisors, once,
+    whichever worker comes first."""
     from sqlalchemy import create_engine
 
     admin = create_engine(pg_url("postgres"), isolation_level="AUTOCOMMIT")
@@ -122,9 +175,26 @@ def _join(name: str) -> None:
                 client = Client(pg_url(name))
                 client.enqueue_many([{"name": "compete", "payload": n, "queue": QUEUE} for n in range(JOBS)])
                 client.close()
+                _start_supervisors(name, records)
         finally:
             conn.execute(text("SELECT pg_advisory_unlock(hashtext(:n))"), {"n": name})
     admin.dispose()
+
+
+def _start_supervisors(name: str, records: Path) -> None:
+    from harness import Supervisor
+
+    records.mkdir(parents=True, exist_ok=True)
+    db = Database(pg_url(name))
+    for n in range(SUPERVISORS):
+        supervisor = Supervisor(
+            pg_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}=2"
+        )
+        with db.engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO competition_supervisor (pid) VALUES (:pid)"), {"pid": supervisor.pid}
+            )
+    db.dispose()
 
 
 def _barrier(engine: Any) -> None:

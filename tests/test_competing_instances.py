@@ -1,5 +1,6 @@
-"""The xdist workers of this run, each a separate process, claimed from one set of jobs at
-session start (see competing.py). Run with `pytest -n 4` for four competing instances."""
+"""Two `jobsup start` supervisors and the xdist workers of this run, each a separate
+process, processed one set of jobs from session start (see competing.py). Run with
+`pytest -n 4` for four competing xdist instances besides the supervisors."""
 
 from __future__ import annotations
 
@@ -27,6 +28,22 @@ def test_every_job_claimed_exactly_once_across_xdist_workers(
 
     participants = wait_until(finished, timeout=120, what=f"{expected} competing workers to finish")
     assert [p for p in participants if p[2]] == [], "a competing worker failed"
+
+    def drained() -> bool:
+        with engine.connect() as conn:
+            live = "SELECT count(*) FROM jobsup_job WHERE status IN ('pending', 'running')"
+            return conn.execute(text(live)).scalar_one() == 0
+
+    wait_until(drained, timeout=120, what="the supervisors to finish the jobs")
+    name = competing.database_name(competing.run_id(request.config))
+    competing.stop_supervisors(name)
+    records = competing.record_dir(competing.run_id(request.config))
+    ran_by_supervisors = [
+        int(path.name)
+        for path in records.iterdir()
+        if path.name.isdigit()
+        for _ in path.read_text().splitlines()
+    ]
     with engine.connect() as conn:
         twice = conn.execute(
             text("SELECT job_id, count(*) FROM competition_claim GROUP BY job_id HAVING count(*) > 1")
@@ -36,10 +53,14 @@ def test_every_job_claimed_exactly_once_across_xdist_workers(
             conn.execute(text("SELECT status, count(*) FROM jobsup_job GROUP BY status")).all()  # type: ignore[arg-type]
         )
         claimers = conn.execute(text("SELECT count(DISTINCT worker) FROM competition_claim")).scalar_one()
+        by_xdist = list(conn.execute(text("SELECT job_id FROM competition_claim")).scalars())
     engine.dispose()
+    everything = by_xdist + ran_by_supervisors
     assert twice == []
-    assert claimed == competing.JOBS
+    assert len(everything) == competing.JOBS, "a job ran twice or not at all"
+    assert set(everything) == set(range(1, competing.JOBS + 1))
     assert statuses == {"succeeded": competing.JOBS}
-    assert sum(p[1] or 0 for p in participants) == competing.JOBS
+    assert ran_by_supervisors, "the supervisors ran nothing: they did not compete"
+    assert sum(p[1] or 0 for p in participants) == claimed == len(by_xdist)
     if expected > 1:
-        assert claimers >= 2, "the workers did not overlap: only one of them claimed"
+        assert claimers >= 2, "the xdist workers did not overlap: only one of them claimed"

@@ -1,0 +1,60 @@
+"""`jobsup start` refuses what cannot work, at once, with one readable line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+
+
+def start(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    command = [sys.executable, "-m", "jobsup.cli", "start", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+def test_an_app_that_does_not_import_stops_start_without_forking(tmp_path: Path) -> None:
+    (tmp_path / "brokenapp.py").write_text("import jobsup\nraise ImportError('no module named payments')\n")
+    env_path = f"{tmp_path}{os.pathsep}{TESTS}"
+    result = subprocess.run(
+        [sys.executable, "-m", "jobsup.cli", "start", "--app", "brokenapp"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": env_path},
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "cannot import app 'brokenapp': ImportError: no module named payments" in result.stderr
+    assert "worker.spawned" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unreachable_database_exits_1_with_host_and_port(tmp_path: Path) -> None:
+    result = start("--database-url", "postgresql://jobs:hunter2@127.0.0.1:1/jobs", cwd=tmp_path)
+    assert result.returncode == 1
+    assert "cannot reach the database" in result.stderr and "host 127.0.0.1, port 1" in result.stderr
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--queue", "default=zero"], "workers of queue 'default': 'zero' is not a whole number"),
+        (["--lease", "10s", "--heartbeat", "20s"], "heartbeat (20s) must be shorter than the lease (10s)"),
+        (["--claim-batch", "0"], "claim_batch must be at least 1"),
+        (["--faults", "everything@now"], "is not ROLE:OPERATIONS@START+LENGTH"),
+        (["--shutdown-grace", "a while"], "shutdown_grace: 'a while' is not a duration"),
+    ],
+)
+def test_bad_options_exit_2_with_the_reason(tmp_path: Path, args: list[str], message: str) -> None:
+    result = start(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "jobsup.db").exists()
