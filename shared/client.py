@@ -8,12 +8,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from jobsup.cron import check_cron, zone
 from jobsup.database import Database
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput
 from jobsup.payload import encode_payload
+from jobsup.recurring import RecurringStore
 from jobsup.registry import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, check_attempts, check_name, lookup
-from jobsup.rows import Job, NewJob
+from jobsup.rows import Job, NewJob, RecurringSchedule
 from jobsup.schema import DEAD_LETTERED, STATUSES
 from jobsup.store import Store
 
@@ -47,6 +49,7 @@ class Client:
             database_url = load().database_url
         self.database = Database(database_url)
         self.store = Store(self.database)
+        self.recurring = RecurringStore(self.database)
         self.dead_letters = DeadLetters(self)
         self._schema_checked = False
 
@@ -123,6 +126,50 @@ class Client:
             raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         self._ready()
         return self.store.job_list(status=status, queue=queue, limit=_limit(limit))
+
+    # -- recurring schedules ------------------------------------------------------------
+
+    def add_recurring(
+        self,
+        name: str,
+        *,
+        job: str,
+        cron: str,
+        payload: Any = None,
+        queue: str | None = None,
+        timezone: str = "UTC",
+        priority: int | None = None,
+    ) -> RecurringSchedule:
+        """Add or update the schedule `name`: run `job` with `payload` at each `cron` slot in
+        `timezone`. Safe to call at every startup on every instance: the same cron keeps
+        its next run, a changed one starts from now. A bad cron or time zone raises
+        `BadInput` and writes nothing."""
+        check_name(name, "schedule name")
+        check_name(job, "job name")
+        registered = lookup(job)
+        self._ready()
+        return self.recurring.recurring_upsert(
+            name=name,
+            job_name=job,
+            cron=check_cron(cron),
+            timezone=zone(timezone).key,
+            payload=encode_payload(payload),
+            queue=check_name(queue or (registered.queue if registered else DEFAULT_QUEUE), "queue"),
+            priority=priority if priority is not None else (registered.priority if registered else 0),
+        )
+
+    def remove_recurring(self, name: str) -> bool:
+        self._ready()
+        return self.recurring.recurring_remove(name)
+
+    def set_recurring_enabled(self, name: str, enabled: bool) -> bool:
+        """Pause or resume a schedule; resuming starts from now (no catch-up). False if unknown."""
+        self._ready()
+        return self.recurring.recurring_set_enabled(name, enabled)
+
+    def list_recurring(self) -> list[RecurringSchedule]:
+        self._ready()
+        return self.recurring.recurring_list()
 
     def close(self) -> None:
         self.database.dispose()

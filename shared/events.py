@@ -13,7 +13,7 @@ from typing import Any
 
 log = logging.getLogger("jobsup")
 
-_WARNINGS = {"job.failed", "job.dead_lettered", "job.timed_out", "job.lease_lost", "worker.died"}
+_WARNINGS = {"job.failed", "job.dead_lettered", "job.lease_lost", "worker.died", "recurring.invalid"}
 _ERRORS = {"db.error", "supervisor.failed", "worker.crashed", "maintenance.failed"}
 
 

@@ -110,3 +110,22 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {key: _plain(item) for key, item in value.items()}
     return value
+
+
+@dataclass(frozen=True)
+class RecurringSchedule:
+    """A recurring schedule as stored: `job` runs with `payload` at each `cron` slot."""
+
+    name: str
+    job: str
+    cron: str
+    timezone: str
+    payload: Any
+    queue: str
+    priority: int
+    enabled: bool
+    next_run_at: datetime | None
+    last_fired_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: _plain(value) for key, value in asdict(self).items()}

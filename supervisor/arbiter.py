@@ -25,13 +25,16 @@ from jobsup.database import Database
 from jobsup.errors import ConfigurationError, JobsupError
 from jobsup.events import event
 from jobsup.processes import ProcessTable
+from jobsup.recurring import RecurringStore
 from jobsup.settings import Settings
 from jobsup.store import Store
 from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses
+from jobsup.supervisor.recurring import CronTick
 from jobsup.worker.spec import WorkerSpec
 
 TICK = 0.2  # seconds between loop turns when no signal arrives
+CRON_EVERY = 1.0  # seconds between looks for due recurring schedules
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
 
 
@@ -52,7 +55,7 @@ class Arbiter:
         self.immediate = False
         self.failure: JobsupError | None = None
         self.heartbeat_every = min(settings.heartbeat, settings.maintenance_interval)
-        self.next_heartbeat = self.next_maintenance = 0.0
+        self.next_heartbeat = self.next_maintenance = self.next_cron = 0.0
 
     # -- boot ------------------------------------------------------------------------------
 
@@ -70,6 +73,7 @@ class Arbiter:
         self.maintenance = Maintenance(
             [ExpireLeases(self.store), PruneProcesses(self.processes, self.heartbeat_every)]
         )
+        self.cron = CronTick(RecurringStore(self.db))
         self.processes.process_register(
             id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid()
         )
@@ -173,6 +177,9 @@ class Arbiter:
         if now >= self.next_maintenance:
             self.next_maintenance = now + self.settings.maintenance_interval
             self.maintenance.run_once()
+        if now >= self.next_cron:
+            self.next_cron = now + CRON_EVERY
+            self.safely("recurring", self.cron.run_once)
 
     def safely(self, operation: str, action: object) -> None:
         """A database error in the loop is logged and retried later; it never stops the loop."""

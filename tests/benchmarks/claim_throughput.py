@@ -58,7 +58,18 @@ from jobsup.store import Store
 
 QUEUE = "default"
 LEASE = 300.0
-NOOP = NewJob("noop", QUEUE, "null", 0, None, 0.0, 5, None, None, None)
+NOOP = NewJob(
+    name="noop",
+    queue=QUEUE,
+    payload="null",
+    priority=0,
+    run_at=None,
+    delay=0.0,
+    max_attempts=5,
+    timeout=None,
+    unique_key=None,
+    actor=None,
+)
 PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
 PG_LIMIT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "pg_limit.sh"
 TARGET_RATIO = 0.5  # of pg_limit, with 4 processes at batch 1 and 10
@@ -445,10 +456,10 @@ def print_latency(latencies: Sequence[Latency]) -> None:
 
 
 def print_targets(cells: Sequence[Cell], latencies: Sequence[Latency]) -> None:
-    print("\ntargets")
+    lines = []
     for cell in cells:
         if cell.ratio is not None and cell.processes == 4 and cell.batch in (1, 10):
-            print(
+            lines.append(
                 f"{cell.database} 4 processes batch {cell.batch}: ratio {cell.ratio:.2f}, "
                 f"wanted >= {TARGET_RATIO}: {verdict(cell.ratio, TARGET_RATIO)}"
             )
@@ -457,10 +468,12 @@ def print_targets(cells: Sequence[Cell], latencies: Sequence[Latency]) -> None:
         if latency.finished_rows and latency.database in empty:
             ratio = latency.median_ms / empty[latency.database]
             met = verdict(TARGET_LATENCY_RATIO, ratio)  # lower is better
-            print(
+            lines.append(
                 f"{latency.database} claim median with {latency.finished_rows:,} finished rows: "
                 f"{ratio:.2f}x the empty table's, wanted <= {TARGET_LATENCY_RATIO}x: {met}"
             )
+    if lines:
+        print("\ntargets", *lines, sep="\n")
 
 
 def verdict(value: float, wanted: float) -> str:

@@ -1,0 +1,74 @@
+"""Cron slots in a time zone, with the DST behaviour decided once, here.
+
+Slots are the cron expression's *local* wall-clock times in the schedule's time zone:
+
+- a slot inside a DST gap (02:30 on the night clocks jump from 02:00 to 03:00) fires at the
+  end of the gap, at the first local time that exists (03:00); several slots inside one gap
+  fire once;
+- a slot inside a DST overlap (01:30 on the night clocks fall back from 02:00 to 01:00)
+  fires once, at its first occurrence.
+
+Every slot is returned as an aware UTC instant.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from jobsup.errors import BadInput
+
+_LONGEST_GAP = timedelta(hours=3)
+
+
+def check_cron(cron: object) -> str:
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise BadInput(
+            f"cron {cron!r} is not a valid cron expression; write five fields like '*/5 * * * *' or '@hourly'"
+        )
+    return cron
+
+
+def zone(name: object) -> ZoneInfo:
+    try:
+        if not isinstance(name, str) or not name:
+            raise ZoneInfoNotFoundError(name)
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BadInput(
+            f"time zone {name!r} is not known; use an IANA name like 'UTC' or 'Europe/Berlin'"
+        ) from None
+
+
+def next_slot(cron: str, timezone: str, after: datetime) -> datetime:
+    """The first slot strictly after the instant `after`."""
+    tz = zone(timezone)
+    local = after.astimezone(tz).replace(tzinfo=None)
+    # Start an hour early: in an overlap, local times before `after`'s may map to later instants.
+    candidates = croniter(check_cron(cron), local - timedelta(hours=1))
+    while True:
+        instant = _instant(candidates.get_next(datetime), tz)
+        if instant > after:
+            return instant
+
+
+def latest_slot(cron: str, timezone: str, since: datetime, now: datetime) -> datetime:
+    """The last slot at or before `now`, starting from the due slot `since` (missed slots
+    collapse into this one)."""
+    slot = since
+    while (following := next_slot(cron, timezone, slot)) <= now:
+        slot = following
+    return slot
+
+
+def _instant(local: datetime, tz: ZoneInfo) -> datetime:
+    """A naive local time as a UTC instant: its first occurrence, or the end of its gap."""
+    probe = local
+    while probe - local <= _LONGEST_GAP:
+        aware = probe.replace(tzinfo=tz, fold=0)
+        if aware.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == probe:
+            return aware.astimezone(UTC)
+        probe = (probe + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    raise BadInput(f"no valid local time follows {local} in {tz.key}")  # no real zone has such a gap

@@ -1,0 +1,186 @@
+"""Recurring schedules: every statement about them, written once.
+
+`recurring_upsert` is safe at every startup on every instance: the same cron and time zone
+keep `next_run_at`, a changed one starts from now. `recurring_fire` fires one due slot by
+compare-and-set on `next_run_at` and inserts the job with (recurring_name, scheduled_slot),
+whose unique index makes a double fire impossible even past the CAS. The next slot is
+computed from the slot just fired, never from the wall clock, so a tick that runs early
+cannot fire a slot twice; missed slots collapse into one run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+
+from jobsup.clock import host_clock
+from jobsup.cron import check_cron, latest_slot, next_slot, zone
+from jobsup.database import Database
+from jobsup.errors import ConstraintViolation
+from jobsup.rows import RecurringSchedule, decode_stored
+from jobsup.schema import PENDING, job, recurring_job
+
+FIRED, ALREADY_FIRED = "fired", "already_fired"
+
+
+class RecurringStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.dialect = db.dialect
+
+    def recurring_upsert(
+        self,
+        *,
+        name: str,
+        job_name: str,
+        cron: str,
+        timezone: str,
+        payload: str,
+        queue: str,
+        priority: int,
+        now: datetime | None = None,
+    ) -> RecurringSchedule:
+        check_cron(cron)
+        zone(timezone)
+        at = now or host_clock()
+        values: dict[str, Any] = {
+            "job_name": job_name,
+            "payload": payload,
+            "queue": queue,
+            "priority": priority,
+            "updated_at": at,
+        }
+        for _ in range(3):
+            existing = self.recurring_get(name)
+            if existing is not None:
+                if (existing.cron, existing.timezone) != (cron, timezone):
+                    values.update(cron=cron, timezone=timezone, next_run_at=next_slot(cron, timezone, at))
+                with self.db.statement("recurring") as conn:
+                    conn.execute(update(recurring_job).where(recurring_job.c.name == name).values(values))
+                break
+            try:
+                with self.db.transaction("recurring") as conn:
+                    conn.execute(
+                        insert(recurring_job).values(
+                            name=name,
+                            cron=cron,
+                            timezone=timezone,
+                            enabled=True,
+                            next_run_at=next_slot(cron, timezone, at),
+                            created_at=at,
+                            **values,
+                        )
+                    )
+                break
+            except ConstraintViolation:
+                continue  # another instance added it first: update theirs
+        stored = self.recurring_get(name)
+        assert stored is not None
+        return stored
+
+    def recurring_get(self, name: str) -> RecurringSchedule | None:
+        with self.db.read("recurring") as conn:
+            row = conn.execute(select(recurring_job).where(recurring_job.c.name == name)).first()
+        return None if row is None else _schedule(row)
+
+    def recurring_list(self) -> list[RecurringSchedule]:
+        with self.db.read("recurring") as conn:
+            rows = conn.execute(select(recurring_job).order_by(recurring_job.c.name)).all()
+        return [_schedule(row) for row in rows]
+
+    def recurring_remove(self, name: str) -> bool:
+        with self.db.statement("recurring") as conn:
+            return bool(conn.execute(delete(recurring_job).where(recurring_job.c.name == name)).rowcount)
+
+    def recurring_set_enabled(self, name: str, enabled: bool, *, now: datetime | None = None) -> bool:
+        """Enable or disable; enabling starts from now rather than catching up."""
+        existing = self.recurring_get(name)
+        if existing is None:
+            return False
+        values: dict[str, Any] = {"enabled": enabled, "updated_at": now or host_clock()}
+        if enabled and not existing.enabled:
+            values["next_run_at"] = next_slot(existing.cron, existing.timezone, now or host_clock())
+        with self.db.statement("recurring") as conn:
+            conn.execute(update(recurring_job).where(recurring_job.c.name == name).values(values))
+        return True
+
+    def recurring_due(self, *, now: datetime | None = None, limit: int = 100) -> list[RecurringSchedule]:
+        stmt = (
+            select(recurring_job)
+            .where(recurring_job.c.enabled.is_(True), recurring_job.c.next_run_at <= (now or host_clock()))
+            .order_by(recurring_job.c.next_run_at)
+            .limit(limit)
+        )
+        with self.db.read("recurring") as conn:
+            return [_schedule(row) for row in conn.execute(stmt)]
+
+    def recurring_fire(self, schedule: RecurringSchedule, *, now: datetime | None = None) -> str:
+        """Fire the schedule's latest due slot once; returns FIRED or ALREADY_FIRED. A bad
+        cron or time zone raises `BadInput` (the caller logs it and moves on)."""
+        at = now or host_clock()
+        assert schedule.next_run_at is not None
+        slot = latest_slot(schedule.cron, schedule.timezone, schedule.next_run_at, at)
+        following = next_slot(schedule.cron, schedule.timezone, slot)
+        try:
+            with self.db.transaction("recurring") as conn:
+                moved = conn.execute(
+                    update(recurring_job)
+                    .where(
+                        recurring_job.c.name == schedule.name,
+                        recurring_job.c.next_run_at == schedule.next_run_at,
+                        recurring_job.c.enabled.is_(True),
+                    )
+                    .values(next_run_at=following, last_fired_at=at)
+                ).rowcount
+                if not moved:
+                    return ALREADY_FIRED
+                conn.execute(
+                    insert(job).values(
+                        name=schedule.job,
+                        queue=schedule.queue,
+                        priority=schedule.priority,
+                        payload=_raw(schedule),
+                        status=PENDING,
+                        run_at=at,
+                        attempts=0,
+                        max_attempts=_max_attempts(schedule.job),
+                        recurring_name=schedule.name,
+                        scheduled_slot=slot,
+                        created_at=at,
+                        updated_at=at,
+                    )
+                )
+                self.dialect.after_enqueue(conn, {schedule.queue})
+        except ConstraintViolation:
+            return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held
+        return FIRED
+
+
+def _schedule(row: Any) -> RecurringSchedule:
+    return RecurringSchedule(
+        name=row.name,
+        job=row.job_name,
+        cron=row.cron,
+        timezone=row.timezone,
+        payload=decode_stored(row.payload),
+        queue=row.queue,
+        priority=row.priority,
+        enabled=bool(row.enabled),
+        next_run_at=row.next_run_at,
+        last_fired_at=row.last_fired_at,
+    )
+
+
+def _raw(schedule: RecurringSchedule) -> str:
+    from jobsup.payload import encode_payload
+
+    return encode_payload(schedule.payload)
+
+
+def _max_attempts(job_name: str) -> int:
+    from jobsup.registry import DEFAULT_MAX_ATTEMPTS, lookup
+
+    registered = lookup(job_name)
+    return registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS
