@@ -40,9 +40,7 @@ def claimable(queue: str, now: ColumnElement[datetime]) -> ColumnElement[bool]:
     return and_(status_is(PENDING), job.c.queue == queue, job.c.run_at <= now)
 
 
-def claim_values(
-    owner: str, now: ColumnElement[datetime], lease_expires_at: ColumnElement[datetime]
-) -> dict[str, Any]:
+def claim_values(owner: str, now: ColumnElement[datetime], lease_expires_at: ColumnElement[datetime]) -> dict[str, Any]:
     return {
         "status": RUNNING,
         "attempts": job.c.attempts + 1,

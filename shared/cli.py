@@ -64,15 +64,16 @@ def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None
 @click.option("--database-url", help="Default: sqlite:///jobsup.db.")
 @click.option("--lease", help="How long a claim holds a job without renewal (default 5m).")
 @click.option("--heartbeat", help="How often a running job's lease is renewed (default 1m).")
-@click.option(
-    "--poll-interval", help="Idle wait between claims (default 1s; PostgreSQL 5s, woken by NOTIFY)."
-)
+@click.option("--poll-interval", help="Idle wait between claims (default 1s; PostgreSQL 5s, woken by NOTIFY).")
 @click.option("--maintenance-interval", help="How often leases are swept and rows pruned (default 15s).")
 @click.option("--shutdown-grace", help="How long a running job may finish on shutdown (default 20s).")
 @click.option("--claim-batch", help="Jobs a worker claims at once and runs one by one (default 1).")
 @click.option("--migrate/--no-migrate", default=None, help="Upgrade the schema on start (default on).")
+@click.option("--metrics-host", help="Address for /metrics and /healthz (default 127.0.0.1).")
+@click.option("--metrics-port", help="Port for /metrics and /healthz (default 9465; 0 any free port; -1 off).")
 @click.option("--faults", help="Fault injection for drills and tests, e.g. worker:renew@2s+30s.")
 @click.option("--log-level", help="DEBUG, INFO (default), WARNING or ERROR.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json, one object per line.")
 def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> None:
     """Run the supervisor and its worker processes until SIGTERM or SIGINT."""
     import os
@@ -89,7 +90,7 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
     settings = load(overrides)
     if settings.faults:
         os.environ["JOBSUP_FAULTS"] = settings.faults
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     sys.exit(Arbiter(settings).run())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -12,6 +13,7 @@ from jobsup.cron import check_cron, zone
 from jobsup.database import Database
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput
+from jobsup.events import event
 from jobsup.payload import encode_payload
 from jobsup.recurring import RecurringStore
 from jobsup.registry import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, check_attempts, check_name, lookup
@@ -88,11 +90,11 @@ class Client:
             actor=actor,
         )
         self._ready()
-        return self.store.job_enqueue([new], connection=connection)[0]
+        job_id = self.store.job_enqueue([new], connection=connection)[0]
+        event("job.enqueued", job=job_id, name=new.name, queue=new.queue)
+        return job_id
 
-    def enqueue_many(
-        self, jobs: Iterable[Mapping[str, Any]], *, connection: Connection | None = None
-    ) -> list[int]:
+    def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, connection: Connection | None = None) -> list[int]:
         """Store many jobs in one round trip per batch; each is a mapping with the keys of
         `enqueue` (``name`` required). All are checked before any is written."""
         news = []
@@ -106,7 +108,10 @@ class Client:
         if not news:
             return []
         self._ready()
-        return self.store.job_enqueue(news, connection=connection)
+        ids = self.store.job_enqueue(news, connection=connection)
+        for (queue, name), count in Counter((new.queue, new.name) for new in news).items():
+            event("job.enqueued", name=name, queue=queue, count=count)
+        return ids
 
     def get(self, job_id: int) -> Job | None:
         """The job with its attempt history, or None if there is no such job."""
@@ -118,9 +123,7 @@ class Client:
         self._ready()
         return self.store.job_cancel(_job_id(job_id))
 
-    def list_jobs(
-        self, *, status: str | None = None, queue: str | None = None, limit: int = 100
-    ) -> list[Job]:
+    def list_jobs(self, *, status: str | None = None, queue: str | None = None, limit: int = 100) -> list[Job]:
         """Jobs, newest first, without their history (use `get` for that)."""
         if status is not None and status not in STATUSES:
             raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
@@ -239,9 +242,7 @@ def _new_job(
         if not isinstance(run_at, datetime):
             raise BadInput(f"run_at must be a datetime, not {type(run_at).__name__}")
         if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise BadInput(
-                "run_at is a naive datetime: pass a timezone-aware one, e.g. datetime(..., tzinfo=UTC)"
-            )
+            raise BadInput("run_at is a naive datetime: pass a timezone-aware one, e.g. datetime(..., tzinfo=UTC)")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise BadInput(f"priority must be an int, not {priority!r}")
     for text, what in ((unique_key, "unique_key"), (actor, "actor")):

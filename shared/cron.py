@@ -37,9 +37,7 @@ def zone(name: object) -> ZoneInfo:
             raise ZoneInfoNotFoundError(name)
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise BadInput(
-            f"time zone {name!r} is not known; use an IANA name like 'UTC' or 'Europe/Berlin'"
-        ) from None
+        raise BadInput(f"time zone {name!r} is not known; use an IANA name like 'UTC' or 'Europe/Berlin'") from None
 
 
 def next_slot(cron: str, timezone: str, after: datetime) -> datetime:

@@ -7,9 +7,13 @@ errors arrive already scrubbed.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 from typing import Any
+
+from jobsup import metrics
 
 log = logging.getLogger("jobsup")
 
@@ -18,11 +22,13 @@ _ERRORS = {"db.error", "supervisor.failed", "worker.crashed", "maintenance.faile
 
 
 def event(kind: str, /, **fields: Any) -> None:
+    metrics.record(kind, fields)
     level = logging.ERROR if kind in _ERRORS else logging.WARNING if kind in _WARNINGS else logging.INFO
     if not log.isEnabledFor(level):
         return
-    text = " ".join(f"{key}={_value(value)}" for key, value in fields.items() if value is not None)
-    log.log(level, "%s %s", kind, text)
+    present = {key: value for key, value in fields.items() if value is not None}
+    text = " ".join(f"{key}={_value(value)}" for key, value in present.items())
+    log.log(level, "%s %s", kind, text, extra={"event": kind, "fields": present})
 
 
 def _value(value: Any) -> str:
@@ -30,10 +36,37 @@ def _value(value: Any) -> str:
     return repr(text) if (" " in text or not text) else text
 
 
-def configure_logging(level: str = "INFO") -> None:
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, the logging process, the event and its fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "process": record.process,
+            "event": getattr(record, "event", None),
+        }
+        fields = getattr(record, "fields", None)
+        if fields is None:
+            entry["message"] = record.getMessage()
+        else:
+            entry.update(
+                {key: value if isinstance(value, int | float | bool) else str(value) for key, value in fields.items()}
+            )
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str = "INFO", format: str = "text") -> None:
     """One line per event on stderr, with the process id (workers are separate processes)."""
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(message)s"))
+    if format == "json":
+        formatter: logging.Formatter = JSONFormatter()
+        formatter.converter = time.gmtime
+    else:
+        formatter = logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(message)s")
+    handler.setFormatter(formatter)
     root = logging.getLogger("jobsup")
     root.handlers[:] = [handler]
     root.setLevel(os.environ.get("JOBSUP_LOG_LEVEL", level).upper())

@@ -80,9 +80,7 @@ class ProcessTable:
         cutoff = self.dialect.now(now, -stale_after)
         with self.db.statement("maintenance") as conn:
             return list(
-                conn.execute(
-                    delete(process).where(process.c.heartbeat_at < cutoff).returning(process.c.id)
-                ).scalars()
+                conn.execute(delete(process).where(process.c.heartbeat_at < cutoff).returning(process.c.id)).scalars()
             )
 
     def process_list(self) -> list[ProcessRow]:

@@ -17,7 +17,16 @@ from jobsup.durations import parse_duration
 from jobsup.errors import ConfigurationError
 from jobsup.registry import check_name
 
-_DURATIONS = {"lease", "heartbeat", "poll_interval", "maintenance_interval", "shutdown_grace"}
+_DURATIONS = {
+    "lease",
+    "heartbeat",
+    "poll_interval",
+    "maintenance_interval",
+    "shutdown_grace",
+    "retain_succeeded",
+    "retain_dead_lettered",
+    "retain_cancelled",
+}
 
 
 @dataclass(frozen=True)
@@ -44,12 +53,21 @@ class Settings:
     migrate: bool = True
     faults: str = ""
     log_level: str = "INFO"
+    log_format: str = "text"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9465  # 0: any free port (logged); -1: no HTTP endpoints
+    # How long finished jobs are kept before maintenance deletes them.
+    retain_succeeded: float = 7 * 86400.0
+    retain_dead_lettered: float = 30 * 86400.0
+    retain_cancelled: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if self.heartbeat >= self.lease:
             raise ConfigurationError(
                 f"heartbeat ({self.heartbeat:g}s) must be shorter than the lease ({self.lease:g}s)"
             )
+        if self.log_format not in ("text", "json"):
+            raise ConfigurationError(f"log_format must be text or json, not {self.log_format!r}")
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be at least 1, not {self.claim_batch}")
         for queue, config in self.queues.items():
@@ -100,9 +118,7 @@ def _queue_config(name: str, value: Any) -> QueueConfig:
         return QueueConfig(workers=_whole(value, f"workers of queue {name!r}"))
     unknown = set(value) - {"workers", "claim_batch", "timeout"}
     if unknown:
-        raise ConfigurationError(
-            f"queue {name!r}: unknown keys {sorted(unknown)}; use workers, claim_batch, timeout"
-        )
+        raise ConfigurationError(f"queue {name!r}: unknown keys {sorted(unknown)}; use workers, claim_batch, timeout")
     batch, timeout = value.get("claim_batch"), value.get("timeout")
     return QueueConfig(
         workers=_whole(value.get("workers", 1), f"workers of queue {name!r}"),
@@ -117,7 +133,7 @@ def _coerce(key: str, value: Any) -> Any:
         raise ConfigurationError(f"unknown setting {key!r}; known settings: {', '.join(sorted(names))}")
     if key in _DURATIONS:
         return parse_duration(value, what=key)
-    if key == "claim_batch":
+    if key in ("claim_batch", "metrics_port"):
         return _whole(value, key)
     if key == "queues":
         return parse_queues(value)

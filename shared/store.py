@@ -144,9 +144,7 @@ class Store:
         rows = self.dialect.claim(self.db, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
         return [ClaimedJob(*tuple(row)) for row in rows]
 
-    def job_renew_lease(
-        self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None
-    ) -> set[int]:
+    def job_renew_lease(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> set[int]:
         """Extend the leases still held; return the ids renewed (missing ones were lost)."""
         if not leases:
             return set()
@@ -233,9 +231,7 @@ class Store:
             )
             .returning(job.c.id)
         )
-        return bool(
-            self.dialect.update_then(self.db, first, _close_attempts("released", None, at), "release")
-        )
+        return bool(self.dialect.update_then(self.db, first, _close_attempts("released", None, at), "release"))
 
     # -- maintenance -----------------------------------------------------------------------
 
@@ -280,9 +276,7 @@ class Store:
             attempts = conn.execute(
                 select(job_attempt).where(job_attempt.c.job_id == job_id).order_by(job_attempt.c.id)
             ).all()
-        history = tuple(
-            Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error) for a in attempts
-        )
+        history = tuple(Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error) for a in attempts)
         return _job(row, history)
 
     def job_list(
@@ -317,9 +311,7 @@ class Store:
             )
             .returning(job.c.id)
         )
-        return bool(
-            self.dialect.update_then(self.db, first, _close_attempts("cancelled", None, at), "cancel")
-        )
+        return bool(self.dialect.update_then(self.db, first, _close_attempts("cancelled", None, at), "cancel"))
 
     def job_retry_dead(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
         """Put dead-lettered jobs back to pending with fresh attempts; return those retried.
@@ -348,6 +340,43 @@ class Store:
         if older_than is not None:
             stmt = stmt.where(job.c.finished_at < older_than)
         with self.db.read("inspect") as conn:
+            return list(conn.execute(stmt).scalars())
+
+    def job_counts(
+        self, statuses: Sequence[str], *, now: datetime | None = None
+    ) -> tuple[dict[tuple[str, str], int], dict[str, datetime | None]]:
+        """Jobs per (queue, status) among `statuses`, and each queue's oldest due pending run_at."""
+        at = self.dialect.now(now)
+        counts = select(job.c.queue, job.c.status, func.count()).where(job.c.status.in_(statuses))
+        oldest = (
+            select(job.c.queue, func.min(job.c.run_at))
+            .where(status_is(PENDING), job.c.run_at <= at)
+            .group_by(job.c.queue)
+        )
+        with self.db.read("stats") as conn:
+            by_status = {(q, st): int(n) for q, st, n in conn.execute(counts.group_by(job.c.queue, job.c.status))}
+            first_due = {q: first for q, first in conn.execute(oldest)}
+        return by_status, first_due
+
+    def job_finished_since(self, seconds: float, *, now: datetime | None = None) -> dict[str, int]:
+        """Jobs per queue that succeeded in the last `seconds` (throughput)."""
+        stmt = (
+            select(job.c.queue, func.count())
+            .where(status_is(SUCCEEDED), job.c.finished_at >= self.dialect.now(now, -seconds))
+            .group_by(job.c.queue)
+        )
+        with self.db.read("stats") as conn:
+            return {queue: int(count) for queue, count in conn.execute(stmt)}
+
+    def job_finished_ids(self, status: str, *, older_than: float, limit: int, now: datetime | None = None) -> list[int]:
+        """Ids of jobs that finished in `status` more than `older_than` seconds ago (oldest first)."""
+        stmt = (
+            select(job.c.id)
+            .where(status_is(status), job.c.finished_at < self.dialect.now(now, -older_than))
+            .order_by(job.c.finished_at)
+            .limit(limit)
+        )
+        with self.db.read("retention") as conn:
             return list(conn.execute(stmt).scalars())
 
     def job_delete(self, job_ids: Sequence[int], *, status: str, operation: str = "dead_letters") -> int:

@@ -18,18 +18,21 @@ import uuid
 from types import FrameType
 
 from setproctitle import setproctitle
+from sqlalchemy import select
 
-from jobsup import exits, migrate
+from jobsup import exits, metrics, migrate
 from jobsup.backoff import retry_in_for
 from jobsup.database import Database
 from jobsup.errors import ConfigurationError, JobsupError
 from jobsup.events import event
 from jobsup.processes import ProcessTable
 from jobsup.recurring import RecurringStore
+from jobsup.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
 from jobsup.settings import Settings
 from jobsup.store import Store
 from jobsup.supervisor.children import Children, Death
-from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses
+from jobsup.supervisor.http import Endpoints, Health
+from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses, PurgeFinished, QueueGauges
 from jobsup.supervisor.recurring import CronTick
 from jobsup.worker.spec import WorkerSpec
 
@@ -60,7 +63,8 @@ class Arbiter:
     # -- boot ------------------------------------------------------------------------------
 
     def boot(self) -> None:
-        """Import the apps, reach the database, upgrade the schema, register, fork workers."""
+        """Metrics directory, apps, database, schema, registration, HTTP endpoints, signals."""
+        self.metrics_dir = metrics.prepare_multiprocess()  # before anything imports prometheus_client
         self.import_apps()
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
         self.db = Database(self.settings.database_url, role="supervisor")
@@ -70,14 +74,24 @@ class Arbiter:
             migrate.upgrade(self.db)
         else:
             self.store.schema_check()
+        retain = {
+            SUCCEEDED: self.settings.retain_succeeded,
+            DEAD_LETTERED: self.settings.retain_dead_lettered,
+            CANCELLED: self.settings.retain_cancelled,
+        }
         self.maintenance = Maintenance(
-            [ExpireLeases(self.store), PruneProcesses(self.processes, self.heartbeat_every)]
+            [
+                ExpireLeases(self.store),
+                PruneProcesses(self.processes, self.heartbeat_every),
+                PurgeFinished(self.store, retain),
+                QueueGauges(self.store),
+            ]
         )
         self.cron = CronTick(RecurringStore(self.db))
-        self.processes.process_register(
-            id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid()
-        )
+        self.processes.process_register(id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid())
         self.children = Children(self.settings, self.fork_worker)
+        self.health = Health(self.ping)
+        self.endpoints = self.serve()
         for signum in HANDLED:
             signal.signal(signum, self.on_signal)
         event("supervisor.started", pid=os.getpid(), queues=self.queue_summary(), database=self.db.safe_url)
@@ -91,6 +105,21 @@ class Arbiter:
             except Exception as exc:
                 raise AppImportFailed(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
 
+    def serve(self) -> Endpoints | None:
+        if self.settings.metrics_port < 0:
+            return None
+        try:
+            endpoints = Endpoints(self.settings.metrics_host, self.settings.metrics_port, self.health)
+        except OSError as exc:
+            where = f"{self.settings.metrics_host}:{self.settings.metrics_port}"
+            raise ConfigurationError(f"cannot serve /metrics on {where}: {exc.strerror or exc}") from None
+        endpoints.start()
+        return endpoints
+
+    def ping(self) -> None:
+        with self.db.read("health") as conn:
+            conn.execute(select(1))
+
     def queue_summary(self) -> str:
         return " ".join(f"{name}={config.workers}" for name, config in self.settings.queues.items())
 
@@ -100,6 +129,7 @@ class Arbiter:
         self.boot()
         try:
             while not self.finished():
+                self.health.tick()
                 self.handle(self.next_signal())
                 self.reap()
                 if self.stopping is None:
@@ -133,7 +163,10 @@ class Arbiter:
         return self.stopping is not None and not self.children.alive
 
     def spawn(self) -> None:
-        for child in self.children.spawn_due():
+        spawned = self.children.spawn_due()
+        if spawned:
+            metrics.set_workers(self.children.counts())
+        for child in spawned:
             event("worker.spawned", worker=child.slot.label, pid=child.pid)
             self.safely(
                 "process_register",
@@ -148,26 +181,34 @@ class Arbiter:
             )
 
     def reap(self) -> None:
-        for death in self.children.reap():
+        deaths = self.children.reap()
+        for death in deaths:
             self.bury(death)
+        if deaths:
+            metrics.set_workers(self.children.counts())
 
     def bury(self, death: Death) -> None:
         child = death.child
         name = "worker.stopped" if death.clean else "worker.died"
         event(name, worker=child.slot.label, pid=child.pid, status=exits.describe(death.status))
+        metrics.process_dead(child.pid)
         # Its job comes back now rather than when the lease would lapse (a CAS on owner
         # and attempt: a job it already settled or released is not touched).
-        self.safely("expire_lease", lambda: self.store.job_expire_leases(retry_in_for, owner=child.worker_id))
+        self.safely("expire_lease", lambda: self.expire_leases_of(child.worker_id))
         self.safely("process_deregister", lambda: self.processes.process_deregister([child.worker_id]))
         if death.code == exits.BOOT_FAILED and self.stopping is None:
-            self.failure = WorkerBootFailed(
-                f"worker {child.slot.label} failed at boot; see its log line above"
-            )
+            self.failure = WorkerBootFailed(f"worker {child.slot.label} failed at boot; see its log line above")
             self.begin_shutdown("a worker failed at boot")
         elif self.stopping is None:
+            event("worker.restarting", worker=child.slot.label, queue=child.slot.queue)
             delay = self.children.schedule_restart(death)
             if delay:
                 event("worker.restart_delayed", worker=child.slot.label, seconds=round(delay, 1))
+
+    def expire_leases_of(self, worker_id: str) -> None:
+        closed = self.store.job_expire_leases(retry_in_for, owner=worker_id)
+        if closed:
+            event("leases.expired", count=closed, owner=worker_id)
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -227,6 +268,10 @@ class Arbiter:
             self.safely("process_deregister", lambda: self.processes.process_deregister([self.id]))
             event("supervisor.stopped", pid=os.getpid())
             self.db.dispose()
+        if getattr(self, "endpoints", None) is not None:
+            self.endpoints.server_close()  # type: ignore[union-attr]
+        if hasattr(self, "metrics_dir"):
+            metrics.remove_multiprocess_dir(self.metrics_dir)
 
     # -- fork ------------------------------------------------------------------------------
 

@@ -64,9 +64,7 @@ class Children:
         self.settings = settings
         self.fork_child = fork_child  # forks and runs the worker in the child; returns the pid
         self.slots = [
-            Slot(queue, index)
-            for queue, config in settings.queues.items()
-            for index in range(1, config.workers + 1)
+            Slot(queue, index) for queue, config in settings.queues.items() for index in range(1, config.workers + 1)
         ]
         self.alive: dict[int, Child] = {}
         self.host = socket.gethostname()
@@ -113,6 +111,13 @@ class Children:
         delay = 0.0 if slot.failures == 0 else min(MAX_RESTART_DELAY, 0.5 * 2 ** (slot.failures - 1))
         slot.restart_at = time.monotonic() + delay
         return delay
+
+    def counts(self) -> dict[str, int]:
+        """Live workers per configured queue (zero included)."""
+        live = {slot.queue: 0 for slot in self.slots}
+        for child in self.alive.values():
+            live[child.slot.queue] += 1
+        return live
 
     def signal_all(self, signum: int) -> None:
         for pid in list(self.alive):

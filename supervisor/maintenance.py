@@ -7,10 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
+from jobsup import metrics
 from jobsup.backoff import retry_in_for
+from jobsup.clock import host_clock
 from jobsup.errors import JobsupError
 from jobsup.events import event
 from jobsup.processes import ProcessTable, stale_age
+from jobsup.schema import DEAD_LETTERED, PENDING, RUNNING
 from jobsup.store import Store
 
 
@@ -50,6 +53,49 @@ class PruneProcesses:
         if pruned:
             event("processes.pruned", count=len(pruned))
         return len(pruned)
+
+
+class QueueGauges:
+    """Refresh the queue depth and oldest-pending-age gauges."""
+
+    name = "queue_gauges"
+    STATUSES = (PENDING, RUNNING, DEAD_LETTERED)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_once(self, now: datetime | None = None) -> int:
+        counts, first_due = self.store.job_counts(self.STATUSES, now=now)
+        queues = {queue for queue, _ in counts} | set(first_due)
+        depths = {(queue, status): counts.get((queue, status), 0) for queue in queues for status in self.STATUSES}
+        at = now or host_clock()
+        oldest = {
+            queue: (at - first).total_seconds() if first is not None else 0.0 for queue, first in first_due.items()
+        }
+        metrics.set_queue_depths(depths, {queue: oldest.get(queue, 0.0) for queue in queues})
+        return len(queues)
+
+
+class PurgeFinished:
+    """Delete finished jobs (and their attempts) past their retention age, in bounded batches
+    so that a purge never holds long locks; at most `max_batches` per tick."""
+
+    name = "retention"
+
+    def __init__(self, store: Store, ages: dict[str, float], batch: int = 1000, max_batches: int = 20) -> None:
+        self.store, self.ages, self.batch, self.max_batches = store, ages, batch, max_batches
+
+    def run_once(self, now: datetime | None = None) -> int:
+        purged = 0
+        for status, age in self.ages.items():
+            for _ in range(self.max_batches):
+                ids = self.store.job_finished_ids(status, older_than=age, limit=self.batch, now=now)
+                if not ids:
+                    break
+                purged += self.store.job_delete(ids, status=status, operation="retention")
+        if purged:
+            event("jobs.purged", count=purged)
+        return purged
 
 
 class Maintenance:

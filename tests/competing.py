@@ -187,13 +187,9 @@ def _start_supervisors(name: str, records: Path) -> None:
     records.mkdir(parents=True, exist_ok=True)
     db = Database(pg_url(name))
     for n in range(SUPERVISORS):
-        supervisor = Supervisor(
-            pg_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}=2"
-        )
+        supervisor = Supervisor(pg_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}=2")
         with db.engine.begin() as conn:
-            conn.execute(
-                text("INSERT INTO competition_supervisor (pid) VALUES (:pid)"), {"pid": supervisor.pid}
-            )
+            conn.execute(text("INSERT INTO competition_supervisor (pid) VALUES (:pid)"), {"pid": supervisor.pid})
     db.dispose()
 
 

@@ -21,6 +21,7 @@ FAST = {
     "--poll-interval": "100ms",
     "--maintenance-interval": "500ms",
     "--shutdown-grace": "3s",
+    "--metrics-port": "0",
 }
 
 
@@ -35,9 +36,7 @@ class Supervisor:
         env = {**os.environ, "PYTHONPATH": str(TESTS), "JOBSUP_TEST_RECORD": str(record)}
         env.pop("JOBSUP_FAULTS", None)
         self.log = open(log, "ab")  # noqa: SIM115 - open for the supervisor's whole life
-        self.process = subprocess.Popen(
-            command, stdout=self.log, stderr=self.log, env=env, start_new_session=True
-        )
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env, start_new_session=True)
 
     @property
     def pid(self) -> int:
@@ -45,9 +44,7 @@ class Supervisor:
 
     def workers(self) -> list[int]:
         try:
-            return [
-                int(pid) for pid in Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()
-            ]
+            return [int(pid) for pid in Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()]
         except FileNotFoundError:
             return []
 

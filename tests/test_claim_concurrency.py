@@ -39,8 +39,7 @@ def run_claimers(url: str, batch: int) -> dict[str, list[int]]:
     ctx = multiprocessing.get_context("fork")
     start, results = ctx.Event(), ctx.Queue()
     workers = [
-        ctx.Process(target=_claimer, args=(url, f"claimer-{n}", batch, start, results))
-        for n in range(PROCESSES)
+        ctx.Process(target=_claimer, args=(url, f"claimer-{n}", batch, start, results)) for n in range(PROCESSES)
     ]
     for worker in workers:
         worker.start()
@@ -145,10 +144,7 @@ def test_a_failed_claim_uses_no_attempt(sqlite_url: str) -> None:
     job_id = client.enqueue("a")
     with db.transaction() as conn:  # make the attempt insert fail inside the claim
         conn.execute(
-            text(
-                "CREATE TRIGGER refuse BEFORE INSERT ON jobsup_job_attempt BEGIN "
-                "SELECT RAISE(ABORT, 'injected'); END"
-            )
+            text("CREATE TRIGGER refuse BEFORE INSERT ON jobsup_job_attempt BEGIN SELECT RAISE(ABORT, 'injected'); END")
         )
     with pytest.raises(jobsup.DatabaseError, match="injected"):
         client.store.job_claim("default", "w1", limit=1, lease=60.0)

@@ -13,17 +13,13 @@ from helpers import pg_url, wait_until
 pytestmark = pytest.mark.postgres
 
 
-def test_every_job_claimed_exactly_once_across_xdist_workers(
-    pg_server: str, request: pytest.FixtureRequest
-) -> None:
+def test_every_job_claimed_exactly_once_across_xdist_workers(pg_server: str, request: pytest.FixtureRequest) -> None:
     engine = create_engine(pg_url(competing.database_name(competing.run_id(request.config))))
     expected = competing.worker_count()
 
     def finished() -> list[tuple[str, int | None, str | None]]:
         with engine.connect() as conn:
-            rows = conn.execute(
-                text("SELECT worker, claimed, error FROM competition_participant WHERE finished")
-            ).all()
+            rows = conn.execute(text("SELECT worker, claimed, error FROM competition_participant WHERE finished")).all()
         return [tuple(row) for row in rows] if len(rows) >= expected else []  # type: ignore[misc]
 
     participants = wait_until(finished, timeout=120, what=f"{expected} competing workers to finish")
@@ -39,10 +35,7 @@ def test_every_job_claimed_exactly_once_across_xdist_workers(
     competing.stop_supervisors(name)
     records = competing.record_dir(competing.run_id(request.config))
     ran_by_supervisors = [
-        int(path.name)
-        for path in records.iterdir()
-        if path.name.isdigit()
-        for _ in path.read_text().splitlines()
+        int(path.name) for path in records.iterdir() if path.name.isdigit() for _ in path.read_text().splitlines()
     ]
     with engine.connect() as conn:
         twice = conn.execute(

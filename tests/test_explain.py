@@ -31,9 +31,7 @@ def fill(db: Database, numbers: str, stamp: str) -> None:
 def test_sqlite_claim_uses_the_claim_index_without_sorting(sqlite_url: str) -> None:
     db = Database(sqlite_url)
     total = FINISHED + PENDING
-    numbers = (
-        f"(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {total}) SELECT n FROM s)"
-    )
+    numbers = f"(WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < {total}) SELECT n FROM s)"
     fill(db, numbers, "'2020-01-01 00:00:00.000000'")
     with db.transaction() as conn:
         conn.execute(text("ANALYZE"))

@@ -74,9 +74,7 @@ def test_concurrent_upgrades_of_a_fresh_postgres_database(pg_server: str, tmp_pa
         db = Database(pg_url(name))
         assert _drift(db) == []
         with db.read() as conn:
-            assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [
-                SCHEMA_REVISION
-            ]
+            assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [SCHEMA_REVISION]
         db.dispose()
     finally:
         drop_pg_database(name)
@@ -89,8 +87,7 @@ def test_offline_sql_has_the_filtered_claim_index(dialect: str) -> None:
     ddl = out.getvalue()
     assert "CREATE TABLE jobsup_job " in ddl
     assert (
-        "CREATE INDEX jobsup_job_claim ON jobsup_job (queue, priority DESC, run_at, id) "
-        "WHERE status = 'pending'" in ddl
+        "CREATE INDEX jobsup_job_claim ON jobsup_job (queue, priority DESC, run_at, id) WHERE status = 'pending'" in ddl
     )
     assert "CREATE UNIQUE INDEX jobsup_job_unique_key" in ddl
     assert f"INSERT INTO {VERSION_TABLE} (version_num)" in ddl and f"VALUES ('{SCHEMA_REVISION}')" in ddl

@@ -153,25 +153,19 @@ def test_lease_loss_stops_the_job_before_another_instance_runs_it(  # type: igno
     assert healthy.process.poll() is None
 
 
-def test_a_brief_outage_during_settle_loses_neither_success_nor_failure(
-    url: str, start, record: Path
-) -> None:  # type: ignore[no-untyped-def]
+def test_a_brief_outage_during_settle_loses_neither_success_nor_failure(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
     client = jobsup.Client(url)
     start("--queue", "default=2", faults="worker:settle@0s+4s")
     ok = client.enqueue("work", {"seconds": 1})
     bad = client.enqueue("work", {"seconds": 1, "fail": True}, max_attempts=1)
     wait_until(lambda: status_of(client, ok) == "succeeded", timeout=30, what="the success to be written")
-    wait_until(
-        lambda: status_of(client, bad) == "dead_lettered", timeout=30, what="the failure to be written"
-    )
+    wait_until(lambda: status_of(client, bad) == "dead_lettered", timeout=30, what="the failure to be written")
     assert history(client, ok) == [(1, "succeeded")]
     assert history(client, bad) == [(1, "failed")]
     assert len([e for e in records(record, ok) if e["what"] == "start"]) == 1
 
 
-def test_unknown_names_and_corrupt_payloads_dead_letter_without_blocking(
-    url: str, start, record: Path
-) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_names_and_corrupt_payloads_dead_letter_without_blocking(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
     from sqlalchemy import text
 
     client = jobsup.Client(url)
@@ -181,12 +175,8 @@ def test_unknown_names_and_corrupt_payloads_dead_letter_without_blocking(
         conn.execute(text("UPDATE jobsup_job SET payload = '{broken' WHERE id = :id"), {"id": corrupt})
     behind = client.enqueue_many([{"name": "work"} for _ in range(5)])
     start()
-    wait_until(
-        lambda: all(status_of(client, j) == "succeeded" for j in behind), timeout=30, what="jobs behind"
-    )
-    wait_until(
-        lambda: status_of(client, unknown) == "dead_lettered", timeout=90, what="unknown to dead-letter"
-    )
+    wait_until(lambda: all(status_of(client, j) == "succeeded" for j in behind), timeout=30, what="jobs behind")
+    wait_until(lambda: status_of(client, unknown) == "dead_lettered", timeout=90, what="unknown to dead-letter")
     assert status_of(client, corrupt) == "dead_lettered"
     assert "InvalidPayload" in (client.get(corrupt).last_error or "")  # type: ignore[union-attr]
     assert "no job named 'no-such-job'" in (client.get(unknown).last_error or "")  # type: ignore[union-attr]

@@ -91,9 +91,7 @@ def test_complete_settles_job_and_attempt(client: jobsup.Client) -> None:
 def test_failure_retries_with_backoff_then_dead_letters(client: jobsup.Client) -> None:
     job_id = client.enqueue("a", max_attempts=2)
     first = claim_one(client, now=T0)
-    assert (
-        client.store.job_fail(first.lease, outcome="failed", error="E: 1", retry_in=30, now=T0) == "pending"
-    )
+    assert client.store.job_fail(first.lease, outcome="failed", error="E: 1", retry_in=30, now=T0) == "pending"
     assert client.store.job_claim("default", "w1", limit=1, lease=60.0, now=T0 + timedelta(seconds=29)) == []
     second = claim_one(client, now=T0 + timedelta(seconds=31))
     assert second.attempt == 2
@@ -233,9 +231,7 @@ def test_enqueue_many_writes_nothing_when_one_job_is_bad(client: jobsup.Client) 
     assert count_jobs(client) == 0
 
 
-def test_transactional_enqueue_commits_and_rolls_back_with_the_caller(
-    client: jobsup.Client, url: str
-) -> None:
+def test_transactional_enqueue_commits_and_rolls_back_with_the_caller(client: jobsup.Client, url: str) -> None:
     engine = create_engine(url)  # the application's own engine
     with engine.begin() as conn:
         kept = client.enqueue("a", connection=conn)

@@ -42,9 +42,7 @@ def execute(job: ClaimedJob, cancelled: threading.Event) -> Outcome:
     except InvalidPayload as exc:
         return Outcome("discarded", f"InvalidPayload: {exc}")  # retrying cannot mend it
     secrets = secrets_of(payload)
-    ctx = JobContext(
-        job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled
-    )
+    ctx = JobContext(job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled)
     try:
         value = registered.function(ctx, payload)
     except Retry as exc:

@@ -39,6 +39,7 @@ class Running:
     reason: str | None = None  # why it was cancelled: lease_lost, timed_out, shutdown
     cancelled_at: float | None = None
     settled: bool = False  # claimed by whichever thread records the attempt's end
+    seconds: float | None = None  # how long the job function ran, once it returned
 
 
 class LeaseKeeper(threading.Thread):

@@ -73,9 +73,7 @@ class Worker:
             )
         except DatabaseError as exc:
             self.idle_backoff = min(max(0.5, self.idle_backoff * 2), 30.0)
-            event(
-                "db.error", operation="claim", worker=self.spec.label, error=exc, retry_in=self.idle_backoff
-            )
+            event("db.error", operation="claim", worker=self.spec.label, error=exc, retry_in=self.idle_backoff)
             return []
         self.idle_backoff = 0.0
         return jobs
@@ -125,6 +123,7 @@ class Worker:
         self.keeper.begin(running)
         outcome = execute(job, running.cancelled)
         self.keeper.end()
+        running.seconds = time.monotonic() - running.started
         with self.settle_lock:
             if running.settled:
                 return
@@ -137,7 +136,7 @@ class Worker:
             if not self.successes:
                 self.oldest_success = time.monotonic()
             self.successes.append(job.lease)
-            event("job.succeeded", job=job.id, name=job.name, attempt=job.attempt, worker=self.spec.label)
+            event("job.succeeded", **self.fields(running))
             return
         if running.reason == "shutdown":
             self.release([job])  # stopped by shutdown: this attempt does not count
@@ -154,16 +153,8 @@ class Worker:
             ),
         )
         self.keeper.drop({job.id})
-        name = "job.dead_lettered" if status == "dead_lettered" else "job.failed"
-        event(
-            name,
-            job=job.id,
-            name=job.name,
-            attempt=job.attempt,
-            outcome=kind,
-            error=error,
-            stale=status is None,
-        )
+        happened = "job.dead_lettered" if status == "dead_lettered" else "job.failed"
+        event(happened, **self.fields(running), outcome=kind, error=error, stale=status is None)
 
     def flush(self) -> None:
         if not self.successes:
@@ -179,7 +170,14 @@ class Worker:
         for job in jobs:
             lease = job.lease
             released = self.retrying("release", lambda: self.store.job_release(lease))  # noqa: B023
-            event("job.released", job=job.id, name=job.name, attempt=job.attempt, stale=not released)
+            event(
+                "job.released",
+                job=job.id,
+                name=job.name,
+                attempt=job.attempt,
+                queue=job.queue,
+                stale=not released,
+            )
         self.keeper.drop({job.id for job in jobs})
 
     def end_now(self, running: Running, code: int) -> None:
@@ -223,6 +221,18 @@ class Worker:
             write()
         except DatabaseError as exc:
             event("db.error", operation="settle", error=exc)
+
+    def fields(self, running: Running) -> dict[str, object]:
+        """What every job event names: the job, its attempt, queue and worker, and its run time."""
+        job = running.job
+        return {
+            "job": job.id,
+            "name": job.name,
+            "attempt": job.attempt,
+            "queue": job.queue,
+            "worker": self.spec.label,
+            "seconds": None if running.seconds is None else round(running.seconds, 6),
+        }
 
     def timeout_of(self, job: ClaimedJob) -> float | None:
         if job.timeout is not None:

@@ -127,14 +127,10 @@ def normalise_url(url: str | URL) -> URL:
         raise UnsupportedDatabase(f"{url!r} is not a database URL; use {SUPPORTED_URLS}") from None
     backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
     if backend not in _DRIVERS:
-        raise UnsupportedDatabase(
-            f"unsupported database URL scheme {parsed.drivername!r}; use {SUPPORTED_URLS}"
-        )
+        raise UnsupportedDatabase(f"unsupported database URL scheme {parsed.drivername!r}; use {SUPPORTED_URLS}")
     wanted, extra = _DRIVERS[backend]
     if "+" in parsed.drivername and driver != wanted:
-        raise UnsupportedDatabase(
-            f"driver {driver!r} is not supported for {backend}; use {backend}+{wanted}://..."
-        )
+        raise UnsupportedDatabase(f"driver {driver!r} is not supported for {backend}; use {backend}+{wanted}://...")
     parsed = parsed.set(drivername=f"{backend}+{wanted}")
     if extra is not None:
         try:

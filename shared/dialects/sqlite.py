@@ -148,10 +148,7 @@ class SQLiteDialect:
             if rows:
                 conn.execute(
                     job_attempt.insert(),
-                    [
-                        {"job_id": r.id, "attempt": r.attempts, "owner": owner, "started_at": now}
-                        for r in rows
-                    ],
+                    [{"job_id": r.id, "attempt": r.attempts, "owner": owner, "started_at": now} for r in rows],
                 )
         position = {job_id: index for index, job_id in enumerate(ids)}
         return sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order

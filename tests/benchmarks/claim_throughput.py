@@ -276,9 +276,7 @@ def measure_round(target: Target, cell: Cell, number: str, options: argparse.Nam
     where = f"{cell.database} processes={cell.processes} batch={cell.batch} run {number}"
     run = throughput_run(target, cell.processes, cell.batch, options.seconds)
     cell.runs.append(run)
-    progress(
-        f"{where}: {run.jobs_per_second:.0f} jobs/s, {run.settled} of {run.queued} in {run.seconds:.1f} s"
-    )
+    progress(f"{where}: {run.jobs_per_second:.0f} jobs/s, {run.settled} of {run.queued} in {run.seconds:.1f} s")
     if target.ceiling is not None and not options.skip_limit:
         cell.ceilings.append(target.ceiling(cell.batch, cell.processes, options.seconds))
         progress(f"{where}: pg_limit {cell.ceilings[-1]:.0f} jobs/s")

@@ -1,0 +1,135 @@
+"""Prometheus metrics: their definitions, and how events move them.
+
+Workers and the supervisor are separate processes, so `jobsup start` runs prometheus-client
+in multiprocess mode: `prepare_multiprocess()` points PROMETHEUS_MULTIPROC_DIR at a fresh
+directory before anything imports prometheus_client; every process writes its own files
+there; the supervisor's `/metrics` aggregates them, and calls `process_dead(pid)` for every
+worker it reaps so that live gauges forget it (counters keep its counts, so they survive
+restarts). In a plain process (a web app enqueueing) the same metrics live in memory.
+
+Events (see `jobsup.events`) are the only way metrics move: `record(kind, fields)`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from functools import cache
+from typing import Any
+
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+
+def prepare_multiprocess() -> str:
+    """Use (and empty) $PROMETHEUS_MULTIPROC_DIR, or a new temporary directory. Call before
+    anything imports prometheus_client and before forking."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if given:
+        for entry in os.scandir(given):
+            if entry.name.endswith(".db"):
+                os.unlink(entry.path)
+        return given
+    path = tempfile.mkdtemp(prefix="jobsup-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path
+
+
+def remove_multiprocess_dir(path: str) -> None:
+    if os.path.basename(path).startswith("jobsup-metrics-"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@cache
+def _m() -> dict[str, Any]:
+    from prometheus_client import Counter, Gauge, Histogram
+
+    return {
+        "enqueued": Counter("jobsup_jobs_enqueued", "Jobs enqueued.", ["queue", "job"]),
+        "completed": Counter("jobsup_jobs_completed", "Attempts ended, by outcome.", ["queue", "job", "outcome"]),
+        "duration": Histogram(
+            "jobsup_job_duration_seconds", "Time a job ran.", ["queue", "job"], buckets=_DURATION_BUCKETS
+        ),
+        "wait": Histogram("jobsup_job_wait_seconds", "Time from due to started.", ["queue"], buckets=_DURATION_BUCKETS),
+        "queue_jobs": Gauge(
+            "jobsup_queue_jobs",
+            "Jobs per queue and status.",
+            ["queue", "status"],
+            multiprocess_mode="livemax",
+        ),
+        "oldest": Gauge(
+            "jobsup_oldest_pending_age_seconds",
+            "Age of the oldest due pending job.",
+            ["queue"],
+            multiprocess_mode="livemax",
+        ),
+        "expired": Counter("jobsup_leases_expired", "Leases closed because they lapsed or their worker died."),
+        "workers": Gauge("jobsup_workers", "Live worker processes.", ["queue"], multiprocess_mode="livesum"),
+        "restarts": Counter("jobsup_worker_restarts", "Workers that died and were replaced.", ["queue"]),
+        "fired": Counter("jobsup_recurring_fired", "Recurring slots fired.", ["schedule"]),
+        "already_fired": Counter("jobsup_recurring_already_fired", "Slots another instance fired first.", ["schedule"]),
+        "maintenance_errors": Counter("jobsup_maintenance_errors", "Failed maintenance steps.", ["step"]),
+        "db_errors": Counter("jobsup_db_errors", "Database errors, by operation.", ["operation"]),
+    }
+
+
+_OUTCOMES = {
+    "job.succeeded": "succeeded",
+    "job.failed": None,  # the outcome field says failed or timed_out
+    "job.dead_lettered": None,
+    "job.released": "released",
+}
+
+
+def record(kind: str, fields: dict[str, Any]) -> None:
+    m = _m()
+    if kind in _OUTCOMES and "queue" in fields:
+        outcome = _OUTCOMES[kind] or fields.get("outcome", "failed")
+        m["completed"].labels(fields["queue"], fields.get("name", ""), outcome).inc()
+        if fields.get("seconds") is not None:
+            m["duration"].labels(fields["queue"], fields.get("name", "")).observe(fields["seconds"])
+    elif kind == "job.enqueued":
+        m["enqueued"].labels(fields["queue"], fields["name"]).inc(fields.get("count", 1))
+    elif kind == "job.started" and fields.get("waited") is not None:
+        m["wait"].labels(fields["queue"]).observe(max(0.0, fields["waited"]))
+    elif kind == "leases.expired":
+        m["expired"].inc(fields["count"])
+    elif kind == "worker.restarting":
+        m["restarts"].labels(fields["queue"]).inc()
+    elif kind == "recurring.fired":
+        m["fired"].labels(fields["schedule"]).inc()
+    elif kind == "recurring.already_fired":
+        m["already_fired"].labels(fields["schedule"]).inc()
+    elif kind == "maintenance.failed":
+        m["maintenance_errors"].labels(fields["step"]).inc()
+    elif kind == "db.error":
+        m["db_errors"].labels(fields.get("operation", "other")).inc()
+
+
+def set_workers(counts: dict[str, int]) -> None:
+    for queue, count in counts.items():
+        _m()["workers"].labels(queue).set(count)
+
+
+def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float]) -> None:
+    m = _m()
+    for (queue, status), count in depths.items():
+        m["queue_jobs"].labels(queue, status).set(count)
+    for queue, age in oldest.items():
+        m["oldest"].labels(queue).set(age)
+
+
+def process_dead(pid: int) -> None:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+def exposition() -> tuple[bytes, str]:
+    """The aggregated metrics of every jobsup process, in Prometheus text format."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,107 @@
+"""/metrics and /healthz of a running supervisor agree with the database."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from harness import Supervisor, records
+
+import jobsup
+
+from helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def port_of(supervisor: Supervisor) -> int:
+    found = wait_until(
+        lambda: re.search(r"metrics.serving url=\S+ port=(\d+)", supervisor.output()), timeout=30, what="metrics port"
+    )
+    return int(found.group(1))
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample, 0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+            if all(found.get(key) == value for key, value in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    record.mkdir()
+    client = jobsup.Client(url)
+    supervisor = Supervisor(url, record, tmp_path / "supervisor.log", "--queue", "default=2", lease="60s")
+    try:
+        port = port_of(supervisor)
+        ok = client.enqueue_many([{"name": "work"} for _ in range(5)])
+        flaky = client.enqueue("work", {"fail": True}, max_attempts=2)  # fails twice: dead-lettered
+        killed = client.enqueue("work", {"seconds": 60, "slow_attempts": [1]})
+        victim = wait_until(
+            lambda: [e["pid"] for e in records(record, killed) if e["what"] == "start"], timeout=30, what="start"
+        )[0]
+        os.kill(victim, signal.SIGKILL)
+
+        def settled() -> bool:
+            return all(client.get(i).status == "succeeded" for i in [*ok, killed]) and (  # type: ignore[union-attr]
+                client.get(flaky).status == "dead_lettered"  # type: ignore[union-attr]
+            )
+
+        wait_until(settled, timeout=60, what="every job to settle")
+
+        def scraped() -> str:
+            _, text = scrape(port)
+            done = sample(text, "jobsup_jobs_completed_total", job="work", outcome="succeeded")
+            replaced = sample(text, "jobsup_workers", queue="default") == 2
+            return text if done == 6 and replaced else ""  # five jobs, and the killed job's second attempt
+
+        text = wait_until(scraped, timeout=30, what="six successes and the killed worker replaced")
+        assert sample(text, "jobsup_jobs_completed_total", job="work", outcome="failed") == 2  # flaky, twice
+        assert sample(text, "jobsup_leases_expired_total") == 1  # the killed worker's job
+        assert sample(text, "jobsup_worker_restarts_total", queue="default") == 1
+        assert sample(text, "jobsup_job_duration_seconds_count", job="work", queue="default") == 8
+        wait_until(
+            lambda: sample(scrape(port)[1], "jobsup_queue_jobs", queue="default", status="dead_lettered") == 1,
+            timeout=30,
+            what="the dead-letter gauge",
+        )
+        # The database says the same.
+        history = [a.outcome for i in [*ok, killed, flaky] for a in client.get(i).history]  # type: ignore[union-attr]
+        assert history.count("succeeded") == 6 and history.count("failed") == 2
+        assert history.count("lease_expired") == 1
+        status, body = scrape(port, "/healthz")
+        assert (status, body.strip()) == (200, "ok")
+    finally:
+        supervisor.stop()
+
+
+def test_healthz_turns_503_when_the_database_stops_answering(url: str, tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    record.mkdir()
+    supervisor = Supervisor(url, record, tmp_path / "s.log", faults="supervisor:health@3s+600s")
+    try:
+        port = port_of(supervisor)
+        assert scrape(port, "/healthz")[0] == 200
+        _, body = wait_until(
+            lambda: (r := scrape(port, "/healthz"))[0] == 503 and r, timeout=30, what="healthz to fail"
+        )
+        assert "database" in body and "injected fault" in body
+    finally:
+        supervisor.stop()
