@@ -96,6 +96,8 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: jobsup errors become one line and an exit status, not a traceback."""
+    import jobsup.operator_cli  # noqa: F401 - registers the operator commands on `cli`
+
     run(cli, argv)
 
 
@@ -117,4 +119,8 @@ def run(command: Callable[..., Any], argv: list[str] | None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run the imported module's `main`, not this copy's: the operator commands register
+    # themselves on `jobsup.cli.cli`.
+    from jobsup.cli import main as jobsup_main
+
+    jobsup_main()

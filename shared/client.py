@@ -174,6 +174,56 @@ class Client:
         self._ready()
         return self.recurring.recurring_list()
 
+    # -- operations ---------------------------------------------------------------------
+
+    def workers(self) -> list[dict[str, Any]]:
+        """Every registered supervisor and worker, with the job each worker holds."""
+        from jobsup.processes import ProcessTable
+
+        self._ready()
+        held = self.store.job_held_by()
+        return [
+            {
+                "id": row.id,
+                "kind": row.kind,
+                "host": row.host,
+                "pid": row.pid,
+                "queue": row.queue,
+                "supervisor_id": row.supervisor_id,
+                "state": "supervising" if row.kind == "supervisor" else ("running" if row.id in held else "idle"),
+                "job": held.get(row.id),
+                "started_at": row.started_at,
+                "heartbeat_at": row.heartbeat_at,
+            }
+            for row in ProcessTable(self.database).process_list()
+        ]
+
+    def stats(self, *, window: object = "5m") -> list[dict[str, Any]]:
+        """Per queue: counts by status, the oldest due pending job's age, and successes per
+        minute over the last `window`."""
+        from jobsup.clock import host_clock
+        from jobsup.schema import STATUSES
+
+        seconds = parse_duration(window, what="window")
+        if seconds <= 0:
+            raise BadInput("window must be longer than zero")
+        self._ready()
+        counts, first_due = self.store.job_counts(STATUSES)
+        recent = self.store.job_finished_since(seconds)
+        now = host_clock()
+        queues = sorted({queue for queue, _ in counts} | set(first_due) | set(recent))
+        return [
+            {
+                "queue": queue,
+                **{status: counts.get((queue, status), 0) for status in STATUSES},
+                "oldest_pending_seconds": (
+                    None if first_due.get(queue) is None else (now - first_due[queue]).total_seconds()  # type: ignore[operator]
+                ),
+                "per_minute": recent.get(queue, 0) * 60.0 / seconds,
+            }
+            for queue in queues
+        ]
+
     def close(self) -> None:
         self.database.dispose()
 

@@ -358,6 +358,12 @@ class Store:
             first_due = {q: first for q, first in conn.execute(oldest)}
         return by_status, first_due
 
+    def job_held_by(self) -> dict[str, int]:
+        """Running jobs by lease owner (a worker holds one at a time, or a batch)."""
+        stmt = select(job.c.lease_owner, func.min(job.c.id)).where(status_is(RUNNING)).group_by(job.c.lease_owner)
+        with self.db.read("inspect") as conn:
+            return {owner: int(job_id) for owner, job_id in conn.execute(stmt)}
+
     def job_finished_since(self, seconds: float, *, now: datetime | None = None) -> dict[str, int]:
         """Jobs per queue that succeeded in the last `seconds` (throughput)."""
         stmt = (

@@ -31,7 +31,7 @@ class Supervisor:
     def __init__(self, url: str, record: Path, log: Path, *args: str, **options: str) -> None:
         settings = {**FAST, **{f"--{k.replace('_', '-')}": v for k, v in options.items()}}
         self.log_path = log
-        command = [sys.executable, "-m", "jobsup.cli", "start", "--app", "jobapps", "--database-url", url]
+        command = [sys.executable, "-m", "jobsup", "start", "--app", "jobapps", "--database-url", url]
         command += [part for pair in settings.items() for part in pair] + list(args)
         env = {**os.environ, "PYTHONPATH": str(TESTS), "JOBSUP_TEST_RECORD": str(record)}
         env.pop("JOBSUP_FAULTS", None)

@@ -16,7 +16,7 @@ from jobsup.payload import encode_payload
 from jobsup.schema import job
 from jobsup.settings import load
 
-JOBSUP = [sys.executable, "-m", "jobsup.cli"]
+JOBSUP = [sys.executable, "-m", "jobsup"]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ TESTS = Path(__file__).parent
 
 def start(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    command = [sys.executable, "-m", "jobsup.cli", "start", *args]
+    command = [sys.executable, "-m", "jobsup", "start", *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
 
 
@@ -22,7 +22,7 @@ def test_an_app_that_does_not_import_stops_start_without_forking(tmp_path: Path)
     (tmp_path / "brokenapp.py").write_text("import jobsup\nraise ImportError('no module named payments')\n")
     env_path = f"{tmp_path}{os.pathsep}{TESTS}"
     result = subprocess.run(
-        [sys.executable, "-m", "jobsup.cli", "start", "--app", "brokenapp"],
+        [sys.executable, "-m", "jobsup", "start", "--app", "brokenapp"],
         capture_output=True,
         text=True,
         cwd=tmp_path,

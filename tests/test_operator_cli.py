@@ -1,0 +1,136 @@
+"""The operator's command line against a real database: output, --json shapes, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import jobsup
+
+
+def jobsup_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env_free = [sys.executable, "-m", "jobsup", *args, "--database-url", url]
+    return subprocess.run(env_free, capture_output=True, text=True, timeout=60)
+
+
+def ok(url: str, *args: str) -> str:
+    result = jobsup_cli(url, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def as_json(url: str, *args: str) -> Any:
+    return json.loads(ok(url, *args, "--json"))
+
+
+def test_enqueue_show_list_cancel(url: str) -> None:
+    job_id = int(ok(url, "enqueue", "send-email", "--payload", '{"to": "a@example.com"}', "--queue", "mail"))
+    assert as_json(url, "enqueue", "send-email", "--delay", "1h") == {"id": job_id + 1}
+    shown = as_json(url, "jobs", "show", str(job_id))
+    assert {k: shown[k] for k in ("id", "name", "queue", "status", "attempts", "max_attempts")} == {
+        "id": job_id,
+        "name": "send-email",
+        "queue": "mail",
+        "status": "pending",
+        "attempts": 0,
+        "max_attempts": 5,
+    }
+    assert shown["history"] == [] and shown["payload"] == {"to": "a@example.com"}
+    listed = as_json(url, "jobs", "list", "--queue", "mail")
+    assert [job["id"] for job in listed] == [job_id]
+    table = ok(url, "jobs", "list")
+    assert table.splitlines()[0].split() == ["ID", "NAME", "QUEUE", "STATUS", "ATTEMPTS", "RUN", "AT", "LAST", "ERROR"]
+    assert "cancelled job" in ok(url, "jobs", "cancel", str(job_id))
+    again = jobsup_cli(url, "jobs", "cancel", str(job_id))
+    assert (
+        again.returncode == 1
+        and again.stderr.strip() == f"jobsup: job {job_id} is not pending or running (or does not exist)"
+    )
+
+
+def test_missing_job_exits_1_with_one_line(url: str) -> None:
+    result = jobsup_cli(url, "jobs", "show", "424242")
+    assert result.returncode == 1
+    assert result.stderr == "jobsup: no job with id 424242\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["enqueue", "x", "--payload", "{nope"], "--payload is not valid JSON"),
+        (["enqueue", "x", "--run-at", "2030-01-01T09:00:00"], "has no time zone"),
+        (["enqueue", "x", "--delay", "5m", "--run-at", "2030-01-01T09:00:00Z"], "give --delay or --run-at, not both"),
+        (["enqueue", "x", "--delay", "soon"], "delay: 'soon' is not a duration"),
+        (["jobs", "list", "--status", "done"], "Invalid value for '--status'"),
+        (["jobs", "show", "abc"], "'abc' is not a valid integer"),
+        (["recurring", "add", "r", "--job", "x", "--cron", "61 * * * *"], "is not a valid cron expression"),
+        (["recurring", "add", "r", "--job", "x", "--cron", "* * * * *", "--timezone", "Nowhere/City"], "not known"),
+        (["dead", "retry"], "give job ids or --all"),
+    ],
+)
+def test_user_mistakes_exit_2_with_a_reason_and_no_traceback(sqlite_url: str, args: list[str], message: str) -> None:
+    result = jobsup_cli(sqlite_url, *args)
+    assert result.returncode == 2, result
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert jobsup.Client(sqlite_url).list_jobs() == []
+
+
+def test_dead_letters_list_retry_and_purge(url: str) -> None:
+    client = jobsup.Client(url)
+    ids = [client.enqueue("x", n, max_attempts=1) for n in range(3)]
+    for claimed in client.store.job_claim("default", "w", limit=3, lease=60.0):
+        client.store.job_fail(claimed.lease, outcome="failed", error="Boom: no", retry_in=0)
+    dead = as_json(url, "dead", "list")
+    assert sorted(job["id"] for job in dead) == ids and dead[0]["last_error"] == "Boom: no"
+    assert ok(url, "dead", "retry", str(ids[0])).strip() == "retried 1 jobs"
+    assert ok(url, "dead", "retry", "--all").strip() == "retried 2 jobs"
+    assert as_json(url, "dead", "list") == []
+    for claimed in client.store.job_claim("default", "w", limit=3, lease=60.0):
+        client.store.job_fail(claimed.lease, outcome="failed", error="Boom", retry_in=0)
+    assert ok(url, "dead", "purge", "--older-than", "1d").strip() == "purged 0 jobs"
+    assert ok(url, "dead", "purge").strip() == "purged 3 jobs"
+
+
+def test_recurring_add_is_an_upsert_and_list_enable_disable_remove(url: str) -> None:
+    added = as_json(
+        url, "recurring", "add", "nightly", "--job", "report", "--cron", "0 3 * * *", "--timezone", "Europe/Berlin"
+    )
+    assert added["name"] == "nightly" and added["enabled"] is True
+    again = as_json(
+        url, "recurring", "add", "nightly", "--job", "report", "--cron", "0 3 * * *", "--payload", '{"a": 1}'
+    )
+    assert again["timezone"] == "UTC" and again["payload"] == {"a": 1}
+    assert [s["name"] for s in as_json(url, "recurring", "list")] == ["nightly"]
+    assert "disabled schedule nightly" in ok(url, "recurring", "disable", "nightly")
+    assert as_json(url, "recurring", "list")[0]["enabled"] is False
+    assert "enabled schedule nightly" in ok(url, "recurring", "enable", "nightly")
+    assert "removed schedule nightly" in ok(url, "recurring", "remove", "nightly")
+    missing = jobsup_cli(url, "recurring", "remove", "nightly")
+    assert missing.returncode == 1 and "no schedule named 'nightly'" in missing.stderr
+
+
+def test_stats_and_workers(url: str) -> None:
+    client = jobsup.Client(url)
+    client.enqueue_many([{"name": "x"}, {"name": "x"}, {"name": "x", "queue": "mail"}])
+    claimed = client.store.job_claim("default", "host:default#1:abc", limit=1, lease=60.0)
+    client.store.job_complete([claimed[0].lease])
+    stats = {row["queue"]: row for row in as_json(url, "stats")}
+    assert (stats["default"]["pending"], stats["default"]["succeeded"], stats["mail"]["pending"]) == (1, 1, 1)
+    assert stats["default"]["per_minute"] == pytest.approx(1 / 5)
+    from jobsup.processes import ProcessTable
+
+    table = ProcessTable(client.database)
+    table.process_register(id="host:supervisor:1", kind="supervisor", host="host", pid=10)
+    table.process_register(
+        id="host:default#1:abc", kind="worker", host="host", pid=11, supervisor_id="host:supervisor:1", queue="default"
+    )
+    client.store.job_claim("default", "host:default#1:abc", limit=1, lease=60.0)
+    rows = {row["id"]: row for row in as_json(url, "workers")}
+    assert rows["host:default#1:abc"]["state"] == "running" and rows["host:default#1:abc"]["job"] is not None
+    assert rows["host:supervisor:1"]["state"] == "supervising"
+    assert "heartbeat" in ok(url, "workers").splitlines()[0].lower()
