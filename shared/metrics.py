@@ -106,6 +106,30 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         m["db_errors"].labels(fields.get("operation", "other")).inc()
 
 
+def declared_names() -> set[str]:
+    """Every sample name jobsup can export (counters end in _total, histograms have parts)."""
+    names = set()
+    for metric in _m().values():
+        kind, name = metric._type, metric._name
+        if kind == "counter":
+            names.add(name + "_total")
+        elif kind == "histogram":
+            names |= {name + "_bucket", name + "_count", name + "_sum"}
+        else:
+            names.add(name)
+    return names
+
+
+def start_series(queues: list[str], steps: list[str]) -> None:
+    """Export zeros for the label values known at start, so rate() and alerts see a series
+    before the first restart or the first maintenance error."""
+    m = _m()
+    for queue in queues:
+        m["restarts"].labels(queue)
+    for step in steps:
+        m["maintenance_errors"].labels(step)
+
+
 def set_workers(counts: dict[str, int]) -> None:
     for queue, count in counts.items():
         _m()["workers"].labels(queue).set(count)

@@ -88,6 +88,7 @@ class Arbiter:
             ]
         )
         self.cron = CronTick(RecurringStore(self.db))
+        metrics.start_series(list(self.settings.queues), [step.name for step in self.maintenance.steps])
         self.processes.process_register(id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid())
         self.children = Children(self.settings, self.fork_worker)
         self.health = Health(self.ping)

@@ -1,0 +1,191 @@
+"""What can be checked of deploy/ here: the alert rules (promtool), the metrics format of a
+real scrape (promtool), a real Prometheus server scraping a running `jobsup start`, the
+systemd unit (systemd-analyze), and the settings the manifests must keep. No container
+engine runs here, so the image and the compose file are not built or started."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+import jobsup
+from harness import Supervisor
+from helpers import wait_until
+
+DEPLOY = Path(__file__).parent.parent / "deploy"
+SHUTDOWN_GRACE = 20
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is missing: .ci/run installs Debian's prometheus package", pytrace=False)
+        pytest.skip(f"{name} is not installed (apt-get install prometheus)")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[jobsup.Client, int]]:
+    """A supervisor on SQLite that has run successes and a dead letter, serving /metrics."""
+    from jobsup import migrate
+    from jobsup.database import Database
+
+    folder = tmp_path_factory.mktemp("deploy")
+    (folder / "record").mkdir()
+    url = f"sqlite:///{folder / 'jobsup.db'}"
+    migrate.upgrade(Database(url))
+    client = jobsup.Client(url)
+    port = free_port()
+    supervisor = Supervisor(url, folder / "record", folder / "supervisor.log", metrics_port=str(port))
+    ids = client.enqueue_many(
+        [{"name": "work"} for _ in range(4)] + [{"name": "work", "payload": {"fail": True}, "max_attempts": 1}]
+    )
+    wait_until(lambda: all(client.get(i).status != "pending" for i in ids), timeout=30, what="jobs to finish")  # type: ignore[union-attr]
+    yield client, port
+    supervisor.stop()
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def test_alert_rules_are_valid_and_their_unit_tests_pass() -> None:
+    promtool = tool("promtool")
+    check = subprocess.run(
+        [promtool, "check", "rules", "alerts.yml"], cwd=DEPLOY / "prometheus", capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: 7 rules found" in check.stdout
+    tested = subprocess.run(
+        [promtool, "test", "rules", "alerts.test.yml"], cwd=DEPLOY / "prometheus", capture_output=True, text=True
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_a_real_scrape_passes_promtool_check_metrics(running: tuple[jobsup.Client, int]) -> None:
+    promtool = tool("promtool")
+    text = scrape(running[1])
+    result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_metric_the_alerts_and_dashboard_use_is_declared(running: tuple[jobsup.Client, int]) -> None:
+    from jobsup.metrics import declared_names
+
+    declared = declared_names()
+    lines = scrape(running[1]).splitlines()
+    exported = {line.split("{")[0].split(" ")[0] for line in lines if line.startswith("jobsup_")}
+    assert exported <= declared
+    assert {"jobsup_worker_restarts_total", "jobsup_maintenance_errors_total", "jobsup_queue_jobs"} <= exported
+    used = set()
+    for path in (DEPLOY / "prometheus" / "alerts.yml", DEPLOY / "grafana" / "jobsup-dashboard.json"):
+        used |= set(re.findall(r"\bjobsup_[a-z_]+", path.read_text()))
+    assert used - declared == set()
+
+
+def test_a_real_prometheus_scrapes_jobsup_and_answers_promql(
+    running: tuple[jobsup.Client, int], tmp_path: Path
+) -> None:
+    prometheus = tool("prometheus")
+    client, port = running
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [{"job_name": "jobsup", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
+            }
+        )
+    )
+    web = free_port()
+    server = subprocess.Popen(
+        [
+            prometheus,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{web}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        query = urllib.parse.quote('sum by (outcome) (jobsup_jobs_completed_total{job="jobsup"})')
+
+        def answer() -> dict[str, float]:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{web}/api/v1/query?query={query}", timeout=5) as r:
+                    result = json.load(r)["data"]["result"]
+            except OSError:
+                return {}
+            return {item["metric"]["outcome"]: float(item["value"][1]) for item in result}
+
+        found = wait_until(answer, timeout=60, what="Prometheus to answer the query")
+        succeeded = sum(1 for job in client.list_jobs(status="succeeded"))
+        assert found == {"succeeded": float(succeeded), "failed": 1.0}
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def test_systemd_unit_verifies_and_outlasts_the_shutdown_grace(tmp_path: Path) -> None:
+    unit = (DEPLOY / "systemd" / "jobsup.service").read_text()
+    stop = int(re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1))  # type: ignore[union-attr]
+    assert stop > SHUTDOWN_GRACE + 5
+    assert re.search(r"^KillSignal=SIGTERM", unit, re.M) and re.search(r"^Restart=on-failure", unit, re.M)
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed; the unit's settings were checked above")
+    # verify needs the ExecStart binary to exist: point it at this environment's jobsup.
+    copy = tmp_path / "jobsup.service"
+    copy.write_text(unit.replace("/opt/jobsup/.venv/bin/jobsup", shutil.which("jobsup") or "/bin/true"))
+    result = subprocess.run([analyze, "verify", str(copy)], capture_output=True, text=True)
+    problems = [line for line in result.stderr.splitlines() if "jobsup.service" in line and "User=" not in line]
+    assert problems == [], result.stderr
+
+
+def test_kubernetes_manifests_outlast_the_grace_and_probe_healthz() -> None:
+    documents = list(yaml.safe_load_all((DEPLOY / "kubernetes" / "jobsup.yaml").read_text()))
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]
+    assert pod["spec"]["terminationGracePeriodSeconds"] > SHUTDOWN_GRACE + 5
+    container = pod["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "9465"
+    config = next(d for d in documents if d["kind"] == "ConfigMap")["data"]["jobsup.toml"]
+    from jobsup.settings import load
+
+    (Path(os.environ.get("TMPDIR", "/tmp")) / "jobsup-k8s-check").mkdir(exist_ok=True)
+    folder = Path(os.environ.get("TMPDIR", "/tmp")) / "jobsup-k8s-check"
+    (folder / "jobsup.toml").write_text(config)
+    settings = load(directory=folder)
+    assert settings.metrics_port == 9465 and settings.shutdown_grace == SHUTDOWN_GRACE
+
+
+def test_compose_file_has_postgres_jobsup_and_prometheus() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    assert {"postgres", "jobsup-1", "jobsup-2", "prometheus"} <= set(compose["services"])
+    assert int(compose["services"]["jobsup-1"]["stop_grace_period"].rstrip("s")) > SHUTDOWN_GRACE + 5
+    scrape_config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = scrape_config["scrape_configs"][0]["static_configs"][0]["targets"]
+    assert targets == ["jobsup-1:9465", "jobsup-2:9465"]
