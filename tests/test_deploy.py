@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 import jobsup
+
 from harness import Supervisor
 from helpers import wait_until
 

@@ -10,10 +10,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from harness import Supervisor, records
 
 import jobsup
 
+from harness import Supervisor, records
 from helpers import wait_until
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness import Supervisor, assert_no_overlap, attempt_spans, records
 
 import jobsup
 
+from harness import Supervisor, assert_no_overlap, attempt_spans, records
 from helpers import wait_until
 
 pytestmark = pytest.mark.slow
