@@ -8,13 +8,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Insert, and_, insert, literal, select
+from sqlalchemy import ColumnElement, Insert, and_, bindparam, insert, literal, select
+from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.expression import FromClause
+from sqlalchemy.sql.operators import custom_op
 
 from jobsup.schema import PENDING, RUNNING, job, job_attempt
 
-# What a claim returns, in this order (see `jobsup.rows.ClaimedJob`). No timestamps: an
-# odd stored value (PostgreSQL's 'infinity') must not make every claim of the row fail.
+# What a claim returns, in this order (see `jobsup.rows.ClaimedJob`), followed by the due
+# time, which each dialect returns in a form an odd stored value cannot break.
 CLAIM_COLUMNS = (
     job.c.id,
     job.c.name,
@@ -35,18 +37,27 @@ def status_is(status: str) -> ColumnElement[bool]:
     return job.c.status == literal(status, literal_execute=True)
 
 
-def claimable(queue: str, now: ColumnElement[datetime]) -> ColumnElement[bool]:
-    """Every condition that makes a row claimable. SQLite's update rechecks all of it."""
-    return and_(status_is(PENDING), job.c.queue == queue, job.c.run_at <= now)
+def claimable(clock: ColumnElement[datetime], *, unindexed: bool = False) -> ColumnElement[bool]:
+    """Every condition that makes a row of queue `p_queue` claimable. SQLite's update
+    rechecks all of it, `unindexed`: with SQLite's no-op unary ``+`` on each column, so that
+    its planner looks the candidates up by id instead of scanning the claim index."""
+    columns: tuple[ColumnElement[Any], ...] = (job.c.status, job.c.queue, job.c.run_at)
+    status, queue, run_at = columns
+    if unindexed:
+        status, queue, run_at = (
+            UnaryExpression(c, operator=custom_op("+"), type_=c.type) for c in (status, queue, run_at)
+        )
+    return and_(status == literal(PENDING, literal_execute=True), queue == bindparam("p_queue"), run_at <= clock)
 
 
-def claim_values(owner: str, now: ColumnElement[datetime], lease_expires_at: ColumnElement[datetime]) -> dict[str, Any]:
+def claim_values(clock: ColumnElement[datetime], lease_expires_at: ColumnElement[datetime]) -> dict[str, Any]:
+    """What a claim writes; the owner is the bound `p_owner`."""
     return {
         "status": RUNNING,
         "attempts": job.c.attempts + 1,
-        "lease_owner": owner,
+        "lease_owner": bindparam("p_owner"),
         "lease_expires_at": lease_expires_at,
-        "updated_at": now,
+        "updated_at": clock,
     }
 
 

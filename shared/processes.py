@@ -46,7 +46,7 @@ class ProcessTable:
         queue: str | None = None,
         now: datetime | None = None,
     ) -> None:
-        at = self.dialect.now(now)
+        at = self.dialect.clock()
         stmt = insert(process).values(
             id=id,
             kind=kind,
@@ -58,17 +58,17 @@ class ProcessTable:
             heartbeat_at=at,
         )
         with self.db.statement("process") as conn:
-            conn.execute(stmt)
+            conn.execute(stmt, self.dialect.clock_params(now))
 
     def process_heartbeat(self, supervisor_id: str, *, now: datetime | None = None) -> int:
         """Refresh the supervisor's row and its workers' rows in one statement."""
         stmt = (
             update(process)
             .where(or_(process.c.id == supervisor_id, process.c.supervisor_id == supervisor_id))
-            .values(heartbeat_at=self.dialect.now(now))
+            .values(heartbeat_at=self.dialect.clock())
         )
         with self.db.statement("process") as conn:
-            return conn.execute(stmt).rowcount
+            return conn.execute(stmt, self.dialect.clock_params(now)).rowcount
 
     def process_deregister(self, ids: Sequence[str]) -> None:
         if ids:
@@ -77,11 +77,9 @@ class ProcessTable:
 
     def process_prune(self, stale_after: float, *, now: datetime | None = None) -> list[str]:
         """Delete the rows of processes that stopped heartbeating; return their ids."""
-        cutoff = self.dialect.now(now, -stale_after)
+        stmt = delete(process).where(process.c.heartbeat_at < self.dialect.clock("cutoff")).returning(process.c.id)
         with self.db.statement("maintenance") as conn:
-            return list(
-                conn.execute(delete(process).where(process.c.heartbeat_at < cutoff).returning(process.c.id)).scalars()
-            )
+            return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-stale_after)).scalars())
 
     def process_list(self) -> list[ProcessRow]:
         with self.db.read("inspect") as conn:

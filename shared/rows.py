@@ -62,6 +62,7 @@ class ClaimedJob:
     timeout: float | None
     actor: str | None
     owner: str
+    due_at: datetime | None = None  # when it became due (None when unreadable)
 
     @property
     def lease(self) -> Lease:

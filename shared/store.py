@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     Connection,
+    Insert,
     Update,
     and_,
     bindparam,
@@ -23,8 +26,8 @@ from sqlalchemy import (
     delete,
     func,
     null,
+    or_,
     select,
-    true,
     update,
 )
 from sqlalchemy.exc import IntegrityError
@@ -93,41 +96,45 @@ class Store:
         with self.db.transaction("enqueue") as conn:
             return self._enqueue_on(conn, jobs, now)
 
-    def _enqueue_on(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> list[int]:
-        at = self.dialect.now(now)
-        stmt = (
+    @cached_property
+    def _insert(self) -> Insert:
+        clock = self.dialect.clock()
+        return (
             job.insert()
             .values(
                 status=PENDING,
                 attempts=0,
-                run_at=func.coalesce(bindparam("run_at", type_=job.c.run_at.type), at),
-                created_at=at,
-                updated_at=at,
+                run_at=func.coalesce(bindparam("p_run_at", type_=job.c.run_at.type), clock),
+                created_at=clock,
+                updated_at=clock,
             )
             .returning(job.c.id, sort_by_parameter_order=True)
         )
+
+    def _enqueue_on(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> list[int]:
+        clock = self.dialect.clock_params(now)
         host_now = now or host_clock()
-        params = [_insert_params(new, host_now) for new in jobs]
+        params = [{**_insert_params(new, host_now), **clock} for new in jobs]
         ids: list[int | None] = [None] * len(jobs)
         plain = [i for i, new in enumerate(jobs) if new.unique_key is None]
         if plain:
-            inserted = conn.execute(stmt, [params[i] for i in plain]).scalars().all()
+            inserted = conn.execute(self._insert, [params[i] for i in plain]).scalars().all()
             for i, job_id in zip(plain, inserted, strict=True):
                 ids[i] = job_id
         for i, new in enumerate(jobs):
             if new.unique_key is not None:
-                ids[i] = self._enqueue_unique(conn, stmt, params[i], new.unique_key)
+                ids[i] = self._enqueue_unique(conn, params[i], new.unique_key)
         self.dialect.after_enqueue(conn, {new.queue for new in jobs})
         return [job_id for job_id in ids if job_id is not None]
 
-    def _enqueue_unique(self, conn: Connection, stmt: Any, params: dict[str, Any], key: str) -> int:
+    def _enqueue_unique(self, conn: Connection, params: dict[str, Any], key: str) -> int:
         # The filtered unique index decides, so this holds across processes. The insert
         # runs in a savepoint so that losing the race does not abort the caller's transaction.
         live = select(job.c.id).where(job.c.unique_key == key, job.c.status.in_(LIVE_STATUSES))
         for _ in range(5):
             try:
                 with conn.begin_nested():
-                    return int(conn.execute(stmt, params).scalar_one())
+                    return int(conn.execute(self._insert, params).scalar_one())
             except IntegrityError:
                 existing = conn.execute(live).scalar()
                 if existing is not None:
@@ -136,6 +143,8 @@ class Store:
         raise DuplicateJob(f"unique key {key!r} is contended; try again")
 
     # -- worker side -----------------------------------------------------------------------
+    # The hot statements are built once, with bound parameters, so that a claim or a settle
+    # costs one cached statement instead of building and compiling SQL every time.
 
     def job_claim(
         self, queue: str, owner: str, *, limit: int = 1, lease: float, now: datetime | None = None
@@ -144,18 +153,40 @@ class Store:
         rows = self.dialect.claim(self.db, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
         return [ClaimedJob(*tuple(row)) for row in rows]
 
+    @cached_property
+    def _renew(self) -> Update:
+        return (
+            update(job)
+            .where(self._fence)
+            .values(lease_expires_at=self.dialect.clock("lease"), updated_at=self.dialect.clock())
+            .returning(job.c.id)
+        )
+
     def job_renew_lease(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> set[int]:
         """Extend the leases still held; return the ids renewed (missing ones were lost)."""
         if not leases:
             return set()
-        stmt = (
+        params = {**self.dialect.clock_params(now, lease=lease), **self._fence_params(leases)}
+        with self.db.statement("renew") as conn:
+            return set(conn.execute(self._renew, params).scalars())
+
+    @cached_property
+    def _complete(self) -> Any:
+        clock = self.dialect.clock()
+        first = (
             update(job)
-            .where(_fenced(leases))
-            .values(lease_expires_at=self.dialect.now(now, lease), updated_at=self.dialect.now(now))
+            .where(self._fence)
+            .values(
+                status=SUCCEEDED,
+                finished_at=clock,
+                updated_at=clock,
+                lease_owner=None,
+                lease_expires_at=None,
+                result=bindparam("p_result"),
+            )
             .returning(job.c.id)
         )
-        with self.db.statement("renew") as conn:
-            return set(conn.execute(stmt).scalars())
+        return self.dialect.chain(first, self._close_attempts)
 
     def job_complete(
         self, leases: Sequence[Lease], *, result: str | None = None, now: datetime | None = None
@@ -163,22 +194,41 @@ class Store:
         """Settle attempts as succeeded; return the ids settled (a stale lease settles nothing)."""
         if not leases:
             return set()
-        at = self.dialect.now(now)
+        params = {
+            **self.dialect.clock_params(now),
+            **self._fence_params(leases),
+            "p_result": result,
+            "p_outcome": "succeeded",
+            "p_error": None,
+        }
+        return {row[0] for row in self.dialect.run_chain(self.db, self._complete, params, "settle")}
+
+    def _fail(self, *, expired_only: bool) -> Any:
+        clock = self.dialect.clock()
+        dead = or_(bindparam("p_discard", type_=Boolean), job.c.attempts >= job.c.max_attempts)
         first = (
             update(job)
-            .where(_fenced(leases))
+            .where(self._fence, *((job.c.lease_expires_at < clock,) if expired_only else ()))
             .values(
-                status=SUCCEEDED,
-                finished_at=at,
-                updated_at=at,
+                status=case((dead, DEAD_LETTERED), else_=PENDING),
+                run_at=case((dead, job.c.run_at), else_=self.dialect.clock("retry")),
+                finished_at=case((dead, clock), else_=null()),
+                last_error=bindparam("p_error"),
+                updated_at=clock,
                 lease_owner=None,
                 lease_expires_at=None,
-                result=result,
             )
-            .returning(job.c.id)
+            .returning(job.c.id, job.c.status)
         )
-        rows = self.dialect.update_then(self.db, first, _close_attempts("succeeded", None, at), "settle")
-        return {row[0] for row in rows}
+        return self.dialect.chain(first, self._close_attempts)
+
+    @cached_property
+    def _fail_any(self) -> Any:
+        return self._fail(expired_only=False)
+
+    @cached_property
+    def _fail_expired(self) -> Any:
+        return self._fail(expired_only=True)
 
     def job_fail(
         self,
@@ -189,49 +239,80 @@ class Store:
         retry_in: float,
         discard: bool = False,
         now: datetime | None = None,
-        where: ColumnElement[bool] | None = None,
+        expired_only: bool = False,
         operation: str = "settle",
     ) -> str | None:
         """End an attempt that did not succeed (`failed`, `timed_out`, `lease_expired`).
 
         The job goes back to pending after `retry_in` seconds, or is dead-lettered when it
-        has no attempts left or `discard` is set. Returns the new status, or None when the
+        has no attempts left or `discard` is set. `expired_only` also requires the lease to
+        have lapsed (the sweep's compare-and-set). Returns the new status, or None when the
         lease was no longer held (nothing changed)."""
-        at = self.dialect.now(now)
-        dead = true() if discard else job.c.attempts >= job.c.max_attempts
-        first = (
-            update(job)
-            .where(_fenced([lease]), *(() if where is None else (where,)))
-            .values(
-                status=case((dead, DEAD_LETTERED), else_=PENDING),
-                run_at=case((dead, job.c.run_at), else_=self.dialect.now(now, retry_in)),
-                finished_at=case((dead, at), else_=null()),
-                last_error=error,
-                updated_at=at,
-                lease_owner=None,
-                lease_expires_at=None,
-            )
-            .returning(job.c.id, job.c.status)
-        )
-        rows = self.dialect.update_then(self.db, first, _close_attempts(outcome, error, at), operation)
+        params = {
+            **self.dialect.clock_params(now, retry=retry_in),
+            **self._fence_params([lease]),
+            "p_discard": discard,
+            "p_error": error,
+            "p_outcome": outcome,
+        }
+        chain = self._fail_expired if expired_only else self._fail_any
+        rows = self.dialect.run_chain(self.db, chain, params, operation)
         return str(rows[0].status) if rows else None
 
-    def job_release(self, lease: Lease, *, now: datetime | None = None) -> bool:
-        """Give a job back without using up its attempt (shutdown); False if the lease was lost."""
-        at = self.dialect.now(now)
+    @cached_property
+    def _release(self) -> Any:
         first = (
             update(job)
-            .where(_fenced([lease]))
+            .where(self._fence)
             .values(
                 status=PENDING,
                 attempts=job.c.attempts - 1,
-                updated_at=at,
+                updated_at=self.dialect.clock(),
                 lease_owner=None,
                 lease_expires_at=None,
             )
             .returning(job.c.id)
         )
-        return bool(self.dialect.update_then(self.db, first, _close_attempts("released", None, at), "release"))
+        return self.dialect.chain(first, self._close_attempts)
+
+    def job_release(self, lease: Lease, *, now: datetime | None = None) -> bool:
+        """Give a job back without using up its attempt (shutdown); False if the lease was lost."""
+        params = {
+            **self.dialect.clock_params(now),
+            **self._fence_params([lease]),
+            "p_outcome": "released",
+            "p_error": None,
+        }
+        return bool(self.dialect.run_chain(self.db, self._release, params, "release"))
+
+    @cached_property
+    def _fence(self) -> ColumnElement[bool]:
+        """The compare-and-set of every worker-side write: still running, under the bound
+        owner `p_owner`, at the bound attempts (id, attempt pairs)."""
+        return and_(
+            status_is(RUNNING),
+            job.c.lease_owner == bindparam("p_owner"),
+            job.c.id.in_(bindparam("p_fence_ids", expanding=True)),
+            self.dialect.attempt_match(),
+        )
+
+    def _fence_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        owners = {lease.owner for lease in leases}
+        if len(owners) != 1:
+            raise ValueError("one fenced write covers the leases of one owner")
+        return {
+            "p_owner": owners.pop(),
+            "p_fence_ids": [lease.job_id for lease in leases],
+            **self.dialect.attempt_params(leases),
+        }
+
+    def _close_attempts(self, job_ids: Any) -> Update:
+        """The second half of every transition out of `running`: close the job's open attempt."""
+        return (
+            update(job_attempt)
+            .where(job_attempt.c.job_id.in_(job_ids), job_attempt.c.finished_at.is_(None))
+            .values(finished_at=self.dialect.clock(), outcome=bindparam("p_outcome"), error=bindparam("p_error"))
+        )
 
     # -- maintenance -----------------------------------------------------------------------
 
@@ -246,11 +327,12 @@ class Store:
         """Close leases that lapsed (or, with `owner`, every lease of a worker known dead):
         the attempt ends `lease_expired` and the job retries after `retry_in(name, attempt)` or is
         dead-lettered. Returns how many were closed."""
-        at = self.dialect.now(now)
-        found = and_(status_is(RUNNING), job.c.lease_owner == owner if owner else job.c.lease_expires_at < at)
+        clock = self.dialect.clock()
+        found = and_(status_is(RUNNING), job.c.lease_owner == owner if owner else job.c.lease_expires_at < clock)
         with self.db.read("maintenance") as conn:
             rows = conn.execute(
-                select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name).where(found).limit(limit)
+                select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name).where(found).limit(limit),
+                self.dialect.clock_params(now),
             ).all()
         closed = 0
         for job_id, lease_owner, attempt, name in rows:
@@ -260,7 +342,7 @@ class Store:
                 error="lease expired: the worker died or stopped renewing",
                 retry_in=retry_in(name, attempt),
                 now=now,
-                where=found,
+                expired_only=owner is None,
                 operation="maintenance",
             )
             closed += status is not None
@@ -298,36 +380,35 @@ class Store:
     def job_cancel(self, job_id: int, *, now: datetime | None = None) -> bool:
         """Cancel a pending or running job; a running one's worker sees its lease gone and
         sets the job's cancel event. False when the job was not live."""
-        at = self.dialect.now(now)
+        params = {**self.dialect.clock_params(now), "p_job": job_id, "p_outcome": "cancelled", "p_error": None}
+        return bool(self.dialect.run_chain(self.db, self._cancel, params, "cancel"))
+
+    @cached_property
+    def _cancel(self) -> Any:
+        clock = self.dialect.clock()
         first = (
             update(job)
-            .where(job.c.id == job_id, job.c.status.in_(LIVE_STATUSES))
-            .values(
-                status=CANCELLED,
-                finished_at=at,
-                updated_at=at,
-                lease_owner=None,
-                lease_expires_at=None,
-            )
+            .where(job.c.id == bindparam("p_job"), job.c.status.in_(LIVE_STATUSES))
+            .values(status=CANCELLED, finished_at=clock, updated_at=clock, lease_owner=None, lease_expires_at=None)
             .returning(job.c.id)
         )
-        return bool(self.dialect.update_then(self.db, first, _close_attempts("cancelled", None, at), "cancel"))
+        return self.dialect.chain(first, self._close_attempts)
 
     def job_retry_dead(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
         """Put dead-lettered jobs back to pending with fresh attempts; return those retried.
         A job whose unique key a live job now holds raises `DuplicateJob`."""
-        at = self.dialect.now(now)
+        clock = self.dialect.clock()
+        stmt = (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), status_is(DEAD_LETTERED))
+            .values(status=PENDING, attempts=0, run_at=clock, updated_at=clock, finished_at=None)
+            .returning(job.c.id)
+        )
         retried: list[int] = []
         for job_id in job_ids:
-            stmt = (
-                update(job)
-                .where(job.c.id == job_id, status_is(DEAD_LETTERED))
-                .values(status=PENDING, attempts=0, run_at=at, updated_at=at, finished_at=None)
-                .returning(job.c.id)
-            )
             try:
                 with self.db.statement("dead_letters") as conn:
-                    retried.extend(conn.execute(stmt).scalars())
+                    retried.extend(conn.execute(stmt, {**self.dialect.clock_params(now), "p_job": job_id}).scalars())
             except ConstraintViolation:
                 raise DuplicateJob(
                     f"job {job_id} cannot be retried: a live job holds its unique key",
@@ -346,16 +427,15 @@ class Store:
         self, statuses: Sequence[str], *, now: datetime | None = None
     ) -> tuple[dict[tuple[str, str], int], dict[str, datetime | None]]:
         """Jobs per (queue, status) among `statuses`, and each queue's oldest due pending run_at."""
-        at = self.dialect.now(now)
         counts = select(job.c.queue, job.c.status, func.count()).where(job.c.status.in_(statuses))
         oldest = (
             select(job.c.queue, func.min(job.c.run_at))
-            .where(status_is(PENDING), job.c.run_at <= at)
+            .where(status_is(PENDING), job.c.run_at <= self.dialect.clock())
             .group_by(job.c.queue)
         )
         with self.db.read("stats") as conn:
             by_status = {(q, st): int(n) for q, st, n in conn.execute(counts.group_by(job.c.queue, job.c.status))}
-            first_due = {q: first for q, first in conn.execute(oldest)}
+            first_due = {q: first for q, first in conn.execute(oldest, self.dialect.clock_params(now))}
         return by_status, first_due
 
     def job_held_by(self) -> dict[str, int]:
@@ -368,22 +448,24 @@ class Store:
         """Jobs per queue that succeeded in the last `seconds` (throughput)."""
         stmt = (
             select(job.c.queue, func.count())
-            .where(status_is(SUCCEEDED), job.c.finished_at >= self.dialect.now(now, -seconds))
+            .where(status_is(SUCCEEDED), job.c.finished_at >= self.dialect.clock("since"))
             .group_by(job.c.queue)
         )
         with self.db.read("stats") as conn:
-            return {queue: int(count) for queue, count in conn.execute(stmt)}
+            return {
+                queue: int(count) for queue, count in conn.execute(stmt, self.dialect.clock_params(now, since=-seconds))
+            }
 
     def job_finished_ids(self, status: str, *, older_than: float, limit: int, now: datetime | None = None) -> list[int]:
         """Ids of jobs that finished in `status` more than `older_than` seconds ago (oldest first)."""
         stmt = (
             select(job.c.id)
-            .where(status_is(status), job.c.finished_at < self.dialect.now(now, -older_than))
+            .where(status_is(status), job.c.finished_at < self.dialect.clock("cutoff"))
             .order_by(job.c.finished_at)
             .limit(limit)
         )
         with self.db.read("retention") as conn:
-            return list(conn.execute(stmt).scalars())
+            return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-older_than)).scalars())
 
     def job_delete(self, job_ids: Sequence[int], *, status: str, operation: str = "dead_letters") -> int:
         """Delete jobs (and their attempts) that are still in `status`; return how many."""
@@ -400,30 +482,6 @@ class Store:
         return len(gone)
 
 
-def _fenced(leases: Sequence[Lease]) -> ColumnElement[bool]:
-    """The compare-and-set of every worker-side write: still running, same owner, same attempt."""
-    owners = {lease.owner for lease in leases}
-    if len(owners) == 1:
-        owner_matches = job.c.lease_owner == next(iter(owners))
-        attempt = {lease.job_id: lease.attempt for lease in leases}
-        attempt_matches = job.c.attempts == case(attempt, value=job.c.id)
-        return and_(status_is(RUNNING), job.c.id.in_(attempt), owner_matches, attempt_matches)
-    raise ValueError("one fenced write covers the leases of one owner")
-
-
-def _close_attempts(outcome: str, error: str | None, at: ColumnElement[datetime]) -> Callable[[Any], Update]:
-    """The second half of every transition out of `running`: close the job's open attempt."""
-
-    def close(job_ids: Any) -> Update:
-        return (
-            update(job_attempt)
-            .where(job_attempt.c.job_id.in_(job_ids), job_attempt.c.finished_at.is_(None))
-            .values(finished_at=at, outcome=outcome, error=error)
-        )
-
-    return close
-
-
 def _insert_params(new: NewJob, host_now: datetime) -> dict[str, Any]:
     run_at = new.run_at
     if run_at is None and new.delay:
@@ -434,7 +492,7 @@ def _insert_params(new: NewJob, host_now: datetime) -> dict[str, Any]:
         "queue": new.queue,
         "payload": new.payload,
         "priority": new.priority,
-        "run_at": run_at,
+        "p_run_at": run_at,
         "max_attempts": new.max_attempts,
         "timeout": new.timeout,
         "unique_key": new.unique_key,

@@ -103,15 +103,19 @@ def _sqlite_parts(url: str) -> tuple[jobsup.Client, Any, Database]:
     return client, client.database.dialect, client.database
 
 
+def _params(dialect: Any, owner: str = "late") -> dict[str, Any]:
+    return dict(dialect.claim_params(queue="default", owner=owner, limit=1, lease=60.0, now=T0))
+
+
 def test_sqlite_claim_skips_a_job_settled_between_read_and_update(sqlite_url: str) -> None:
     client, dialect, db = _sqlite_parts(sqlite_url)
     job_id = client.enqueue("a")
-    seen = dialect.claim_candidates(db, queue="default", limit=1, now=T0)
+    seen = dialect.claim_candidates(db, _params(dialect))
     assert seen == [job_id]
     # Meanwhile another claimer takes the job and finishes it.
     other = client.store.job_claim("default", "other", limit=1, lease=60.0, now=T0)
     assert client.store.job_complete([other[0].lease], now=T0) == {job_id}
-    assert dialect.claim_update(db, seen, queue="default", owner="late", lease=60.0, now=T0) == []
+    assert dialect.claim_update(db, seen, _params(dialect)) == []
     stored = client.get(job_id)
     assert stored is not None and (stored.status, stored.attempts) == ("succeeded", 1)
     assert [a.owner for a in stored.history] == ["other"]
@@ -120,19 +124,19 @@ def test_sqlite_claim_skips_a_job_settled_between_read_and_update(sqlite_url: st
 def test_sqlite_claim_skips_a_job_rescheduled_between_read_and_update(sqlite_url: str) -> None:
     client, dialect, db = _sqlite_parts(sqlite_url)
     job_id = client.enqueue("a")
-    seen = dialect.claim_candidates(db, queue="default", limit=1, now=T0)
+    seen = dialect.claim_candidates(db, _params(dialect))
     other = client.store.job_claim("default", "other", limit=1, lease=60.0, now=T0)
     client.store.job_fail(other[0].lease, outcome="failed", error="x", retry_in=3600, now=T0)
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
-    assert dialect.claim_update(db, seen, queue="default", owner="late", lease=60.0, now=T0) == []
+    assert dialect.claim_update(db, seen, _params(dialect)) == []
 
 
 def test_sqlite_claim_skips_a_job_cancelled_between_read_and_update(sqlite_url: str) -> None:
     client, dialect, db = _sqlite_parts(sqlite_url)
     job_id = client.enqueue("a")
-    seen = dialect.claim_candidates(db, queue="default", limit=1, now=T0)
+    seen = dialect.claim_candidates(db, _params(dialect))
     assert client.cancel(job_id)
-    assert dialect.claim_update(db, seen, queue="default", owner="late", lease=60.0, now=T0) == []
+    assert dialect.claim_update(db, seen, _params(dialect)) == []
     assert client.get(job_id).history == ()  # type: ignore[union-attr]
 
 

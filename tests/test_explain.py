@@ -35,14 +35,16 @@ def test_sqlite_claim_uses_the_claim_index_without_sorting(sqlite_url: str) -> N
     fill(db, numbers, "'2020-01-01 00:00:00.000000'")
     with db.transaction() as conn:
         conn.execute(text("ANALYZE"))
-    stmt = db.dialect.candidates_statement(queue="default", limit=10, now=NOW)  # type: ignore[attr-defined]
+    dialect = db.dialect
+    params = dialect.claim_params(queue="default", owner="w", limit=10, lease=60.0, now=NOW)  # type: ignore[attr-defined]
+    stmt = dialect.candidates_statement.params(params)  # type: ignore[attr-defined]
     sql = str(stmt.compile(db.engine, compile_kwargs={"literal_binds": True}))
     with db.read() as conn:
         plan = " | ".join(row[3] for row in conn.execute(text("EXPLAIN QUERY PLAN " + sql)))
     assert "USING INDEX jobsup_job_claim" in plan or "USING COVERING INDEX jobsup_job_claim" in plan, plan
     assert "TEMP B-TREE" not in plan, plan
     # The statement really claims from that table.
-    assert len(db.dialect.claim_candidates(db, queue="default", limit=10, now=NOW)) == 10  # type: ignore[attr-defined]
+    assert len(dialect.claim_candidates(db, params)) == 10  # type: ignore[attr-defined]
 
 
 def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -58,14 +60,15 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
     fill(db, f"generate_series(1, {FINISHED + PENDING}) AS n", "'2020-01-01'::timestamptz")
     with db.read() as conn:
         conn.execute(text("VACUUM ANALYZE jobsup_job"))
-    stmt = db.dialect.claim_statement(queue="default", owner="w", limit=10, lease=60.0)  # type: ignore[attr-defined]
+    stmt = db.dialect.claim_statement  # type: ignore[attr-defined]
+    params = {**db.dialect.clock_params(None, lease=60.0), "p_queue": "default", "p_owner": "w", "p_limit": 10}
 
     def explain(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> Any:
         return "EXPLAIN (FORMAT JSON) " + statement, parameters
 
     with db.statement() as conn:
         event.listen(conn, "before_cursor_execute", explain, retval=True)
-        raw = conn.execute(stmt).scalar_one()
+        raw = conn.execute(stmt, params).scalar_one()
     plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
     # The candidates CTE is where rows are found: it must seek the claim index and never sort
     # (the statement's final ORDER BY only orders the at most `limit` rows claimed).

@@ -20,6 +20,7 @@ from setproctitle import setproctitle
 
 from jobsup import exits
 from jobsup.backoff import retry_in_for
+from jobsup.clock import host_clock
 from jobsup.database import Database
 from jobsup.dialects import Listener
 from jobsup.errors import DatabaseError
@@ -112,6 +113,7 @@ class Worker:
     def run_one(self, job: ClaimedJob) -> None:
         running = Running(job, timeout=self.timeout_of(job))
         self.title(f"running {job.name} id={job.id} attempt={job.attempt}")
+        waited = None if job.due_at is None else round((host_clock() - job.due_at).total_seconds(), 6)
         event(
             "job.started",
             job=job.id,
@@ -119,6 +121,7 @@ class Worker:
             attempt=job.attempt,
             queue=job.queue,
             worker=self.spec.label,
+            waited=waited,
         )
         self.keeper.begin(running)
         outcome = execute(job, running.cancelled)

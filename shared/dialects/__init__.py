@@ -18,6 +18,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
+from jobsup.rows import Lease
 
 SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
 
@@ -53,8 +54,19 @@ class Dialect(Protocol):
     def create_engine(self, url: URL) -> Engine:
         """An engine configured for jobsup's transaction discipline on this database."""
 
-    def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
-        """The reference clock plus `offset` seconds; `at` replaces the clock (tests, `now=`)."""
+    def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
+        """The reference clock as an expression of bound parameters: the database's clock
+        (the host's on SQLite) unless `clock_params` bound a fixed `now`; with `offset`, that
+        instant plus the seconds `clock_params` was given under that name."""
+
+    def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
+        """The parameters of `clock()`: a fixed instant (None: the clock) and named offsets."""
+
+    def attempt_match(self) -> ColumnElement[bool]:
+        """The attempt half of a lease fence: (id, attempts) among the bound leases."""
+
+    def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        """The parameters of `attempt_match` for `leases`."""
 
     def claim(
         self,
@@ -70,12 +82,12 @@ class Dialect(Protocol):
         lease, count the attempt and open its attempt row, all or nothing. Returns the
         claimed rows with the columns of `jobsup.store.CLAIM_COLUMNS`."""
 
-    def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
-    ) -> Sequence[Row[Any]]:
-        """Run `first` (an UPDATE with RETURNING whose first column is the job id) and then
-        `then(ids)` on the ids it changed, atomically; return `first`'s rows. `ids` is
-        something `column.in_()` takes."""
+    def chain(self, first: Update, then: Callable[[Any], Update]) -> Any:
+        """Prepare, once, two dependent writes: `first` (an UPDATE with RETURNING whose
+        first column is the job id) and `then(ids)` on the ids it changed."""
+
+    def run_chain(self, db: Connections, chain: Any, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
+        """Run a prepared chain atomically with `params`; return `first`'s rows."""
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Inside the enqueue's transaction: wake idle workers of `queues` when it commits."""

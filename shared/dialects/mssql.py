@@ -15,8 +15,9 @@ Quirks and limits:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
@@ -25,11 +26,9 @@ from sqlalchemy import (
     Engine,
     Row,
     TextClause,
-    Update,
     bindparam,
     create_engine,
     func,
-    literal,
     literal_column,
     text,
 )
@@ -37,31 +36,35 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobsup.dialects import Connections
+from jobsup.dialects.common import SequentialChain
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.rows import Lease
+from jobsup.schema import job
 from jobsup.sqltypes import UTCDateTime
 
 # The candidates' CTE names every column the OUTPUT clauses read: an updatable CTE only
 # exposes its own columns to `inserted`.
 CLAIM_SQL = """\
 WITH candidates AS (
-    SELECT TOP (:limit) id, name, queue, payload, status, attempts, max_attempts, timeout,
+    SELECT TOP (:p_limit) id, name, queue, payload, status, attempts, max_attempts, timeout,
            actor, run_at, lease_owner, lease_expires_at, updated_at
     FROM jobsup_job WITH (UPDLOCK, READPAST, ROWLOCK)
-    WHERE status = 'pending' AND queue = :queue AND run_at <= COALESCE(:now, SYSUTCDATETIME())
+    WHERE status = 'pending' AND queue = :p_queue AND run_at <= COALESCE(:p_now, SYSUTCDATETIME())
     ORDER BY priority DESC, run_at, id
 )
 UPDATE candidates
-SET status = 'running', attempts = attempts + 1, lease_owner = :owner,
-    lease_expires_at = DATEADD(millisecond, :lease_ms, COALESCE(:now, SYSUTCDATETIME())),
-    updated_at = COALESCE(:now, SYSUTCDATETIME())
-OUTPUT inserted.id, inserted.attempts, inserted.lease_owner, COALESCE(:now, SYSUTCDATETIME())
+SET status = 'running', attempts = attempts + 1, lease_owner = :p_owner,
+    lease_expires_at = DATEADD(millisecond, :p_off_ms_lease,
+        DATEADD(second, :p_off_s_lease, COALESCE(:p_now, SYSUTCDATETIME()))),
+    updated_at = COALESCE(:p_now, SYSUTCDATETIME())
+OUTPUT inserted.id, inserted.attempts, inserted.lease_owner, COALESCE(:p_now, SYSUTCDATETIME())
     INTO jobsup_job_attempt (job_id, attempt, owner, started_at)
 OUTPUT inserted.id, inserted.name, inserted.queue, inserted.payload, inserted.attempts,
-    inserted.max_attempts, inserted.timeout, inserted.actor, inserted.lease_owner;
+    inserted.max_attempts, inserted.timeout, inserted.actor, inserted.lease_owner, inserted.run_at;
 """
 
 
-class SQLServerDialect:
+class SQLServerDialect(SequentialChain):
     name = "mssql"
     read_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
@@ -74,28 +77,32 @@ class SQLServerDialect:
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, **self.engine_options)
 
-    def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
-        if at is not None:
-            return literal(at + timedelta(seconds=offset), UTCDateTime)
-        clock: ColumnElement[datetime] = func.sysutcdatetime(type_=UTCDateTime)
-        if not offset:
+    def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
+        clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.sysutcdatetime(type_=UTCDateTime))
+        if offset is None:
             return clock
-        # DATEADD takes an int: whole seconds, then the milliseconds left (so a 30-day
-        # offset does not overflow as milliseconds would).
-        seconds, millis = int(offset), round((offset - int(offset)) * 1000)
-        shifted = func.dateadd(literal_column("second"), seconds, clock, type_=UTCDateTime)
-        return func.dateadd(literal_column("millisecond"), millis, shifted, type_=UTCDateTime)
+        # DATEADD takes an int: whole seconds, then the milliseconds left over.
+        seconds = func.dateadd(literal_column("second"), bindparam(f"p_off_s_{offset}"), clock, type_=UTCDateTime)
+        return func.dateadd(literal_column("millisecond"), bindparam(f"p_off_ms_{offset}"), seconds, type_=UTCDateTime)
 
-    def claim_statement(
-        self, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None = None
-    ) -> TextClause:
-        return text(CLAIM_SQL).bindparams(
-            bindparam("now", now, type_=UTCDateTime),
-            limit=limit,
-            queue=queue,
-            owner=owner,
-            lease_ms=round(lease * 1000),
-        )
+    def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
+        params: dict[str, Any] = {"p_now": now}
+        for name, seconds in offsets.items():
+            params[f"p_off_s_{name}"] = int(seconds)
+            params[f"p_off_ms_{name}"] = round((seconds - int(seconds)) * 1000)
+        return params
+
+    def attempt_match(self) -> ColumnElement[bool]:
+        # SQL Server has no row-value IN: match "id:attempt" keys instead.
+        key = func.concat(job.c.id, literal_column("':'"), job.c.attempts)
+        return key.in_(bindparam("p_fence_keys", expanding=True))
+
+    def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        return {"p_fence_keys": [f"{lease.job_id}:{lease.attempt}" for lease in leases]}
+
+    @cached_property
+    def claim_statement(self) -> TextClause:
+        return text(CLAIM_SQL).bindparams(bindparam("p_now", type_=UTCDateTime))
 
     def claim(
         self,
@@ -107,18 +114,9 @@ class SQLServerDialect:
         lease: float,
         now: datetime | None,
     ) -> Sequence[Row[Any]]:
-        stmt = self.claim_statement(queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+        params = {**self.clock_params(now, lease=lease), "p_queue": queue, "p_owner": owner, "p_limit": limit}
         with db.transaction("claim") as conn:
-            return conn.execute(stmt).all()
-
-    def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
-    ) -> Sequence[Row[Any]]:
-        with db.transaction(operation) as conn:
-            rows = conn.execute(first).all()
-            if rows:
-                conn.execute(then([row[0] for row in rows]))
-        return rows
+            return conn.execute(self.claim_statement, params).all()
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Nothing to send: idle workers poll."""

@@ -16,19 +16,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Integer,
     Interval,
     Row,
     Select,
     Update,
+    bindparam,
+    case,
     create_engine,
     func,
-    literal,
+    null,
     select,
     text,
     update,
@@ -38,6 +42,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.dialects import Connections
+from jobsup.dialects.common import RowValueFence
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 from jobsup.schema import job
 from jobsup.sqltypes import UTCDateTime
@@ -85,7 +90,7 @@ class NotifyListener:
         self.conn.close()
 
 
-class PostgreSQLDialect:
+class PostgreSQLDialect(RowValueFence):
     name = "postgresql"
     read_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
     statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
@@ -95,53 +100,62 @@ class PostgreSQLDialect:
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=False)
 
-    def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
-        if at is not None:
-            return literal(at + timedelta(seconds=offset), UTCDateTime)
-        clock: ColumnElement[datetime] = func.now(type_=UTCDateTime)
-        if offset:
-            return clock + literal(timedelta(seconds=offset), Interval)
-        return clock
+    def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
+        # The server's now() unless a `p_now` is bound (tests); offsets are bound intervals.
+        clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.now(type_=UTCDateTime))
+        return clock if offset is None else clock + bindparam(f"p_off_{offset}", type_=Interval)
 
-    def claim_statement(
-        self, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None = None
-    ) -> Select[Any]:
-        at = self.now(now)
+    def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
+        return {"p_now": now, **{f"p_off_{name}": timedelta(seconds=s) for name, s in offsets.items()}}
+
+    @cached_property
+    def claim_statement(self) -> Select[Any]:
+        clock = self.clock()
         candidates = (
             select(job.c.id)
-            .where(claimable(queue, at))
+            .where(claimable(clock))
             .order_by(*CLAIM_ORDER)
-            .limit(limit)
+            .limit(bindparam("p_limit", type_=Integer))
             .with_for_update(skip_locked=True)
             .cte("candidates")
         )
         claimed = (
             update(job)
             .where(job.c.id == candidates.c.id)
-            .values(claim_values(owner, at, self.now(now, lease)))
+            .values(claim_values(clock, self.clock("lease")))
             .returning(*CLAIM_COLUMNS, job.c.priority, job.c.run_at)
             .cte("claimed")
         )
-        # RETURNING has no order; the batch is run in claim order, so sort it here.
-        returned = [claimed.c[column.name] for column in CLAIM_COLUMNS]
+        # RETURNING has no order; the batch is run in claim order, so sort it here. An
+        # infinite run_at ('-infinity' is due) cannot become a Python datetime: None instead.
+        due_at = case((func.isfinite(claimed.c.run_at), claimed.c.run_at), else_=null()).label("due_at")
+        returned = [*(claimed.c[column.name] for column in CLAIM_COLUMNS), due_at]
         order = (claimed.c.priority.desc(), claimed.c.run_at, claimed.c.id)
-        return select(*returned).add_cte(open_attempts(claimed, at).cte("opened")).order_by(*order)
+        return select(*returned).add_cte(open_attempts(claimed, clock).cte("opened")).order_by(*order)
 
     def claim(
-        self, db: Connections, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None
+        self,
+        db: Connections,
+        *,
+        queue: str,
+        owner: str,
+        limit: int,
+        lease: float,
+        now: datetime | None,
     ) -> Sequence[Row[Any]]:
-        stmt = self.claim_statement(queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+        params = {**self.clock_params(now, lease=lease), "p_queue": queue, "p_owner": owner, "p_limit": limit}
         with db.statement("claim") as conn:
-            return conn.execute(stmt).all()
+            return conn.execute(self.claim_statement, params).all()
 
-    def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
-    ) -> Sequence[Row[Any]]:
+    def chain(self, first: Update, then: Callable[[Any], Update]) -> Select[Any]:
+        """Both writes in one statement: data-modifying CTEs make them atomic."""
         changed = first.cte("changed")
         id_column = next(iter(changed.c))
-        stmt = select(*changed.c).add_cte(then(select(id_column)).cte("followed"))
+        return select(*changed.c).add_cte(then(select(id_column)).cte("followed"))
+
+    def run_chain(self, db: Connections, chain: Any, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
         with db.statement(operation) as conn:
-            return conn.execute(stmt).all()
+            return conn.execute(chain, params).all()
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         # Delivered when the enqueue commits (with the caller's transaction, if it is theirs).

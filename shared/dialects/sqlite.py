@@ -17,20 +17,22 @@ Quirks and limits:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Integer,
     Row,
     Select,
     Update,
+    bindparam,
     create_engine,
     event,
-    literal,
     select,
     update,
 )
@@ -40,6 +42,7 @@ from sqlalchemy.exc import DBAPIError
 from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
 from jobsup.clock import host_clock
 from jobsup.dialects import Connections
+from jobsup.dialects.common import RowValueFence, SequentialChain
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 from jobsup.schema import job, job_attempt
 from jobsup.sqltypes import UTCDateTime
@@ -50,7 +53,7 @@ _SYNCHRONOUS = {"off", "normal", "full", "extra"}
 _CLAIM_ROUNDS = 3
 
 
-class SQLiteDialect:
+class SQLiteDialect(SequentialChain, RowValueFence):
     name = "sqlite"
     read_options: Mapping[str, Any] = {_BEGIN: None}
     statement_options: Mapping[str, Any] = {}
@@ -90,9 +93,13 @@ class SQLiteDialect:
 
         return engine
 
-    def now(self, at: datetime | None, offset: float = 0.0) -> ColumnElement[datetime]:
-        instant = (at or host_clock()) + timedelta(seconds=offset)
-        return literal(instant, UTCDateTime)
+    def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
+        # No database clock: the host's instant (and each offset from it) is bound.
+        return bindparam("p_now" if offset is None else f"p_now_{offset}", type_=UTCDateTime)
+
+    def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
+        base = now or host_clock()
+        return {"p_now": base, **{f"p_now_{name}": base + timedelta(seconds=s) for name, s in offsets.items()}}
 
     def claim(
         self,
@@ -104,63 +111,66 @@ class SQLiteDialect:
         lease: float,
         now: datetime | None,
     ) -> Sequence[Row[Any]]:
-        instant = now or host_clock()  # one instant for the read and the recheck
+        params = self.claim_params(queue=queue, owner=owner, limit=limit, lease=lease, now=now)
         for _ in range(_CLAIM_ROUNDS):
-            candidates = self.claim_candidates(db, queue=queue, limit=limit, now=instant)
+            candidates = self.claim_candidates(db, params)
             if not candidates:
                 return []
-            claimed = self.claim_update(db, candidates, queue=queue, owner=owner, lease=lease, now=instant)
+            claimed = self.claim_update(db, candidates, params)
             if claimed:
                 return claimed
             # Every candidate went to another claimer while we waited for the write lock:
             # there may well be more work, so look again (a bounded number of times).
         return []
 
-    def claim_candidates(self, db: Connections, *, queue: str, limit: int, now: datetime) -> list[int]:
+    def claim_params(self, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None) -> dict[str, Any]:
+        """One instant for the read and the recheck."""
+        return {**self.clock_params(now, lease=lease), "p_queue": queue, "p_owner": owner, "p_limit": limit}
+
+    def claim_candidates(self, db: Connections, params: Mapping[str, Any]) -> list[int]:
         """The read half of a claim: takes no lock."""
         with db.read("claim") as conn:
-            return list(conn.execute(self.candidates_statement(queue=queue, limit=limit, now=now)).scalars())
+            return list(conn.execute(self.candidates_statement, params).scalars())
 
-    def candidates_statement(self, *, queue: str, limit: int, now: datetime) -> Select[Any]:
-        return select(job.c.id).where(claimable(queue, self.now(now))).order_by(*CLAIM_ORDER).limit(limit)
+    @cached_property
+    def candidates_statement(self) -> Select[Any]:
+        return (
+            select(job.c.id)
+            .where(claimable(self.clock()))
+            .order_by(*CLAIM_ORDER)
+            .limit(bindparam("p_limit", type_=Integer))
+        )
 
-    def claim_update(
-        self,
-        db: Connections,
-        ids: list[int],
-        *,
-        queue: str,
-        owner: str,
-        lease: float,
-        now: datetime,
-    ) -> Sequence[Row[Any]]:
+    @cached_property
+    def claim_update_statement(self) -> Update:
+        clock = self.clock()
+        return (
+            update(job)
+            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), claimable(clock, unindexed=True))
+            .values(claim_values(clock, self.clock("lease")))
+            .returning(*CLAIM_COLUMNS, job.c.run_at)  # an unreadable run_at reads as None
+        )
+
+    def claim_update(self, db: Connections, ids: list[int], params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         """The write half: rechecks every condition of the read, so a row that changed
         since is skipped, and opens the attempt rows in the same transaction."""
-        at = self.now(now)
-        stmt = (
-            update(job)
-            .where(job.c.id.in_(ids), claimable(queue, at))
-            .values(claim_values(owner, at, self.now(now, lease)))
-            .returning(*CLAIM_COLUMNS)
-        )
         with db.transaction("claim") as conn:
-            rows = conn.execute(stmt).all()
+            rows = conn.execute(self.claim_update_statement, {**params, "p_ids": ids}).all()
             if rows:
                 conn.execute(
                     job_attempt.insert(),
-                    [{"job_id": r.id, "attempt": r.attempts, "owner": owner, "started_at": now} for r in rows],
+                    [
+                        {
+                            "job_id": r.id,
+                            "attempt": r.attempts,
+                            "owner": params["p_owner"],
+                            "started_at": params["p_now"],
+                        }
+                        for r in rows
+                    ],
                 )
         position = {job_id: index for index, job_id in enumerate(ids)}
         return sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order
-
-    def update_then(
-        self, db: Connections, first: Update, then: Callable[[Any], Update], operation: str
-    ) -> Sequence[Row[Any]]:
-        with db.transaction(operation) as conn:
-            rows = conn.execute(first).all()
-            if rows:
-                conn.execute(then([row[0] for row in rows]))
-        return rows
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Nothing to send: idle workers poll."""

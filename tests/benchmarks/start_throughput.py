@@ -95,7 +95,7 @@ TARGET_PSS_MB = 250.0
 MEMORY_WORKERS = 4
 LATENCY_WARMUP = 5
 PROGRESS_POLL = 0.2  # seconds between counts of succeeded jobs
-STALL_TIMEOUT = 120.0  # no job finishing for this long fails the run
+STALL_TIMEOUT = 60.0  # no job finishing for this long fails the run
 STOP_TIMEOUT = 60.0
 
 APP_SOURCE = f'''"""Jobs for tests/benchmarks/start_throughput.py, written by it at run time."""
@@ -257,6 +257,10 @@ class Supervisor:
                     progress(f"jobsup start exited with {code} after SIGTERM; log tail:\n{self.log_tail()}")
         finally:
             self.log.close()
+
+    def workers_died(self) -> bool:
+        self.log.flush()
+        return b"worker.died" in self.log_path.read_bytes()
 
     def log_tail(self, lines: int = 20) -> str:
         self.log.flush()
@@ -460,6 +464,8 @@ def wait_until_all_succeeded(running: Supervisor, db: Database, jobs: int) -> Cp
         now = time.monotonic()
         if done != last_done:
             last_done, last_change = done, now
+        elif now - last_change > 5.0 and running.workers_died():
+            raise RuntimeError(f"workers died and no job succeeded for 5 s:\n{running.log_tail()}")
         elif now - last_change > STALL_TIMEOUT:
             raise RuntimeError(f"no job succeeded for {STALL_TIMEOUT:g} s ({done} of {jobs}):\n{running.log_tail()}")
         if done >= jobs:
