@@ -50,6 +50,13 @@ def claimable(clock: ColumnElement[datetime], *, unindexed: bool = False) -> Col
     return and_(status == literal(PENDING, literal_execute=True), queue == bindparam("p_queue"), run_at <= clock)
 
 
+def claim_params(
+    dialect: Any, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None
+) -> dict[str, Any]:
+    """The bound parameters of every dialect's claim: one instant for reading and rechecking."""
+    return {**dialect.clock_params(now, lease=lease), "p_queue": queue, "p_owner": owner, "p_limit": limit}
+
+
 def claim_values(clock: ColumnElement[datetime], lease_expires_at: ColumnElement[datetime]) -> dict[str, Any]:
     """What a claim writes; the owner is the bound `p_owner`."""
     return {

@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from jobsup.claiming import status_is
+from jobsup.claiming import claim_params, status_is
 from jobsup.clock import host_clock
 from jobsup.database import Database
 from jobsup.errors import ConstraintViolation, DuplicateJob, SchemaOutdated
@@ -150,7 +150,8 @@ class Store:
         self, queue: str, owner: str, *, limit: int = 1, lease: float, now: datetime | None = None
     ) -> list[ClaimedJob]:
         """Claim up to `limit` due jobs of `queue` for `owner`, each for `lease` seconds."""
-        rows = self.dialect.claim(self.db, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+        params = claim_params(self.dialect, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+        rows = self.dialect.claim(self.db, params)
         return [ClaimedJob(*tuple(row)) for row in rows]
 
     @cached_property

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 import jobsup
+from jobsup.claiming import claim_params
 from jobsup.database import Database
 from jobsup.schema import job, job_attempt
 from jobsup.store import Store
@@ -104,7 +105,7 @@ def _sqlite_parts(url: str) -> tuple[jobsup.Client, Any, Database]:
 
 
 def _params(dialect: Any, owner: str = "late") -> dict[str, Any]:
-    return dict(dialect.claim_params(queue="default", owner=owner, limit=1, lease=60.0, now=T0))
+    return claim_params(dialect, queue="default", owner=owner, limit=1, lease=60.0, now=T0)
 
 
 def test_sqlite_claim_skips_a_job_settled_between_read_and_update(sqlite_url: str) -> None:

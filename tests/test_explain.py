@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
+from jobsup.claiming import claim_params
 from jobsup.database import Database
 
 FINISHED, PENDING = 200_000, 1_000
@@ -36,7 +37,7 @@ def test_sqlite_claim_uses_the_claim_index_without_sorting(sqlite_url: str) -> N
     with db.transaction() as conn:
         conn.execute(text("ANALYZE"))
     dialect = db.dialect
-    params = dialect.claim_params(queue="default", owner="w", limit=10, lease=60.0, now=NOW)  # type: ignore[attr-defined]
+    params = claim_params(dialect, queue="default", owner="w", limit=10, lease=60.0, now=NOW)
     stmt = dialect.candidates_statement.params(params)  # type: ignore[attr-defined]
     sql = str(stmt.compile(db.engine, compile_kwargs={"literal_binds": True}))
     with db.read() as conn:
@@ -61,7 +62,7 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
     with db.read() as conn:
         conn.execute(text("VACUUM ANALYZE jobsup_job"))
     stmt = db.dialect.claim_statement  # type: ignore[attr-defined]
-    params = {**db.dialect.clock_params(None, lease=60.0), "p_queue": "default", "p_owner": "w", "p_limit": 10}
+    params = claim_params(db.dialect, queue="default", owner="w", limit=10, lease=60.0, now=None)
 
     def explain(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> Any:
         return "EXPLAIN (FORMAT JSON) " + statement, parameters
@@ -78,4 +79,4 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
     assert any(n.get("Index Name") == "jobsup_job_claim" for n in nodes), json.dumps(plan, indent=1)
     assert not any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes), json.dumps(plan, indent=1)
     # EXPLAIN did not run it: the real statement claims 10.
-    assert len(db.dialect.claim(db, queue="default", owner="w", limit=10, lease=60.0, now=None)) == 10
+    assert len(db.dialect.claim(db, params)) == 10

@@ -68,19 +68,10 @@ class Dialect(Protocol):
     def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         """The parameters of `attempt_match` for `leases`."""
 
-    def claim(
-        self,
-        db: Connections,
-        *,
-        queue: str,
-        owner: str,
-        limit: int,
-        lease: float,
-        now: datetime | None,
-    ) -> Sequence[Row[Any]]:
-        """Take up to `limit` due pending jobs of `queue`: mark them running under `owner`'s
-        lease, count the attempt and open its attempt row, all or nothing. Returns the
-        claimed rows with the columns of `jobsup.store.CLAIM_COLUMNS`."""
+    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+        """Take up to `p_limit` due pending jobs of `p_queue` (see `jobsup.claiming.claim_params`):
+        mark them running under `p_owner`'s lease, count the attempt and open its attempt
+        row, all or nothing. Returns the claimed rows: `CLAIM_COLUMNS`, then the due time."""
 
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Any:
         """Prepare, once, two dependent writes: `first` (an UPDATE with RETURNING whose

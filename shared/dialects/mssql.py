@@ -104,17 +104,7 @@ class SQLServerDialect(SequentialChain):
     def claim_statement(self) -> TextClause:
         return text(CLAIM_SQL).bindparams(bindparam("p_now", type_=UTCDateTime))
 
-    def claim(
-        self,
-        db: Connections,
-        *,
-        queue: str,
-        owner: str,
-        limit: int,
-        lease: float,
-        now: datetime | None,
-    ) -> Sequence[Row[Any]]:
-        params = {**self.clock_params(now, lease=lease), "p_queue": queue, "p_owner": owner, "p_limit": limit}
+    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         with db.transaction("claim") as conn:
             return conn.execute(self.claim_statement, params).all()
 

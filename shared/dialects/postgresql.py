@@ -133,17 +133,7 @@ class PostgreSQLDialect(RowValueFence):
         order = (claimed.c.priority.desc(), claimed.c.run_at, claimed.c.id)
         return select(*returned).add_cte(open_attempts(claimed, clock).cte("opened")).order_by(*order)
 
-    def claim(
-        self,
-        db: Connections,
-        *,
-        queue: str,
-        owner: str,
-        limit: int,
-        lease: float,
-        now: datetime | None,
-    ) -> Sequence[Row[Any]]:
-        params = {**self.clock_params(now, lease=lease), "p_queue": queue, "p_owner": owner, "p_limit": limit}
+    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         with db.statement("claim") as conn:
             return conn.execute(self.claim_statement, params).all()
 

@@ -101,17 +101,7 @@ class SQLiteDialect(SequentialChain, RowValueFence):
         base = now or host_clock()
         return {"p_now": base, **{f"p_now_{name}": base + timedelta(seconds=s) for name, s in offsets.items()}}
 
-    def claim(
-        self,
-        db: Connections,
-        *,
-        queue: str,
-        owner: str,
-        limit: int,
-        lease: float,
-        now: datetime | None,
-    ) -> Sequence[Row[Any]]:
-        params = self.claim_params(queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         for _ in range(_CLAIM_ROUNDS):
             candidates = self.claim_candidates(db, params)
             if not candidates:
@@ -122,10 +112,6 @@ class SQLiteDialect(SequentialChain, RowValueFence):
             # Every candidate went to another claimer while we waited for the write lock:
             # there may well be more work, so look again (a bounded number of times).
         return []
-
-    def claim_params(self, *, queue: str, owner: str, limit: int, lease: float, now: datetime | None) -> dict[str, Any]:
-        """One instant for the read and the recheck."""
-        return {**self.clock_params(now, lease=lease), "p_queue": queue, "p_owner": owner, "p_limit": limit}
 
     def claim_candidates(self, db: Connections, params: Mapping[str, Any]) -> list[int]:
         """The read half of a claim: takes no lock."""
