@@ -219,3 +219,17 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
     except (FileNotFoundError, IndexError):
         return "zombie"
+
+
+def test_a_second_sigint_skips_the_grace(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    supervisor = start(shutdown_grace="60s")
+    job_id = client.enqueue("work", {"seconds": 120})
+    started_by(record, job_id)
+    supervisor.signal(signal.SIGINT)
+    wait_until(lambda: "supervisor.stopping" in supervisor.output(), timeout=10, what="the first SIGINT")
+    supervisor.signal(signal.SIGINT)
+    assert supervisor.wait(timeout=20) == 0  # far inside the 60 s grace
+    stored = client.get(job_id)
+    assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
+    assert history(client, job_id) == [(1, "released")]
