@@ -8,12 +8,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Insert, and_, bindparam, insert, literal, select
+from sqlalchemy import ColumnElement, Insert, and_, bindparam, insert, literal_column, select
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.expression import FromClause
 from sqlalchemy.sql.operators import custom_op
 
-from jobsup.schema import PENDING, RUNNING, job, job_attempt
+from jobsup.schema import PENDING, RUNNING, STATUSES, job, job_attempt
 
 # What a claim returns, in this order (see `jobsup.rows.ClaimedJob`), followed by the due
 # time, which each dialect returns in a form an odd stored value cannot break.
@@ -34,7 +34,14 @@ CLAIM_ORDER = (job.c.priority.desc(), job.c.run_at, job.c.id)
 def status_is(status: str) -> ColumnElement[bool]:
     """`status = '<status>'` with the value inlined: the partial indexes are only usable
     when the planner sees the literal, not a bound parameter."""
-    return job.c.status == literal(status, literal_execute=True)
+    return job.c.status == status_literal(status)
+
+
+def status_literal(status: str) -> ColumnElement[str]:
+    """A status as an SQL literal, rendered when the statement is compiled (once)."""
+    if status not in STATUSES:
+        raise ValueError(f"not a job status: {status!r}")
+    return literal_column(f"'{status}'")
 
 
 def claimable(clock: ColumnElement[datetime], *, unindexed: bool = False) -> ColumnElement[bool]:
@@ -47,7 +54,7 @@ def claimable(clock: ColumnElement[datetime], *, unindexed: bool = False) -> Col
         status, queue, run_at = (
             UnaryExpression(c, operator=custom_op("+"), type_=c.type) for c in (status, queue, run_at)
         )
-    return and_(status == literal(PENDING, literal_execute=True), queue == bindparam("p_queue"), run_at <= clock)
+    return and_(status == status_literal(PENDING), queue == bindparam("p_queue"), run_at <= clock)
 
 
 def claim_params(

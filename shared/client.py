@@ -293,8 +293,10 @@ def _new_job(
             raise BadInput(f"run_at must be a datetime, not {type(run_at).__name__}")
         if run_at.tzinfo is None or run_at.utcoffset() is None:
             raise BadInput("run_at is a naive datetime: pass a timezone-aware one, e.g. datetime(..., tzinfo=UTC)")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise BadInput(f"priority must be an int, not {priority!r}")
+    if priority is not None and (
+        isinstance(priority, bool) or not isinstance(priority, int) or not -INT32 <= priority <= INT32
+    ):
+        raise BadInput(f"priority must be an int between {-INT32} and {INT32}, not {priority!r}")
     for text, what in ((unique_key, "unique_key"), (actor, "actor")):
         if text is not None and (not isinstance(text, str) or not 0 < len(text) <= 200):
             raise BadInput(f"{what} must be a string of 1-200 characters")
@@ -320,9 +322,12 @@ def _new_job(
     )
 
 
+INT32, INT64 = 2**31 - 1, 2**63 - 1
+
+
 def _job_id(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadInput(f"a job id is a whole number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not -INT64 <= value <= INT64:
+        raise BadInput(f"a job id is a whole number of at most 64 bits, not {value!r}")
     return value
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
 from jobsup.errors import BadInput
 
@@ -28,6 +28,7 @@ def check_cron(cron: object) -> str:
         raise BadInput(
             f"cron {cron!r} is not a valid cron expression; write five fields like '*/5 * * * *' or '@hourly'"
         )
+    next_slot(cron, "UTC", datetime(2000, 1, 1, tzinfo=UTC))  # valid fields can still never match
     return cron
 
 
@@ -45,11 +46,16 @@ def next_slot(cron: str, timezone: str, after: datetime) -> datetime:
     tz = zone(timezone)
     local = after.astimezone(tz).replace(tzinfo=None)
     # Start an hour early: in an overlap, local times before `after`'s may map to later instants.
-    candidates = croniter(check_cron(cron), local - timedelta(hours=1))
-    while True:
-        instant = _instant(candidates.get_next(datetime), tz)
-        if instant > after:
-            return instant
+    if not croniter.is_valid(cron):
+        raise BadInput(f"cron {cron!r} is not a valid cron expression")
+    candidates = croniter(cron, local - timedelta(hours=1))
+    try:
+        while True:
+            instant = _instant(candidates.get_next(datetime), tz)
+            if instant > after:
+                return instant
+    except CroniterError as exc:
+        raise BadInput(f"cron {cron!r} never matches a real date ({exc})") from None
 
 
 def latest_slot(cron: str, timezone: str, since: datetime, now: datetime) -> datetime:

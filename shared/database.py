@@ -35,8 +35,12 @@ class Database:
         self.url = normalise_url(url)
         self.dialect: Dialect = dialect_for(self.url)
         self.engine = self.dialect.create_engine(self.url)
+        # Single statements and reads; on PostgreSQL and SQL Server an autocommit engine of
+        # its own, so no connection switches isolation level on every checkout.
+        self.single = self.dialect.single_statement_engine(self.engine)
         if role is not None:
-            faults.install(self.engine, role)
+            for engine in {self.engine, self.single}:
+                faults.install(engine, role)
 
     @property
     def safe_url(self) -> str:
@@ -46,12 +50,12 @@ class Database:
 
     @contextmanager
     def read(self, operation: str = "read") -> Iterator[Connection]:
-        with self.errors(), self.engine.connect() as conn:
+        with self.errors(), self.single.connect() as conn:
             yield conn.execution_options(**self.dialect.read_options, **{OPERATION: operation})
 
     @contextmanager
     def statement(self, operation: str = "write") -> Iterator[Connection]:
-        with self.errors(), self.engine.connect() as conn:
+        with self.errors(), self.single.connect() as conn:
             conn = conn.execution_options(**self.dialect.statement_options, **{OPERATION: operation})
             with conn.begin():
                 yield conn
@@ -76,7 +80,8 @@ class Database:
 
     def dispose(self, close: bool = True) -> None:
         """Drop pooled connections; after fork pass close=False (the parent still owns them)."""
-        self.engine.dispose(close=close)
+        for engine in {self.engine, self.single}:
+            engine.dispose(close=close)
 
 
 def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:

@@ -2,14 +2,15 @@
 
 A spec names the processes, the operations and the window:
 
-    ROLE:OPERATIONS@START+LENGTH[;...]      e.g. worker:renew@2s+30s;supervisor:maintenance@0s+20s
+    ROLE:OPERATIONS@START+LENGTH[:hang][;...]   e.g. worker:renew@2s+30s;supervisor:maintenance@0s+20s
 
 ROLE is ``worker``, ``supervisor`` or ``any``; OPERATIONS is a comma list of store
 operations (``claim``, ``renew``, ``settle``, ``maintenance``, ``enqueue``...) or ``all``;
 the window opens START after the process started and lasts LENGTH. Set it with the
 ``JOBSUP_FAULTS`` environment variable or ``jobsup start --faults``. While the window is
 open, matching statements raise `DatabaseUnavailable` before they reach the database, as an
-outage would. Meant for tests and drills, never for production.
+outage would; with ``:hang`` they block until the window closes instead, as a half-open
+connection would. Meant for tests and drills, never for production.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Fault:
     operations: frozenset[str]
     start: float
     length: float
+    hang: bool = False
 
     def active(self, role: str, operation: str, elapsed: float) -> bool:
         return (
@@ -49,9 +51,12 @@ def parse(spec: str) -> list[Fault]:
             role, rest = part.split(":", 1)
             operations, window = rest.split("@", 1)
             start, length = window.split("+", 1)
+            length, _, action = length.partition(":")
+            if action not in ("", "hang"):
+                raise ValueError(action)
         except ValueError:
             raise ConfigurationError(
-                f"fault {part!r} is not ROLE:OPERATIONS@START+LENGTH (e.g. worker:renew@2s+30s)"
+                f"fault {part!r} is not ROLE:OPERATIONS@START+LENGTH[:hang] (e.g. worker:renew@2s+30s)"
             ) from None
         if role not in ("worker", "supervisor", "any"):
             raise ConfigurationError(f"fault {part!r}: role must be worker, supervisor or any")
@@ -61,6 +66,7 @@ def parse(spec: str) -> list[Fault]:
                 frozenset(op.strip() for op in operations.split(",") if op.strip()),
                 parse_duration(start, what="fault start"),
                 parse_duration(length, what="fault length"),
+                hang=action == "hang",
             )
         )
     return faults
@@ -79,5 +85,9 @@ def install(engine: Engine, role: str, spec: str | None = None) -> None:
     def fail(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
         operation = conn.get_execution_options().get(OPERATION, "other")
         elapsed = time.monotonic() - started
-        if any(f.active(role, operation, elapsed) for f in faults):
-            raise DatabaseUnavailable(f"injected fault: {operation} fails for now (JOBSUP_FAULTS)")
+        for fault in faults:
+            if fault.active(role, operation, elapsed):
+                if fault.hang:
+                    time.sleep(fault.start + fault.length - elapsed)
+                    return
+                raise DatabaseUnavailable(f"injected fault: {operation} fails for now (JOBSUP_FAULTS)")

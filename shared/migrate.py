@@ -13,8 +13,10 @@ from typing import TextIO
 
 from alembic import command
 from alembic.config import Config
+from alembic.util.exc import CommandError
 
 from jobsup.database import Database
+from jobsup.errors import SchemaOutdated
 
 DIALECT_NAMES = ("sqlite", "postgresql", "mssql")
 
@@ -35,7 +37,14 @@ def upgrade(db: Database) -> None:
         with conn.begin():
             db.dialect.migration_lock(conn)
             config.attributes["connection"] = conn
-            command.upgrade(config, "head")
+            try:
+                command.upgrade(config, "head")
+            except CommandError as exc:
+                # Typically a database upgraded by a newer jobsup (a rolled-back deploy).
+                raise SchemaOutdated(
+                    f"cannot upgrade {db.safe_url}: {exc}; its schema may be newer than this jobsup "
+                    f"(which knows revisions up to {head_revision()}): upgrade jobsup"
+                ) from None
 
 
 def upgrade_sql(dialect_name: str, output: TextIO) -> None:

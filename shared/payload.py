@@ -26,7 +26,7 @@ def decode_payload(text: str) -> Any:
     """Decode a stored payload; a corrupt one raises `InvalidPayload` (the attempt then fails)."""
     try:
         return json.loads(text)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(f"stored payload is not valid JSON ({exc.__class__.__name__})") from None
 
 

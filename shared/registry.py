@@ -85,6 +85,6 @@ def check_name(value: object, what: str) -> str:
 
 
 def check_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"max_attempts must be a whole number of at least 1, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+        raise BadInput(f"max_attempts must be a whole number from 1 to {2**31 - 1}, not {value!r}")
     return value

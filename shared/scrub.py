@@ -1,17 +1,20 @@
 """Keep payload values out of stored errors and logs (DESIGN 1.7).
 
-Every string and number in the payload that is long enough to be recognisable is replaced
-by ``***`` wherever it appears in the text, as is the payload's own JSON and repr. Stored
-errors are then capped at 2,000 characters.
+Every string and number in the payload is replaced by ``***`` wherever it appears in the
+text: values of three characters or more wherever they occur, shorter ones (``42``, ``7``,
+``ab``) where they stand as a whole word, so that masking ``7`` does not mangle ``1976``.
+The payload's own JSON and repr are masked too. Stored errors are capped at 2,000 characters.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 MASK = "***"
 ERROR_CAP = 2000
+_SHORT = 3
 
 
 def secrets_of(payload: Any) -> list[str]:
@@ -25,9 +28,9 @@ def secrets_of(payload: Any) -> list[str]:
         elif isinstance(value, list):
             for item in value:
                 walk(item)
-        elif isinstance(value, str) and len(value) >= 3:
+        elif isinstance(value, str) and value:
             found.update({value, repr(value), json.dumps(value)})
-        elif isinstance(value, int | float) and not isinstance(value, bool) and len(str(value)) >= 4:
+        elif isinstance(value, int | float) and not isinstance(value, bool):
             found.add(str(value))
 
     walk(payload)
@@ -38,7 +41,10 @@ def secrets_of(payload: Any) -> list[str]:
 
 def scrub(text: str, secrets: list[str]) -> str:
     for secret in secrets:
-        text = text.replace(secret, MASK)
+        if len(secret) >= _SHORT:
+            text = text.replace(secret, MASK)
+        else:
+            text = re.sub(rf"(?<![\w.]){re.escape(secret)}(?![\w.])", MASK, text)
     return text
 
 

@@ -62,10 +62,15 @@ class Settings:
     retain_cancelled: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
-        if self.heartbeat >= self.lease:
+        if self.heartbeat <= 0 or 3 * self.heartbeat > self.lease:
             raise ConfigurationError(
-                f"heartbeat ({self.heartbeat:g}s) must be shorter than the lease ({self.lease:g}s)"
+                f"heartbeat ({self.heartbeat:g}s) must be at most a third of the lease ({self.lease:g}s): a job is "
+                "cancelled when its lease would lapse within two heartbeats"
             )
+        if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+            raise ConfigurationError(f"log_level must be DEBUG, INFO, WARNING or ERROR, not {self.log_level!r}")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ConfigurationError(f"metrics_port must be 0-65535 (or -1 for none), not {self.metrics_port}")
         if self.log_format not in ("text", "json"):
             raise ConfigurationError(f"log_format must be text or json, not {self.log_format!r}")
         if self.claim_batch < 1:

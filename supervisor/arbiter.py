@@ -24,7 +24,7 @@ from jobsup import exits, metrics, migrate
 from jobsup.backoff import retry_in_for
 from jobsup.database import Database
 from jobsup.errors import ConfigurationError, JobsupError
-from jobsup.events import event
+from jobsup.events import event, log
 from jobsup.processes import ProcessTable
 from jobsup.recurring import RecurringStore
 from jobsup.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
@@ -224,11 +224,14 @@ class Arbiter:
             self.safely("recurring", self.cron.run_once)
 
     def safely(self, operation: str, action: object) -> None:
-        """A database error in the loop is logged and retried later; it never stops the loop."""
+        """An error in the loop is logged, counted and retried later; it never stops the loop."""
         try:
             action()  # type: ignore[operator]
         except JobsupError as exc:
             event("db.error", operation=operation, error=exc)
+        except Exception:
+            log.exception("supervisor.step_failed operation=%s", operation)
+            event("db.error", operation=operation, error="unexpected error, see the traceback above")
 
     # -- shutdown --------------------------------------------------------------------------
 
@@ -277,9 +280,15 @@ class Arbiter:
     # -- fork ------------------------------------------------------------------------------
 
     def fork_worker(self, spec: WorkerSpec) -> int:
+        # Block the handled signals across the fork: one arriving before the child has
+        # installed its own handlers would otherwise run the supervisor's handler there and
+        # be lost. The child unblocks them (and so receives any pending) once it is ready.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         pid = os.fork()
         if pid == 0:
             from jobsup.worker.boot import main
 
-            main(spec, inherited=[self.db], inherited_fds=[])
+            sockets = [self.endpoints.fileno()] if self.endpoints is not None else []
+            main(spec, inherited=[self.db], inherited_fds=sockets, signal_mask=mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return pid

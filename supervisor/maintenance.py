@@ -11,7 +11,7 @@ from jobsup import metrics
 from jobsup.backoff import retry_in_for
 from jobsup.clock import host_clock
 from jobsup.errors import JobsupError
-from jobsup.events import event
+from jobsup.events import event, log
 from jobsup.processes import ProcessTable, stale_age
 from jobsup.schema import DEAD_LETTERED, PENDING, RUNNING
 from jobsup.store import Store
@@ -110,3 +110,7 @@ class Maintenance:
             except JobsupError as exc:
                 self.errors[step.name] += 1
                 event("maintenance.failed", step=step.name, error=exc)
+            except Exception:
+                self.errors[step.name] += 1
+                log.exception("maintenance.failed step=%s", step.name)
+                event("maintenance.failed", step=step.name, error="unexpected error, see the traceback above")

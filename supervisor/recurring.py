@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from jobsup.errors import BadInput, JobsupError
-from jobsup.events import event
+from jobsup.events import event, log
 from jobsup.recurring import FIRED, RecurringStore
 
 
@@ -30,6 +30,9 @@ class CronTick:
                 continue
             except JobsupError as exc:
                 event("db.error", operation="recurring", schedule=schedule.name, error=exc)
+                continue
+            except Exception:
+                log.exception("recurring.failed schedule=%s", schedule.name)
                 continue
             if outcome == FIRED:
                 fired += 1

@@ -70,6 +70,9 @@ def test_missing_job_exits_1_with_one_line(url: str) -> None:
         (["recurring", "add", "r", "--job", "x", "--cron", "61 * * * *"], "is not a valid cron expression"),
         (["recurring", "add", "r", "--job", "x", "--cron", "* * * * *", "--timezone", "Nowhere/City"], "not known"),
         (["dead", "retry"], "give job ids or --all"),
+        (["jobs", "show", "99999999999999999999"], "a job id is a whole number of at most 64 bits"),
+        (["enqueue", "x", "--priority", "99999999999999"], "priority must be an int between"),
+        (["recurring", "add", "r", "--job", "x", "--cron", "0 0 30 2 *"], "never matches a real date"),
     ],
 )
 def test_user_mistakes_exit_2_with_a_reason_and_no_traceback(sqlite_url: str, args: list[str], message: str) -> None:

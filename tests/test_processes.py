@@ -129,12 +129,17 @@ def test_a_job_past_its_timeout_is_timed_out_and_its_worker_replaced(url: str, s
     assert_no_overlap(record, job_id)
 
 
-@pytest.mark.parametrize("honour", [True, False], ids=["honours-cancel", "ignores-cancel"])
+@pytest.mark.parametrize(
+    ("honour", "renewal"),
+    [(True, "fails"), (False, "fails"), (False, "hangs")],
+    ids=["honours-cancel", "ignores-cancel", "renewal-hangs"],
+)
 def test_lease_loss_stops_the_job_before_another_instance_runs_it(  # type: ignore[no-untyped-def]
-    url: str, start, record: Path, honour: bool
+    url: str, start, record: Path, honour: bool, renewal: str
 ) -> None:
     client = jobsup.Client(url)
-    faulty = start(lease="4s", heartbeat="1s", faults="worker:renew@0s+600s")
+    faults = "worker:renew@0s+600s" + (":hang" if renewal == "hangs" else "")
+    faulty = start(lease="4s", heartbeat="1s", faults=faults)
     job_id = client.enqueue("work", {"seconds": 60, "slow_attempts": [1], "honour": honour})
     first_worker = started_by(record, job_id)
     healthy = start(lease="4s", heartbeat="1s")
@@ -219,6 +224,41 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split("\n")[0].lower()
     except (FileNotFoundError, IndexError):
         return "zombie"
+
+
+def test_a_batch_does_not_start_a_job_cancelled_while_it_waited(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    first, second = client.enqueue_many([{"name": "work", "payload": {"seconds": 2}}, {"name": "work"}])
+    start(claim_batch="2")
+    started_by(record, first)
+    assert client.cancel(second)
+    wait_until(lambda: status_of(client, first) == "succeeded", timeout=30, what="the first job")
+    wait_until(
+        lambda: "job.skipped" in "".join(p.read_text() for p in record.parent.glob("*.log")),
+        timeout=10,
+        what="the worker to skip the cancelled job",
+    )
+    assert records(record, second) == []
+    assert status_of(client, second) == "cancelled"
+
+
+def test_an_orphaned_worker_does_not_hold_the_metrics_port(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    client = jobsup.Client(url)
+    first = start(metrics_port=port)
+    job_id = client.enqueue("work", {"seconds": 60})
+    orphan = started_by(record, job_id)
+    os.kill(first.pid, signal.SIGKILL)  # the supervisor alone: its worker goes on with the job
+    first.wait(10)
+    assert _running(orphan)
+    second = start(metrics_port=port)
+    wait_until(lambda: "metrics.serving" in second.output(), timeout=30, what="the new supervisor to serve")
+    assert "cannot serve /metrics" not in second.output()
+    os.kill(orphan, signal.SIGKILL)
 
 
 def test_a_second_sigint_skips_the_grace(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]

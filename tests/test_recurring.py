@@ -132,6 +132,18 @@ def test_a_schedule_fires_once_in_a_dst_gap_and_once_in_an_overlap(client: jobsu
     assert fired_slots(client) == [datetime(2030, 3, 31, 1, 0, tzinfo=UTC)]
 
 
+def test_a_cron_that_never_matches_is_refused_and_skipped(client: jobsup.Client) -> None:
+    with pytest.raises(jobsup.BadInput, match="never matches a real date"):
+        client.add_recurring("february-30", job="x", cron="0 0 30 2 *")
+    store = client.recurring
+    add(store, name="fine")
+    add(store, name="edited")
+    with client.database.transaction() as conn:
+        conn.execute(text("UPDATE jobsup_recurring_job SET cron = '0 0 30 2 *' WHERE name = 'edited'"))
+    assert CronTick(store).run_once(now=T0 + timedelta(minutes=5)) == 1
+    assert fired_slots(client, "fine") == [T0 + timedelta(minutes=5)]
+
+
 def test_bad_cron_and_zone_are_refused_when_added(client: jobsup.Client) -> None:
     with pytest.raises(jobsup.BadInput, match="cron '61 \\* \\* \\* \\*' is not a valid cron expression"):
         client.add_recurring("bad", job="x", cron="61 * * * *")

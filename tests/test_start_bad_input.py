@@ -46,9 +46,13 @@ def test_an_unreachable_database_exits_1_with_host_and_port(tmp_path: Path) -> N
     ("args", "message"),
     [
         (["--queue", "default=zero"], "workers of queue 'default': 'zero' is not a whole number"),
-        (["--lease", "10s", "--heartbeat", "20s"], "heartbeat (20s) must be shorter than the lease (10s)"),
+        (["--lease", "10s", "--heartbeat", "20s"], "heartbeat (20s) must be at most a third of the lease (10s)"),
+        (["--lease", "2m", "--heartbeat", "1m"], "heartbeat (60s) must be at most a third of the lease (120s)"),
+        (["--log-level", "verbose"], "log_level must be DEBUG, INFO, WARNING or ERROR"),
+        (["--metrics-port", "70000"], "metrics_port must be 0-65535"),
         (["--claim-batch", "0"], "claim_batch must be at least 1"),
         (["--faults", "everything@now"], "is not ROLE:OPERATIONS@START+LENGTH"),
+        (["--faults", "worker:renew@0s+5s:explode"], "is not ROLE:OPERATIONS@START+LENGTH"),
         (["--shutdown-grace", "a while"], "shutdown_grace: 'a while' is not a duration"),
     ],
 )

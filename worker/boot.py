@@ -19,10 +19,13 @@ from jobsup.worker.stop import StopRequest
 _SUPERVISOR_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT)
 
 
-def main(spec: WorkerSpec, inherited: list[Database], inherited_fds: list[int]) -> NoReturn:
-    """Run in the forked child; never returns into the supervisor's code."""
+def main(
+    spec: WorkerSpec, inherited: list[Database], inherited_fds: list[int], signal_mask: set[int | signal.Signals]
+) -> NoReturn:
+    """Run in the forked child; never returns into the supervisor's code. The supervisor's
+    signals arrive blocked; `signal_mask` is the mask to restore once ours are installed."""
     try:
-        worker = boot(spec, inherited, inherited_fds)
+        worker = boot(spec, inherited, inherited_fds, signal_mask)
     except Exception as exc:
         event("worker.boot_failed", worker=spec.label, error=f"{type(exc).__name__}: {exc}")
         _exit(exits.BOOT_FAILED)
@@ -35,15 +38,18 @@ def main(spec: WorkerSpec, inherited: list[Database], inherited_fds: list[int]) 
     _exit(code)
 
 
-def boot(spec: WorkerSpec, inherited: list[Database], inherited_fds: list[int]) -> Worker:
+def boot(
+    spec: WorkerSpec, inherited: list[Database], inherited_fds: list[int], signal_mask: set[int | signal.Signals]
+) -> Worker:
     # 1. Signals: the supervisor's handlers must not run here; then the worker's own.
     signal.set_wakeup_fd(-1)
     for signum in _SUPERVISOR_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
-    for fd in inherited_fds:
+    for fd in inherited_fds:  # e.g. the supervisor's /metrics socket: an orphan must not hold the port
         os.close(fd)
     stop = StopRequest()
     stop.install()
+    signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
     # 2. The parent's pooled connections belong to the parent: forget them without closing.
     for db in inherited:
         db.dispose(close=False)

@@ -39,9 +39,9 @@ def execute(job: ClaimedJob, cancelled: threading.Event) -> Outcome:
         return Outcome("failed", f"UnknownJob: no job named {job.name!r} is registered in this worker")
     try:
         payload = decode_payload(job.payload)
-    except InvalidPayload as exc:
+        secrets = secrets_of(payload)
+    except (InvalidPayload, RecursionError) as exc:
         return Outcome("discarded", f"InvalidPayload: {exc}")  # retrying cannot mend it
-    secrets = secrets_of(payload)
     ctx = JobContext(job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled)
     try:
         value = registered.function(ctx, payload)

@@ -1,5 +1,8 @@
-"""The lease thread: renews the worker's leases every heartbeat and enforces the running
-job's deadlines, so that two attempts of one job never overlap.
+"""The lease threads: one renews the worker's leases every heartbeat, the other enforces
+the running job's deadlines, so that two attempts of one job never overlap. They are
+separate so that a renewal hanging on a dead connection cannot stall the enforcement; and
+an unexpected error in either ends the process (exit 4), since without them a job could
+outlive its lease.
 
 - Renewal: one statement for every lease the worker holds (a claimed batch, and successes
   not yet written). A lease that comes back missing was lost (cancelled, or expired and
@@ -14,14 +17,16 @@ job's deadlines, so that two attempts of one job never overlap.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from jobsup import exits
 from jobsup.errors import DatabaseError
-from jobsup.events import event
+from jobsup.events import event, log
 from jobsup.rows import ClaimedJob, Lease
 
 if TYPE_CHECKING:
@@ -42,9 +47,8 @@ class Running:
     seconds: float | None = None  # how long the job function ran, once it returned
 
 
-class LeaseKeeper(threading.Thread):
+class LeaseKeeper:
     def __init__(self, worker: Worker) -> None:
-        super().__init__(name="jobsup-lease", daemon=True)
         self.worker = worker
         settings = worker.spec.settings
         self.lease, self.heartbeat = settings.lease, settings.heartbeat
@@ -56,6 +60,10 @@ class LeaseKeeper(threading.Thread):
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.next_renewal = 0.0
         self.running: Running | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._guarded, args=(self._renew_forever,), name="jobsup-renew", daemon=True).start()
+        threading.Thread(target=self._guarded, args=(self._enforce_forever,), name="jobsup-lease", daemon=True).start()
 
     # -- called by the main thread --------------------------------------------------------
 
@@ -78,14 +86,31 @@ class LeaseKeeper(threading.Thread):
         with self.lock:
             self.running = None
 
+    def still_held(self, job_id: int) -> bool:
+        """Whether a claimed job may still start: its lease was not lost and is not about to
+        lapse (during an outage the batch's later leases run out while nothing renews them)."""
+        with self.lock:
+            fresh = time.monotonic() < self.renewed_at + self.lease - 2 * self.heartbeat
+            return fresh and job_id in self.held
+
     # -- the thread -----------------------------------------------------------------------
 
-    def run(self) -> None:
+    def _guarded(self, loop: Callable[[], None]) -> None:
+        try:
+            loop()
+        except BaseException:
+            log.exception("lease thread failed; ending the worker so its job cannot outlive its lease")
+            os._exit(exits.LEASE_LOST)
+
+    def _renew_forever(self) -> None:
+        while True:
+            time.sleep(max(0.0, min(self.next_renewal - time.monotonic(), self.tick)))
+            if time.monotonic() >= self.next_renewal:
+                self._renew(time.monotonic())
+
+    def _enforce_forever(self) -> None:
         while True:
             time.sleep(self.tick)
-            now = time.monotonic()
-            if now >= self.next_renewal:
-                self._renew(now)
             with self.lock:
                 running = self.running
             if running is not None:

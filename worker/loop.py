@@ -9,6 +9,7 @@ when asked to, or when its supervisor is gone.
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import threading
@@ -105,6 +106,12 @@ class Worker:
             if self.stop.requested:
                 self.release(jobs[index:])
                 break
+            if not self.keeper.still_held(job.id):
+                # Lost (cancelled, or expired and maybe running elsewhere) while it waited
+                # in the batch: it must not start here.
+                event("job.skipped", job=job.id, name=job.name, attempt=job.attempt, reason="lease lost")
+                self.keeper.drop({job.id})
+                continue
             self.run_one(job)
             if time.monotonic() - self.oldest_success >= FLUSH_EVERY:
                 self.flush()
@@ -184,26 +191,36 @@ class Worker:
         self.keeper.drop({job.id for job in jobs})
 
     def end_now(self, running: Running, code: int) -> None:
-        """From the lease thread: record what can be recorded, then end the process."""
+        """From the lease thread: record what can be recorded, then end the process. The
+        writes get a bounded time: the database may be the reason we are here."""
         with self.settle_lock:
             if running.settled:
                 return  # the main thread is already settling this job: it is not stuck
             running.settled = True
-            job = running.job
-            if code == exits.TIMED_OUT:
-                self.attempt_once(
-                    lambda: self.store.job_fail(
-                        job.lease,
-                        outcome="timed_out",
-                        error=f"timed out after {running.timeout:g}s and ignored cancellation",
-                        retry_in=retry_in_for(job.name, job.attempt),
-                    )
-                )
-            elif code == exits.SHUTDOWN_FORCED:
-                self.attempt_once(lambda: self.store.job_release(job.lease))
-            self.attempt_once(self.flush)
-            event("worker.ending", worker=self.spec.label, job=job.id, reason=exits.NAMES[code])
-            os._exit(code)
+        job, fields = running.job, self.fields(running)
+        writes: list[Callable[[], object]] = []
+        if code == exits.TIMED_OUT:
+            error = f"timed out after {running.timeout:g}s and ignored cancellation"
+            retry_in = retry_in_for(job.name, job.attempt)
+            writes.append(lambda: self.store.job_fail(job.lease, outcome="timed_out", error=error, retry_in=retry_in))
+            event("job.failed", **fields, outcome="timed_out", error=error)
+        elif code == exits.SHUTDOWN_FORCED:
+            writes.append(lambda: self.store.job_release(job.lease))
+            event("job.released", **fields)
+        if self.successes:
+            successes = list(self.successes)
+            writes.append(lambda: self.store.job_complete(successes))
+
+        def write_all() -> None:
+            for write in writes:
+                self.attempt_once(write)
+
+        writer = threading.Thread(target=write_all, daemon=True)
+        writer.start()
+        writer.join(timeout=min(5.0, self.settings.heartbeat / 2))
+        event("worker.ending", worker=self.spec.label, job=job.id, reason=exits.NAMES[code])
+        logging.shutdown()
+        os._exit(code)
 
     def retrying(self, operation: str, write: Callable[[], T]) -> T | None:
         """Retry a settling write through a brief outage, for up to one lease."""

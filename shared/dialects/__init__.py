@@ -54,6 +54,9 @@ class Dialect(Protocol):
     def create_engine(self, url: URL) -> Engine:
         """An engine configured for jobsup's transaction discipline on this database."""
 
+    def single_statement_engine(self, engine: Engine) -> Engine:
+        """The engine for `Database.read()` and `Database.statement()` (may be `engine`)."""
+
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         """The reference clock as an expression of bound parameters: the database's clock
         (the host's on SQLite) unless `clock_params` bound a fixed `now`; with `offset`, that

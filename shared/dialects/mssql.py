@@ -66,8 +66,8 @@ OUTPUT inserted.id, inserted.name, inserted.queue, inserted.payload, inserted.at
 
 class SQLServerDialect(SequentialChain):
     name = "mssql"
-    read_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
-    statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    read_options: Mapping[str, Any] = {}
+    statement_options: Mapping[str, Any] = {}
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {}
 
@@ -76,6 +76,10 @@ class SQLServerDialect(SequentialChain):
 
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, **self.engine_options)
+
+    def single_statement_engine(self, engine: Engine) -> Engine:
+        # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
+        return create_engine(engine.url, isolation_level="AUTOCOMMIT")
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.sysutcdatetime(type_=UTCDateTime))

@@ -49,6 +49,16 @@ from jobsup.sqltypes import UTCDateTime
 
 # pg_advisory_xact_lock key for schema upgrades: the first 8 bytes of sha1("jobsup-migrate").
 MIGRATION_LOCK_KEY = 0x4A6F62737570
+# A dead server or a half-open connection must surface as an error in seconds, not after
+# the kernel's 15-minute TCP timeout (the lease threads would cope, the settle retries not).
+CONNECT_ARGS = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30000,
+}
 _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator intervention (shutdown)
 _UNDEFINED_TABLE = "42P01"
 
@@ -92,13 +102,19 @@ class NotifyListener:
 
 class PostgreSQLDialect(RowValueFence):
     name = "postgresql"
-    read_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
-    statement_options: Mapping[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+    read_options: Mapping[str, Any] = {}
+    statement_options: Mapping[str, Any] = {}
     migration_options: Mapping[str, Any] = {}
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def create_engine(self, url: URL) -> Engine:
-        return create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=False)
+        return create_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+
+    def single_statement_engine(self, engine: Engine) -> Engine:
+        # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
+        return create_engine(
+            engine.url, isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS
+        )
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         # The server's now() unless a `p_now` is bound (tests); offsets are bound intervals.
