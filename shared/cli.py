@@ -78,9 +78,10 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
     """Run the supervisor and its worker processes until SIGTERM or SIGINT."""
     import os
 
+    from jobsup import exits
     from jobsup.events import configure_logging
     from jobsup.settings import load
-    from jobsup.supervisor.arbiter import Arbiter
+    from jobsup.supervisor.arbiter import Arbiter, WorkerBootFailed
 
     overrides = {key: value for key, value in options.items() if value is not None}
     if apps:
@@ -91,7 +92,11 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
     if settings.faults:
         os.environ["JOBSUP_FAULTS"] = settings.faults
     configure_logging(settings.log_level, settings.log_format)
-    sys.exit(Arbiter(settings).run())
+    try:
+        sys.exit(Arbiter(settings).run())
+    except WorkerBootFailed as exc:
+        click.echo(f"jobsup: {exc}", err=True)
+        sys.exit(exits.BOOT_FAILED)
 
 
 def main(argv: list[str] | None = None) -> None:
