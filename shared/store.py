@@ -288,10 +288,15 @@ class Store:
 
     @cached_property
     def _fence(self) -> ColumnElement[bool]:
-        """The compare-and-set of every worker-side write: still running, under the bound
-        owner `p_owner`, at the bound attempts (id, attempt pairs)."""
+        """The compare-and-set of every worker-side write: still held by the bound owner
+        `p_owner`, at the bound attempts (id, attempt pairs).
+
+        A lease owner is set exactly while a job is running (the claim sets it, every
+        transition out of running clears it; `test_a_lease_owner_is_set_exactly_while_running`
+        holds the store to it), so the owner match also says "still running". Leaving the
+        status out keeps PostgreSQL's planner on the primary key: with `status = 'running'`
+        it scans the lease index instead, dead entries and all."""
         return and_(
-            status_is(RUNNING),
             job.c.lease_owner == bindparam("p_owner"),
             job.c.id.in_(bindparam("p_fence_ids", expanding=True)),
             self.dialect.attempt_match(),

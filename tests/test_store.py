@@ -272,3 +272,29 @@ def test_retry_of_a_dead_letter_whose_unique_key_is_live_again_is_refused(client
         client.dead_letters.retry(dead)
     assert client.get(dead).status == "dead_lettered"  # type: ignore[union-attr]
     assert client.get(live).status == "pending"  # type: ignore[union-attr]
+
+
+def test_a_lease_owner_is_set_exactly_while_running(client: jobsup.Client) -> None:
+    """The lease fence relies on it (see Store._fence): walk every transition and check."""
+    from sqlalchemy import or_
+
+    def broken() -> list[tuple[int, str, str | None]]:
+        with client.database.read() as conn:
+            mismatch = or_(
+                (job.c.status == "running") & job.c.lease_owner.is_(None),
+                (job.c.status != "running") & job.c.lease_owner.isnot(None),
+            )
+            return [tuple(r) for r in conn.execute(select(job.c.id, job.c.status, job.c.lease_owner).where(mismatch))]
+
+    ids = client.enqueue_many([{"name": "a", "max_attempts": 1} for _ in range(6)])
+    assert broken() == []
+    claimed = client.store.job_claim("default", "w", limit=6, lease=60.0, now=T0)
+    assert broken() == []
+    client.store.job_complete([claimed[0].lease])
+    client.store.job_fail(claimed[1].lease, outcome="failed", error="x", retry_in=0)  # dead-lettered
+    client.store.job_release(claimed[2].lease)
+    client.cancel(claimed[3].id)
+    client.store.job_expire_leases(lambda name, attempt: 0.0, now=T0 + timedelta(minutes=5))
+    assert broken() == []
+    client.dead_letters.retry_all()
+    assert broken() == [] and len(ids) == 6

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, Update, bindparam, tuple_
+from sqlalchemy import BigInteger, ColumnElement, Integer, Row, Update, bindparam, tuple_
+from sqlalchemy.types import TupleType
 
 from jobsup.dialects import Connections
 from jobsup.rows import Lease
@@ -32,7 +33,9 @@ class RowValueFence:
     """The attempt half of a lease fence as a row-value IN: (id, attempts) IN ((1, 2), ...)."""
 
     def attempt_match(self) -> ColumnElement[bool]:
-        return tuple_(job.c.id, job.c.attempts).in_(bindparam("p_fences", expanding=True))
+        # Typed, so the driver does not send small ids as smallint and re-plan as they grow.
+        fences = bindparam("p_fences", expanding=True, type_=TupleType(BigInteger(), Integer()))
+        return tuple_(job.c.id, job.c.attempts).in_(fences)
 
     def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         return {"p_fences": [(lease.job_id, lease.attempt) for lease in leases]}
