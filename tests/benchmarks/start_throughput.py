@@ -17,9 +17,10 @@ What it measures:
    jobs/s = jobs / (max(jobsup_job.finished_at) - min(jobsup_job_attempt.started_at)), read
    from the database, so process start-up and the poll do not count. The database is then
    checked: every job succeeded at its first attempt. Beside it: CPU milliseconds per job
-   of the workers, the supervisor and everything else on the machine (PostgreSQL, mostly),
-   and how busy the machine was, over the part of the run between the first and the last
-   poll. On PostgreSQL every run is followed by ``../shared/bench/pg_limit.sh BATCH WORKERS
+   of the workers, the supervisor, the PostgreSQL server's processes and the rest of the
+   machine, and how busy the machine was, over the part of the run between the first and
+   the last poll; on PostgreSQL also the transactions committed and the WAL written per job. On
+   PostgreSQL every run is followed by ``../shared/bench/pg_limit.sh BATCH WORKERS
    8`` (pgbench doing the least work a claim and a settle need) and jobsup's figure is
    shown as a ratio of it. Target: ratio >= 0.5 with 4 workers. With ``--repeat N`` the runs
    go round all cells N times and the table shows the medians.
@@ -38,17 +39,18 @@ What it measures:
    and PSS of the supervisor and of each worker (the supervisor's children) from
    /proc/PID/smaps_rollup. Target: supervisor + 4 idle workers under 250 MB PSS together.
 
-``--profile PATH`` adds an unmeasured PostgreSQL run (4 workers, batch 1) during which
-py-spy (``.venv/bin/pip install py-spy``) records one worker for ``--profile-seconds``,
-idle frames included (time waiting for the database shows): a flame graph goes to PATH
-(an .svg) and a table of the hottest functions to stdout.
+``--profile PATH`` adds an unmeasured PostgreSQL run (4 workers, claim batch 1 or
+``--profile-batch``) during which py-spy (``.venv/bin/pip install py-spy``) records one
+worker for ``--profile-seconds``, idle frames included (so time waiting for the database
+shows): a flame graph goes to PATH (an .svg), the raw stacks beside it (.txt), and a table
+of the main thread's hottest functions to stdout.
 
-Run from the repository root (about 10 minutes on 2 cores)::
+Run from the repository root (11 to 15 minutes on 2 cores)::
 
     .venv/bin/python tests/benchmarks/start_throughput.py
     .venv/bin/python tests/benchmarks/start_throughput.py --databases postgresql --workers 4 --batches 1
     .venv/bin/python tests/benchmarks/start_throughput.py --parts latency memory
-    .venv/bin/python tests/benchmarks/start_throughput.py --parts --profile /tmp/worker.svg
+    .venv/bin/python tests/benchmarks/start_throughput.py --parts --profile /tmp/worker.svg --profile-batch 10
 
 Progress goes to stderr, the results to stdout. Absolute figures depend on the machine;
 read the ratios and the targets.
@@ -70,7 +72,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -88,7 +90,7 @@ JOBSUP = Path(sys.executable).parent / "jobsup"
 PY_SPY = Path(sys.executable).parent / "py-spy"
 QUEUE = "bench"
 APP = "jobsup_bench_start_app"
-MARKS_VARIABLE = "JOBSUP_BENCH_START_MARKS"  # not a setting: settings ignore unknown JOBSUP_ names
+MARKS_VARIABLE = "BENCH_START_MARKS"  # where the latency job writes its start times
 
 TARGET_RATIO = 0.5  # of pg_limit, with 4 workers
 TARGET_PG_P50_MS, TARGET_PG_P99_MS = 5.0, 20.0
@@ -321,6 +323,7 @@ class CpuSnapshot:
     done: int
     workers: float
     supervisor: float
+    postgres: float
     busy: float
     total: float
 
@@ -332,9 +335,22 @@ class CpuSnapshot:
             done,
             sum(process_cpu(pid) for pid in running.workers()),
             process_cpu(running.pid),
+            sum(process_cpu(pid) for pid in postgres_pids()),
             busy,
             total,
         )
+
+
+def postgres_pids() -> list[int]:
+    """Every PostgreSQL server process on this host (the server is local)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if stat.read_text().startswith(f"{stat.parent.name} (postgres)"):
+                pids.append(int(stat.parent.name))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return pids
 
 
 @dataclass(frozen=True)
@@ -343,7 +359,8 @@ class CpuUse:
 
     workers_ms: float
     supervisor_ms: float
-    other_ms: float
+    postgres_ms: float  # the server's processes that lived through both snapshots (its backends do)
+    other_ms: float  # the rest of the machine: this script, and whatever else runs
     busy: float  # fraction of all cores
 
     @staticmethod
@@ -352,11 +369,13 @@ class CpuUse:
         if jobs <= 0 or last.total <= first.total:
             return None
         workers, supervisor = last.workers - first.workers, last.supervisor - first.supervisor
+        postgres = max(0.0, last.postgres - first.postgres)
         busy = last.busy - first.busy
         return CpuUse(
             1000 * workers / jobs,
             1000 * supervisor / jobs,
-            1000 * max(0.0, busy - workers - supervisor) / jobs,
+            1000 * postgres / jobs,
+            1000 * max(0.0, busy - workers - supervisor - postgres) / jobs,
             busy / (last.total - first.total),
         )
 
@@ -371,10 +390,20 @@ class Run:
     boot: float  # process start to the first attempt start
     cpu: CpuUse | None
     problems: tuple[str, ...]
+    server: ServerWork | None = None  # PostgreSQL only
 
     @property
     def jobs_per_second(self) -> float:
         return self.jobs / self.seconds
+
+
+@dataclass(frozen=True)
+class ServerWork:
+    """What PostgreSQL did per job over a whole run (the supervisor's start-up and this
+    script's polls included): committed transactions in the database, WAL bytes in the cluster."""
+
+    xacts_per_job: float
+    wal_kb_per_job: float
 
 
 @dataclass
@@ -435,11 +464,33 @@ def throughput_run(space: Workspace, cell: Cell, jobs: int) -> Run:
         try:
             options = [f"--queue={QUEUE}={cell.workers}", f"--claim-batch={cell.batch}"]
             options += ["--poll-interval=100ms", "--no-migrate"]
+            before = pg_counters(url) if cell.database == "postgresql" else None
             with supervisor(space, url, label, *options) as running:
                 cpu = wait_until_all_succeeded(running, db, jobs)
-            return summarise_run(db, jobs, running.started, cpu)
+            run = summarise_run(db, jobs, running.started, cpu)
         finally:
             db.dispose()
+        if before is not None:
+            after = pg_counters(url)  # the workers' backends have exited, so their counts are in
+            xacts, wal = (end - start for start, end in zip(before, after, strict=True))
+            run = replace(run, server=ServerWork(xacts / jobs, wal / 1024 / jobs))
+        return run
+
+
+def pg_counters(url: str) -> tuple[int, int]:
+    """(transactions committed in the database, WAL bytes written by the cluster)."""
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),"
+                    " (SELECT wal_bytes FROM pg_stat_wal)"
+                )
+            ).one()
+        return int(row[0]), int(row[1])
+    finally:
+        engine.dispose()
 
 
 def enqueue_noops(url: str, jobs: int, *, analyze: bool) -> None:
@@ -637,24 +688,17 @@ def memory_of(database: str, role: str, pid: int) -> Memory:
 # -- profiling ------------------------------------------------------------------------------------
 
 
-def profile_run(space: Workspace, jobs: int, svg: Path, seconds: int) -> None:
-    """An unmeasured PostgreSQL run (4 workers, batch 1) with py-spy on its first worker."""
+def profile_run(space: Workspace, jobs: int, svg: Path, seconds: int, batch: int) -> None:
+    """An unmeasured PostgreSQL run (4 workers, claim batch `batch`) with py-spy on its first worker."""
     if not PY_SPY.exists():
         raise SystemExit(f"--profile needs py-spy: {PY_SPY.parent / 'pip'} install py-spy")
-    label = "profile-postgresql-w4-b1"
+    label = f"profile-postgresql-w4-b{batch}"
+    jobs = max(jobs, (seconds + 5) * (1000 if batch == 1 else 8000))  # enough to outlast the recording
     with fresh_database("postgresql", space, label) as url:
         enqueue_noops(url, jobs, analyze=True)
         db = Database(url)
         try:
-            options = (
-                "--queue",
-                f"{QUEUE}=4",
-                "--claim-batch",
-                "1",
-                "--poll-interval",
-                "100ms",
-                "--no-migrate",
-            )
+            options = [f"--queue={QUEUE}=4", f"--claim-batch={batch}", "--poll-interval=100ms", "--no-migrate"]
             with supervisor(space, url, label, *options) as running:
                 deadline = time.monotonic() + 60
                 while count_succeeded(db) == 0 and time.monotonic() < deadline:
@@ -665,21 +709,11 @@ def profile_run(space: Workspace, jobs: int, svg: Path, seconds: int) -> None:
                 progress(f"py-spy: recording worker {pid} for {seconds} s")
                 raw = svg.with_suffix(".txt")
                 # Two recorders of the same worker: a flame graph to look at, raw stacks to tabulate.
-                common = [
-                    "--pid",
-                    str(pid),
-                    "--duration",
-                    str(seconds),
-                    "--idle",
-                    "--threads",
-                    "--rate",
-                    "200",
-                ]
+                common = ["--pid", str(pid), "--duration", str(seconds), "--idle", "--threads", "--rate", "200"]
                 recorders = [
                     subprocess.Popen([str(PY_SPY), "record", *common, "-o", str(svg)], stdout=subprocess.DEVNULL),
                     subprocess.Popen(
-                        [str(PY_SPY), "record", *common, "--format", "raw", "-o", str(raw)],
-                        stdout=subprocess.DEVNULL,
+                        [str(PY_SPY), "record", *common, "--format", "raw", "-o", str(raw)], stdout=subprocess.DEVNULL
                     ),
                 ]
                 codes = [recorder.wait(seconds + 60) for recorder in recorders]
@@ -689,10 +723,10 @@ def profile_run(space: Workspace, jobs: int, svg: Path, seconds: int) -> None:
     if any(codes):
         progress(f"py-spy failed: exit codes {codes}")
         return
-    print_profile(raw, svg, done, jobs)
+    print_profile(raw, svg, done, jobs, batch)
 
 
-def print_profile(raw: Path, svg: Path, done: int, jobs: int) -> None:
+def print_profile(raw: Path, svg: Path, done: int, jobs: int, batch: int) -> None:
     """The main thread's hottest functions: self (the leaf) and inclusive (on the stack)."""
     inclusive: Counter[str] = Counter()
     leaf: Counter[str] = Counter()
@@ -701,17 +735,17 @@ def print_profile(raw: Path, svg: Path, done: int, jobs: int) -> None:
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         count, frames = int(count_text), stack.split(";")
-        thread = frames[1] if len(frames) > 1 else "?"
+        thread = frames[0].partition(": ")[2] or "?"  # "thread (PID): NAME"
         threads[thread] += count
         if thread != "MainThread":
             continue
         total += count
-        names = [strip_line(frame) for frame in frames[2:]] or ["(no python frame)"]
+        names = [strip_line(frame) for frame in frames[1:]] or ["(no python frame)"]
         for name in set(names):
             inclusive[name] += count
         leaf[names[-1]] += count
     print()
-    print(f"py-spy profile of one worker, PostgreSQL, 4 workers, batch 1, raw stacks {raw}, flame graph {svg}")
+    print(f"py-spy profile of one worker, PostgreSQL, 4 workers, batch {batch}; raw stacks {raw}, flame graph {svg}")
     print(f"  ({done} of {jobs} jobs had succeeded when the recording ended)")
     print("  samples per thread: " + ", ".join(f"{name} {count}" for name, count in threads.most_common()))
     if not total:
@@ -744,10 +778,12 @@ def print_throughput(cells: Sequence[Cell], options: argparse.Namespace) -> None
     print(
         f"Throughput: {options.jobs} no-op jobs through `jobsup start`, poll 100ms; median of {options.repeat} run(s)"
     )
-    print("  cpu ms/job: worker processes, supervisor, everything else (PostgreSQL, mostly); busy: all cores")
+    print("  cpu ms/job: worker processes / supervisor / PostgreSQL server / the rest of the machine; busy: all cores")
+    print("  xact/job, WAL kB/job: PostgreSQL's committed transactions and WAL per job over the whole run")
     header = (
         f"  {'database':<10} {'workers':>7} {'batch':>5} {'jobs/s':>8} {'runs':<22} {'boot s':>6} "
-        f"{'cpu w/s/other':>16} {'busy':>5} {'pg_limit':>8} {'ratio':>6}  target"
+        f"{'cpu ms/job w/s/pg/rest':>22} {'busy':>5} {'xact/job':>8} {'WAL kB/job':>10} "
+        f"{'pg_limit':>8} {'ratio':>6}  target"
     )
     print(header)
     for cell in cells:
@@ -755,19 +791,23 @@ def print_throughput(cells: Sequence[Cell], options: argparse.Namespace) -> None
         boot = statistics.median(run.boot for run in cell.runs)
         workers = cell.median_of(lambda cpu: cpu.workers_ms)
         sup = cell.median_of(lambda cpu: cpu.supervisor_ms)
+        postgres = cell.median_of(lambda cpu: cpu.postgres_ms)
         other = cell.median_of(lambda cpu: cpu.other_ms)
         busy = cell.median_of(lambda cpu: cpu.busy)
-        cpu_text = f"{workers:.2f}/{sup:.2f}/{other:.2f}" if workers is not None else "-"
+        cpu_text = f"{workers:.2f}/{sup:.2f}/{postgres:.2f}/{other:.2f}" if workers is not None else "-"
         busy_text = f"{100 * busy:.0f}%" if busy is not None else "-"
+        servers = [run.server for run in cell.runs if run.server is not None]
+        xacts = f"{statistics.median(w.xacts_per_job for w in servers):.2f}" if servers else "-"
+        wal = f"{statistics.median(w.wal_kb_per_job for w in servers):.2f}" if servers else "-"
         ceiling, ratio = cell.ceiling, cell.ratio
         target = ""
         if ratio is not None and cell.workers == 4:
             target = f">= {TARGET_RATIO}: {verdict(ratio >= TARGET_RATIO)}"
             if ratio < TARGET_RATIO:
-                target += f" by {TARGET_RATIO - ratio:.2f} ({ratio / TARGET_RATIO:.0%} of target)"
+                target += f" ({ratio:.3f}, {ratio / TARGET_RATIO:.0%} of target)"
         print(
             f"  {cell.database:<10} {cell.workers:>7} {cell.batch:>5} {cell.jobs_per_second:>8.0f} "
-            f"{runs:<22} {boot:>6.2f} {cpu_text:>16} {busy_text:>5} "
+            f"{runs:<22} {boot:>6.2f} {cpu_text:>22} {busy_text:>5} {xacts:>8} {wal:>10} "
             f"{f'{ceiling:.0f}' if ceiling else '-':>8} {f'{ratio:.2f}' if ratio else '-':>6}  {target}"
         )
         for number, run in enumerate(cell.runs, 1):
@@ -841,6 +881,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="Seed of the idle gaps between latency jobs.")
     parser.add_argument("--profile", type=Path, help="Also profile a worker with py-spy; flame graph to this .svg.")
     parser.add_argument("--profile-seconds", type=int, default=5)
+    parser.add_argument("--profile-batch", type=int, default=1, help="Claim batch of the profiled run (default 1).")
     parser.add_argument("--keep", action="store_true", help="Keep the temporary folder (logs, app, SQLite files).")
     options = parser.parse_args(argv)
     if options.repeat < 1 or options.jobs < 1 or options.latency_jobs < 1:
@@ -848,11 +889,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return options
 
 
+def source_version() -> str:
+    """The checkout's commit, and whether the library's files differ from it (others edit them too)."""
+    root = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    changed = git("status", "--porcelain", "--", "shared", "worker", "supervisor", "migrations")
+    return f"{commit}{' with uncommitted library changes' if changed else ''} ({root})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     began = time.monotonic()
     print(f"jobsup start benchmark: {' '.join(sys.argv)}")
     print(f"  {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}, jobsup command {JOBSUP}")
+    print(f"  jobsup source: {source_version()}")
     print(f"  load average at start: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
     with workspace(options.keep) as space:
         cells: list[Cell] = []
@@ -870,7 +925,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 memory += measure_memory(space, database)
             print_memory(memory)
         if options.profile is not None:
-            profile_run(space, options.jobs, options.profile, options.profile_seconds)
+            profile_run(space, options.jobs, options.profile, options.profile_seconds, options.profile_batch)
     print()
     print(f"load average at the end: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
     print(f"total time {time.monotonic() - began:.0f} s")
