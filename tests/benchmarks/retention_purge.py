@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from claim_throughput import LEASE, NOOP, PG_SERVER, QUEUE, has_pending  # the same job and queue
 from sqlalchemy import (
     Engine,
     Interval,
@@ -65,32 +66,16 @@ from sqlalchemy import (
 from jobsup import migrate
 from jobsup.claiming import status_is
 from jobsup.database import Database
-from jobsup.rows import NewJob
-from jobsup.schema import PENDING, SUCCEEDED, job, job_attempt
+from jobsup.schema import SUCCEEDED, job, job_attempt
 from jobsup.store import Store
 from jobsup.supervisor.maintenance import PurgeFinished
 
-PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
 DATABASE = "jobsup_bench_retention"
 URL = f"{PG_SERVER}/{DATABASE}"
-QUEUE = "default"
-LEASE = 300.0
 RETAIN_SECONDS = 7 * 86400.0
 FINISHED_AGE = "30 days"
 TARGET_RATIO = 2.0  # p99 with the purge over p99 without, at most
 START_TIMEOUT = 60.0  # for the processes to open their connections
-NOOP = NewJob(
-    name="noop",
-    queue=QUEUE,
-    payload="null",
-    priority=0,
-    run_at=None,
-    delay=0.0,
-    max_attempts=5,
-    timeout=None,
-    unique_key=None,
-    actor=None,
-)
 
 
 # -- the database ---------------------------------------------------------------------------
@@ -225,11 +210,6 @@ def claimer(url: str, ready: Any, start: Any, stop: Any, results: Any) -> None:
         settled += len(store.job_complete([claimed_job.lease for claimed_job in jobs]))
     results.put(Claims(started, seconds, claimed, settled, ran_dry))
     store.db.dispose()
-
-
-def has_pending(store: Store) -> bool:
-    with store.db.read() as conn:
-        return conn.execute(select(job.c.id).where(status_is(PENDING)).limit(1)).first() is not None
 
 
 def purger(url: str, options: argparse.Namespace, ready: Any, go: Any, results: Any) -> None:
