@@ -17,7 +17,8 @@ from jobsup.errors import BadInput, ConfigurationError, JobsupError
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 
 
-def _database_url(url: str | None) -> str:
+def configured_url(url: str | None) -> str:
+    """The configured database URL, `url` (a --database-url flag) winning."""
     from jobsup.settings import load
 
     return load({"database_url": url}).database_url
@@ -47,7 +48,7 @@ def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None
     from jobsup.database import Database
     from jobsup.dialects import normalise_url
 
-    url = _database_url(database_url)
+    url = configured_url(database_url)
     if sql:
         migrate.upgrade_sql(dialect or normalise_url(url).get_backend_name(), sys.stdout)
         return

@@ -251,22 +251,16 @@ class DeadLetters:
         """Retry every dead letter; return how many."""
         self._client._ready()
         retried = 0
-        while ids := self._client.store.job_dead_ids():
+        while ids := self._client.store.job_finished_ids(DEAD_LETTERED):
             retried += len(self._client.store.job_retry_dead(ids))
         return retried
 
     def purge(self, *, older_than: object = None) -> int:
         """Delete dead letters (all, or those finished more than `older_than` ago)."""
-        from datetime import timedelta
-
-        from jobsup.clock import host_clock
-
         self._client._ready()
-        cutoff = None
-        if older_than is not None:
-            cutoff = host_clock() - timedelta(seconds=parse_duration(older_than, what="older_than"))
+        age = None if older_than is None else parse_duration(older_than, what="older_than")
         purged = 0
-        while ids := self._client.store.job_dead_ids(older_than=cutoff):
+        while ids := self._client.store.job_finished_ids(DEAD_LETTERED, older_than=age):
             purged += self._client.store.job_delete(ids, status=DEAD_LETTERED)
         return purged
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from jobsup.cli import EXIT_FAILURE, cli
+from jobsup.cli import EXIT_FAILURE, cli, configured_url
 from jobsup.errors import BadInput, JobsupError
 from jobsup.schema import STATUSES
 from jobsup.tables import age, emit_json, emit_table
@@ -25,9 +25,8 @@ class NotFound(JobsupError):
 
 def client_for(url: str | None) -> Any:
     from jobsup.client import Client
-    from jobsup.settings import load
 
-    return Client(load({"database_url": url}).database_url)
+    return Client(configured_url(url))
 
 
 def parse_payload(text: str | None) -> Any:

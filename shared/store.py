@@ -422,13 +422,6 @@ class Store:
                 ) from None
         return retried
 
-    def job_dead_ids(self, *, limit: int = _BATCH, older_than: datetime | None = None) -> list[int]:
-        stmt = select(job.c.id).where(status_is(DEAD_LETTERED)).order_by(job.c.id).limit(limit)
-        if older_than is not None:
-            stmt = stmt.where(job.c.finished_at < older_than)
-        with self.db.read("inspect") as conn:
-            return list(conn.execute(stmt).scalars())
-
     def job_counts(
         self, statuses: Sequence[str], *, now: datetime | None = None
     ) -> tuple[dict[tuple[str, str], int], dict[str, datetime | None]]:
@@ -462,16 +455,21 @@ class Store:
                 queue: int(count) for queue, count in conn.execute(stmt, self.dialect.clock_params(now, since=-seconds))
             }
 
-    def job_finished_ids(self, status: str, *, older_than: float, limit: int, now: datetime | None = None) -> list[int]:
-        """Ids of jobs that finished in `status` more than `older_than` seconds ago (oldest first)."""
-        stmt = (
-            select(job.c.id)
-            .where(status_is(status), job.c.finished_at < self.dialect.clock("cutoff"))
-            .order_by(job.c.finished_at)
-            .limit(limit)
-        )
-        with self.db.read("retention") as conn:
-            return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-older_than)).scalars())
+    def job_finished_ids(
+        self,
+        status: str,
+        *,
+        older_than: float | None = None,
+        limit: int = _BATCH,
+        now: datetime | None = None,
+    ) -> list[int]:
+        """Ids of jobs that finished in `status` (oldest first): all of them, or those that
+        finished more than `older_than` seconds ago."""
+        stmt = select(job.c.id).where(status_is(status)).order_by(job.c.finished_at).limit(limit)
+        if older_than is not None:
+            stmt = stmt.where(job.c.finished_at < self.dialect.clock("cutoff"))
+        with self.db.read("inspect") as conn:
+            return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-(older_than or 0.0))).scalars())
 
     def job_delete(self, job_ids: Sequence[int], *, status: str, operation: str = "dead_letters") -> int:
         """Delete jobs (and their attempts) that are still in `status`; return how many."""

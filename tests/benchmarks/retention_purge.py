@@ -45,10 +45,9 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
 from typing import Any
 
-from claim_throughput import LEASE, NOOP, PG_SERVER, QUEUE, has_pending  # the same job and queue
+from claim_throughput import LEASE, NOOP, PG_SERVER, QUEUE, has_pending, join_all  # the same job and queue
 from sqlalchemy import (
     Engine,
     Interval,
@@ -235,19 +234,6 @@ def purger(url: str, options: argparse.Namespace, ready: Any, go: Any, results: 
             time.sleep(options.pause)
     results.put(Purge(started, time.monotonic(), purged, ticks, finished))
     store.db.dispose()
-
-
-def join_all(children: Sequence[BaseProcess], *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    for child in children:
-        child.join(max(0.0, deadline - time.monotonic()))
-    for child in children:
-        if child.is_alive():
-            child.kill()
-            child.join()
-    failed = [child.exitcode for child in children if child.exitcode != 0]
-    if failed:
-        raise RuntimeError(f"benchmark processes failed (exit codes {failed}); see their tracebacks above")
 
 
 # -- what the server was doing --------------------------------------------------------------
