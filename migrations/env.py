@@ -1,6 +1,6 @@
-"""Alembic environment: run by `jobsup.migrate`, never by the `alembic` command directly.
+"""Alembic environment: run by `jobsup.store.migrate`, never by the `alembic` command directly.
 
-Online, `jobsup.migrate.upgrade` passes a connection that already holds the migration lock
+Online, `jobsup.store.migrate.upgrade` passes a connection that already holds the migration lock
 inside its transaction; offline (``jobsup db upgrade --sql``) it passes a dialect name and
 the DDL is printed.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from jobsup.schema import VERSION_TABLE, metadata
+from jobsup.store.schema import VERSION_TABLE, metadata
 
 config = context.config
 

@@ -26,7 +26,7 @@ from jobsup.errors import (
     UnsupportedDatabase,
 )
 from jobsup.registry import job
-from jobsup.rows import Attempt, Job
+from jobsup.store.rows import Attempt, Job
 
 __all__ = [
     "Attempt",

@@ -44,9 +44,9 @@ def db() -> None:
 )
 def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None:
     """Create or upgrade the jobsup tables (safe while other instances do the same)."""
-    from jobsup import migrate
-    from jobsup.database import Database
-    from jobsup.dialects import normalise_url
+    from jobsup.store import migrate
+    from jobsup.store.database import Database
+    from jobsup.store.dialects import normalise_url
 
     url = configured_url(database_url)
     if sql:
@@ -80,7 +80,7 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
     import os
 
     from jobsup import exits
-    from jobsup.events import configure_logging
+    from jobsup.observe.events import configure_logging
     from jobsup.settings import load
     from jobsup.supervisor.arbiter import Arbiter, WorkerBootFailed
 
@@ -102,7 +102,7 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: jobsup errors become one line and an exit status, not a traceback."""
-    import jobsup.operator_cli  # noqa: F401 - registers the operator commands on `cli`
+    import jobsup.ops.commands  # noqa: F401 - registers the operator commands on `cli`
 
     run(cli, argv)
 

@@ -10,16 +10,16 @@ from typing import Any
 from sqlalchemy import Connection
 
 from jobsup.cron import check_cron, zone
-from jobsup.database import Database
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput
-from jobsup.events import event
+from jobsup.observe.events import event
 from jobsup.payload import encode_payload
-from jobsup.recurring import RecurringStore
 from jobsup.registry import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, check_attempts, check_name, lookup
-from jobsup.rows import Job, NewJob, RecurringSchedule
-from jobsup.schema import DEAD_LETTERED, STATUSES
 from jobsup.store import Store
+from jobsup.store.database import Database
+from jobsup.store.recurring import RecurringStore
+from jobsup.store.rows import Job, NewJob, RecurringSchedule
+from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
 _ENQUEUE_KEYS = {
     "name",
@@ -178,7 +178,7 @@ class Client:
 
     def workers(self) -> list[dict[str, Any]]:
         """Every registered supervisor and worker, with the job each worker holds."""
-        from jobsup.processes import ProcessTable
+        from jobsup.store.processes import ProcessTable
 
         self._ready()
         held = self.store.job_held_by()
@@ -202,7 +202,7 @@ class Client:
         """Per queue: counts by status, the oldest due pending job's age, and successes per
         minute over the last `window`."""
         from jobsup.clock import host_clock
-        from jobsup.schema import STATUSES
+        from jobsup.store.schema import STATUSES
 
         seconds = parse_duration(window, what="window")
         if seconds <= 0:

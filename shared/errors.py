@@ -2,7 +2,7 @@
 
 Each class's docstring is its default message, so `raise SchemaOutdated()` already says
 what to do. Driver errors are translated into this family once, where the database is
-called (see `jobsup.database`), never further up.
+called (see `jobsup.store.database`), never further up.
 """
 
 from __future__ import annotations

@@ -45,9 +45,9 @@ def enqueue_demo(client: jobsup.Client) -> list[int]:
 
 
 if __name__ == "__main__":
-    from jobsup import migrate
-    from jobsup.database import Database
     from jobsup.settings import load
+    from jobsup.store import migrate
+    from jobsup.store.database import Database
 
     url = load().database_url
     migrate.upgrade(Database(url))

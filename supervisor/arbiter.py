@@ -20,16 +20,17 @@ from types import FrameType
 from setproctitle import setproctitle
 from sqlalchemy import select
 
-from jobsup import exits, metrics, migrate
+from jobsup import exits
 from jobsup.backoff import retry_in_for
-from jobsup.database import Database
 from jobsup.errors import ConfigurationError, JobsupError
-from jobsup.events import event, log
-from jobsup.processes import ProcessTable
-from jobsup.recurring import RecurringStore
-from jobsup.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
+from jobsup.observe import metrics
+from jobsup.observe.events import event, log
 from jobsup.settings import Settings
-from jobsup.store import Store
+from jobsup.store import Store, migrate
+from jobsup.store.database import Database
+from jobsup.store.processes import ProcessTable
+from jobsup.store.recurring import RecurringStore
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
 from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.http import Endpoints, Health
 from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses, PurgeFinished, QueueGauges

@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from jobsup import metrics
-from jobsup.events import event
+from jobsup.observe import metrics
+from jobsup.observe.events import event
 
 
 class Endpoints(ThreadingHTTPServer):

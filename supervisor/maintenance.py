@@ -7,14 +7,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
-from jobsup import metrics
 from jobsup.backoff import retry_in_for
 from jobsup.clock import host_clock
 from jobsup.errors import JobsupError
-from jobsup.events import event, log
-from jobsup.processes import ProcessTable, stale_age
-from jobsup.schema import DEAD_LETTERED, PENDING, RUNNING
+from jobsup.observe import metrics
+from jobsup.observe.events import event, log
 from jobsup.store import Store
+from jobsup.store.processes import ProcessTable, stale_age
+from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
 
 
 class Step(Protocol):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from jobsup.errors import BadInput, JobsupError
-from jobsup.events import event, log
-from jobsup.recurring import FIRED, RecurringStore
+from jobsup.observe.events import event, log
+from jobsup.store.recurring import FIRED, RecurringStore
 
 
 class CronTick:

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from jobsup import migrate
 from jobsup.client import Client
-from jobsup.database import Database
+from jobsup.store import migrate
+from jobsup.store.database import Database
 
 from helpers import create_pg_database, drop_pg_database, pg_error, pg_url
 

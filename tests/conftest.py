@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from jobsup import migrate
-from jobsup.database import Database
-from jobsup.schema import metadata
+from jobsup.store import migrate
+from jobsup.store.database import Database
+from jobsup.store.schema import metadata
 
 import competing
 from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url

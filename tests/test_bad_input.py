@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 import jobsup
 from jobsup.durations import parse_duration
 from jobsup.payload import encode_payload
-from jobsup.schema import job
 from jobsup.settings import load
+from jobsup.store.schema import job
 
 JOBSUP = [sys.executable, "-m", "jobsup"]
 

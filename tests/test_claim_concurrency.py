@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import func, select
 
 import jobsup
-from jobsup.claiming import claim_params
-from jobsup.database import Database
-from jobsup.schema import job, job_attempt
 from jobsup.store import Store
+from jobsup.store.claim import claim_params
+from jobsup.store.database import Database
+from jobsup.store.schema import job, job_attempt
 
 JOBS = 5000
 PROCESSES = 4

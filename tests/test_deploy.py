@@ -46,8 +46,8 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[jobsup.Client, int]]:
     """A supervisor on SQLite that has run successes and a dead letter, serving /metrics."""
-    from jobsup import migrate
-    from jobsup.database import Database
+    from jobsup.store import migrate
+    from jobsup.store.database import Database
 
     folder = tmp_path_factory.mktemp("deploy")
     (folder / "record").mkdir()
@@ -90,7 +90,7 @@ def test_a_real_scrape_passes_promtool_check_metrics(running: tuple[jobsup.Clien
 
 
 def test_every_metric_the_alerts_and_dashboard_use_is_declared(running: tuple[jobsup.Client, int]) -> None:
-    from jobsup.metrics import declared_names
+    from jobsup.observe.metrics import declared_names
 
     declared = declared_names()
     lines = scrape(running[1]).splitlines()

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from jobsup.claiming import claim_params
-from jobsup.database import Database
+from jobsup.store.claim import claim_params
+from jobsup.store.database import Database
 
 FINISHED, PENDING = 200_000, 1_000
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

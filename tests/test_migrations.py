@@ -13,9 +13,9 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 import jobsup
-from jobsup import migrate
-from jobsup.database import Database
-from jobsup.schema import SCHEMA_REVISION, VERSION_TABLE, metadata
+from jobsup.store import migrate
+from jobsup.store.database import Database
+from jobsup.store.schema import SCHEMA_REVISION, VERSION_TABLE, metadata
 
 from helpers import create_pg_database, drop_pg_database, pg_url
 

@@ -11,9 +11,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.dialects.mssql import pyodbc
 
-from jobsup import migrate
-from jobsup.dialects.mssql import SQLServerDialect
-from jobsup.store import Store
+from jobsup.store import Store, migrate
+from jobsup.store.dialects.mssql import SQLServerDialect
 
 DIALECT = pyodbc.dialect()  # the dialect class only; the driver is not imported
 
@@ -49,7 +48,7 @@ def test_engine_runs_read_committed_because_readpast_fails_under_snapshot() -> N
 
 
 def test_fenced_settle_compiles_to_output_and_dateadd_clock(store: Store) -> None:
-    from jobsup.rows import Lease
+    from jobsup.store.rows import Lease
 
     params = {
         **store.dialect.clock_params(None, retry=90.5),

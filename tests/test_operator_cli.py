@@ -125,7 +125,7 @@ def test_stats_and_workers(url: str) -> None:
     stats = {row["queue"]: row for row in as_json(url, "stats")}
     assert (stats["default"]["pending"], stats["default"]["succeeded"], stats["mail"]["pending"]) == (1, 1, 1)
     assert stats["default"]["per_minute"] == pytest.approx(1 / 5)
-    from jobsup.processes import ProcessTable
+    from jobsup.store.processes import ProcessTable
 
     table = ProcessTable(client.database)
     table.process_register(id="host:supervisor:1", kind="supervisor", host="host", pid=10)

@@ -12,9 +12,9 @@ from sqlalchemy import select, text
 
 import jobsup
 from jobsup.cron import next_slot
-from jobsup.database import Database
-from jobsup.recurring import ALREADY_FIRED, FIRED, RecurringStore
-from jobsup.schema import job
+from jobsup.store.database import Database
+from jobsup.store.recurring import ALREADY_FIRED, FIRED, RecurringStore
+from jobsup.store.schema import job
 from jobsup.supervisor.recurring import CronTick
 
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday

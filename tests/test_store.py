@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 import jobsup
-from jobsup.rows import Lease
-from jobsup.schema import job, job_attempt
+from jobsup.store.rows import Lease
+from jobsup.store.schema import job, job_attempt
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 

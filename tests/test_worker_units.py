@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import jobsup
-from jobsup.rows import ClaimedJob
 from jobsup.scrub import error_text, secrets_of
+from jobsup.store.rows import ClaimedJob
 from jobsup.worker.execute import execute
 
 

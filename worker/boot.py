@@ -10,8 +10,8 @@ from typing import NoReturn
 from setproctitle import setproctitle
 
 from jobsup import exits
-from jobsup.database import Database
-from jobsup.events import event, log
+from jobsup.observe.events import event, log
+from jobsup.store.database import Database
 from jobsup.worker.loop import Worker
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest

@@ -11,11 +11,11 @@ from typing import Any
 
 from jobsup.context import JobContext
 from jobsup.errors import Discard, InvalidPayload, Retry
-from jobsup.events import log
+from jobsup.observe.events import log
 from jobsup.payload import decode_payload
 from jobsup.registry import lookup
-from jobsup.rows import ClaimedJob
 from jobsup.scrub import error_text, scrub, secrets_of
+from jobsup.store.rows import ClaimedJob
 
 
 @dataclass(frozen=True)

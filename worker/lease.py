@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from jobsup import exits
 from jobsup.errors import DatabaseError
-from jobsup.events import event, log
-from jobsup.rows import ClaimedJob, Lease
+from jobsup.observe.events import event, log
+from jobsup.store.rows import ClaimedJob, Lease
 
 if TYPE_CHECKING:
     from jobsup.worker.loop import Worker

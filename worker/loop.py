@@ -22,13 +22,13 @@ from setproctitle import setproctitle
 from jobsup import exits
 from jobsup.backoff import retry_in_for
 from jobsup.clock import host_clock
-from jobsup.database import Database
-from jobsup.dialects import Listener
 from jobsup.errors import DatabaseError
-from jobsup.events import event
+from jobsup.observe.events import event
 from jobsup.registry import lookup
-from jobsup.rows import ClaimedJob, Lease
 from jobsup.store import Store
+from jobsup.store.database import Database
+from jobsup.store.dialects import Listener
+from jobsup.store.rows import ClaimedJob, Lease
 from jobsup.worker.execute import Outcome, execute
 from jobsup.worker.lease import LeaseKeeper, Running
 from jobsup.worker.spec import WorkerSpec

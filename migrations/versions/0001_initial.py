@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.sqltypes import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, UTCDateTime
 
 revision = "0001"
 down_revision = None

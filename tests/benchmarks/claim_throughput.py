@@ -49,12 +49,11 @@ from typing import Any
 
 from sqlalchemy import CTE, create_engine, delete, func, insert, literal, literal_column, select, text, true
 
-from jobsup import migrate
-from jobsup.claiming import status_is
-from jobsup.database import Database
-from jobsup.rows import NewJob
-from jobsup.schema import PENDING, SUCCEEDED, job, job_attempt
-from jobsup.store import Store
+from jobsup.store import Store, migrate
+from jobsup.store.claim import status_is
+from jobsup.store.database import Database
+from jobsup.store.rows import NewJob
+from jobsup.store.schema import PENDING, SUCCEEDED, job, job_attempt
 
 QUEUE = "default"
 LEASE = 300.0

@@ -62,11 +62,10 @@ from sqlalchemy import (
     true,
 )
 
-from jobsup import migrate
-from jobsup.claiming import status_is
-from jobsup.database import Database
-from jobsup.schema import SUCCEEDED, job, job_attempt
-from jobsup.store import Store
+from jobsup.store import Store, migrate
+from jobsup.store.claim import status_is
+from jobsup.store.database import Database
+from jobsup.store.schema import SUCCEEDED, job, job_attempt
 from jobsup.supervisor.maintenance import PurgeFinished
 
 DATABASE = "jobsup_bench_retention"

@@ -79,8 +79,8 @@ from pathlib import Path
 from sqlalchemy import create_engine, func, select, text
 
 from jobsup import Client
-from jobsup.database import Database
-from jobsup.schema import SUCCEEDED, job, job_attempt
+from jobsup.store.database import Database
+from jobsup.store.schema import SUCCEEDED, job, job_attempt
 
 PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
 PG_DATABASE = "jobsup_bench_start"

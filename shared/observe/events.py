@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from jobsup import metrics
+from jobsup.observe import metrics
 
 log = logging.getLogger("jobsup")
 

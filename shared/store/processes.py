@@ -13,8 +13,8 @@ from datetime import datetime
 
 from sqlalchemy import delete, insert, or_, select, update
 
-from jobsup.database import Database
-from jobsup.schema import process
+from jobsup.store.database import Database
+from jobsup.store.schema import process
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from alembic import command
 from alembic.config import Config
 from alembic.util.exc import CommandError
 
-from jobsup.database import Database
 from jobsup.errors import SchemaOutdated
+from jobsup.store.database import Database
 
 DIALECT_NAMES = ("sqlite", "postgresql", "mssql")
 

@@ -7,7 +7,7 @@ there; the supervisor's `/metrics` aggregates them, and calls `process_dead(pid)
 worker it reaps so that live gauges forget it (counters keep its counts, so they survive
 restarts). In a plain process (a web app enqueueing) the same metrics live in memory.
 
-Events (see `jobsup.events`) are the only way metrics move: `record(kind, fields)`.
+Events (see `jobsup.observe.events`) are the only way metrics move: `record(kind, fields)`.
 """
 
 from __future__ import annotations

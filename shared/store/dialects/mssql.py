@@ -35,12 +35,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from jobsup.dialects import Connections
-from jobsup.dialects.common import SequentialChain
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.rows import Lease
-from jobsup.schema import job
-from jobsup.sqltypes import UTCDateTime
+from jobsup.store.dialects import Connections
+from jobsup.store.dialects.common import SequentialChain
+from jobsup.store.dialects.types import UTCDateTime
+from jobsup.store.rows import Lease
+from jobsup.store.schema import job
 
 # The candidates' CTE names every column the OUTPUT clauses read: an updatable CTE only
 # exposes its own columns to `inserted`.

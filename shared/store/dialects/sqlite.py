@@ -39,13 +39,13 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
 from jobsup.clock import host_clock
-from jobsup.dialects import Connections
-from jobsup.dialects.common import RowValueFence, SequentialChain
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.schema import job, job_attempt
-from jobsup.sqltypes import UTCDateTime
+from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
+from jobsup.store.dialects import Connections
+from jobsup.store.dialects.common import RowValueFence, SequentialChain
+from jobsup.store.dialects.types import UTCDateTime
+from jobsup.store.schema import job, job_attempt
 
 _BEGIN = "jobsup_sqlite_begin"  # execution option: which BEGIN to emit, None for none
 _JOURNAL_MODES = {"wal", "delete", "truncate", "persist"}

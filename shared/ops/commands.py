@@ -12,8 +12,8 @@ import click
 
 from jobsup.cli import EXIT_FAILURE, cli, configured_url
 from jobsup.errors import BadInput, JobsupError
-from jobsup.schema import STATUSES
-from jobsup.tables import age, emit_json, emit_table
+from jobsup.ops.tables import age, emit_json, emit_table
+from jobsup.store.schema import STATUSES
 
 database_option = click.option("--database-url", envvar="JOBSUP_DATABASE_URL", help="Default: sqlite:///jobsup.db.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")

@@ -8,9 +8,9 @@ from typing import Any
 from sqlalchemy import BigInteger, ColumnElement, Integer, Row, Update, bindparam, tuple_
 from sqlalchemy.types import TupleType
 
-from jobsup.dialects import Connections
-from jobsup.rows import Lease
-from jobsup.schema import job
+from jobsup.store.dialects import Connections
+from jobsup.store.rows import Lease
+from jobsup.store.schema import job
 
 
 class SequentialChain:

@@ -40,12 +40,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from jobsup.claiming import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
-from jobsup.dialects import Connections
-from jobsup.dialects.common import RowValueFence
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.schema import job
-from jobsup.sqltypes import UTCDateTime
+from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
+from jobsup.store.dialects import Connections
+from jobsup.store.dialects.common import RowValueFence
+from jobsup.store.dialects.types import UTCDateTime
+from jobsup.store.schema import job
 
 # pg_advisory_xact_lock key for schema upgrades: the first 8 bytes of sha1("jobsup-migrate").
 MIGRATION_LOCK_KEY = 0x4A6F62737570

@@ -17,10 +17,10 @@ from sqlalchemy import delete, insert, select, update
 
 from jobsup.clock import host_clock
 from jobsup.cron import check_cron, latest_slot, next_slot, zone
-from jobsup.database import Database
 from jobsup.errors import ConstraintViolation
-from jobsup.rows import RecurringSchedule, decode_stored
-from jobsup.schema import PENDING, job, recurring_job
+from jobsup.store.database import Database
+from jobsup.store.rows import RecurringSchedule, decode_stored
+from jobsup.store.schema import PENDING, job, recurring_job
 
 FIRED, ALREADY_FIRED = "fired", "already_fired"
 

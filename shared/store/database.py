@@ -19,10 +19,10 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from jobsup import faults
-from jobsup.dialects import Dialect, dialect_for, normalise_url
 from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
-from jobsup.faults import OPERATION
+from jobsup.store import faults
+from jobsup.store.dialects import Dialect, dialect_for, normalise_url
+from jobsup.store.faults import OPERATION
 
 DEFAULT_URL = "sqlite:///jobsup.db"
 

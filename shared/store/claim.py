@@ -13,9 +13,9 @@ from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.expression import FromClause
 from sqlalchemy.sql.operators import custom_op
 
-from jobsup.schema import PENDING, RUNNING, STATUSES, job, job_attempt
+from jobsup.store.schema import PENDING, RUNNING, STATUSES, job, job_attempt
 
-# What a claim returns, in this order (see `jobsup.rows.ClaimedJob`), followed by the due
+# What a claim returns, in this order (see `jobsup.store.rows.ClaimedJob`), followed by the due
 # time, which each dialect returns in a form an odd stored value cannot break.
 CLAIM_COLUMNS = (
     job.c.id,

@@ -32,12 +32,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from jobsup.claiming import claim_params, status_is
 from jobsup.clock import host_clock
-from jobsup.database import Database
 from jobsup.errors import ConstraintViolation, DuplicateJob, SchemaOutdated
-from jobsup.rows import Attempt, ClaimedJob, Job, Lease, NewJob, decode_stored
-from jobsup.schema import (
+from jobsup.store.claim import claim_params, status_is
+from jobsup.store.database import Database
+from jobsup.store.rows import Attempt, ClaimedJob, Job, Lease, NewJob, decode_stored
+from jobsup.store.schema import (
     CANCELLED,
     DEAD_LETTERED,
     LIVE_STATUSES,

@@ -24,7 +24,7 @@ from sqlalchemy import (
     literal_column,
 )
 
-from jobsup.sqltypes import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, UTCDateTime
 
 # Job statuses and attempt outcomes, as stored.
 PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED = (

@@ -18,13 +18,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
-from jobsup.rows import Lease
+from jobsup.store.rows import Lease
 
 SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
 
 
 class Connections(Protocol):
-    """The three kinds of connection jobsup uses (see `jobsup.database.Database`)."""
+    """The three kinds of connection jobsup uses (see `jobsup.store.database.Database`)."""
 
     def read(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
     def statement(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
@@ -72,7 +72,7 @@ class Dialect(Protocol):
         """The parameters of `attempt_match` for `leases`."""
 
     def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
-        """Take up to `p_limit` due pending jobs of `p_queue` (see `jobsup.claiming.claim_params`):
+        """Take up to `p_limit` due pending jobs of `p_queue` (see `jobsup.store.claim.claim_params`):
         mark them running under `p_owner`'s lease, count the attempt and open its attempt
         row, all or nothing. Returns the claimed rows: `CLAIM_COLUMNS`, then the due time."""
 
@@ -100,15 +100,15 @@ def dialect_for(url: URL) -> Dialect:
     """The dialect for a normalised URL (see `normalise_url`)."""
     backend = url.get_backend_name()
     if backend == "sqlite":
-        from jobsup.dialects.sqlite import SQLiteDialect
+        from jobsup.store.dialects.sqlite import SQLiteDialect
 
         return SQLiteDialect()
     if backend == "postgresql":
-        from jobsup.dialects.postgresql import PostgreSQLDialect
+        from jobsup.store.dialects.postgresql import PostgreSQLDialect
 
         return PostgreSQLDialect()
     if backend == "mssql":
-        from jobsup.dialects.mssql import SQLServerDialect
+        from jobsup.store.dialects.mssql import SQLServerDialect
 
         return SQLServerDialect()
     raise UnsupportedDatabase(f"unsupported database URL scheme {url.drivername!r}; use {SUPPORTED_URLS}")
