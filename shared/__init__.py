@@ -13,6 +13,7 @@ from jobsup.client import Client, DeadLetters
 from jobsup.context import JobContext
 from jobsup.errors import (
     BadInput,
+    Cancelled,
     ConfigurationError,
     DatabaseError,
     DatabaseUnavailable,
@@ -23,19 +24,22 @@ from jobsup.errors import (
     JobsupError,
     Retry,
     SchemaOutdated,
+    UnknownJob,
     UnsupportedDatabase,
 )
 from jobsup.registry import job
-from jobsup.store.rows import Attempt, Job
+from jobsup.store.rows import Attempt, Definition, Job
 
 __all__ = [
     "Attempt",
     "BadInput",
+    "Cancelled",
     "Client",
     "ConfigurationError",
     "DatabaseError",
     "DatabaseUnavailable",
     "DeadLetters",
+    "Definition",
     "Discard",
     "DuplicateJob",
     "InvalidDuration",
@@ -45,6 +49,7 @@ __all__ = [
     "JobsupError",
     "Retry",
     "SchemaOutdated",
+    "UnknownJob",
     "UnsupportedDatabase",
     "job",
 ]

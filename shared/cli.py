@@ -8,25 +8,35 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import click
 
 from jobsup.errors import BadInput, ConfigurationError, JobsupError
+from jobsup.ops.options import Target, config_option, database_url_option, with_target
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 
 
-def configured_url(url: str | None) -> str:
-    """The configured database URL, `url` (a --database-url flag) winning."""
-    from jobsup.settings import load
-
-    return load({"database_url": url}).database_url
+def _version() -> str:
+    try:
+        return version("jobsup")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
-    """jobsup: durable background jobs in the database you already have."""
+@click.version_option(_version(), "--version", prog_name="jobsup", message="%(prog)s %(version)s")
+@database_url_option
+@config_option
+@click.pass_context
+def cli(ctx: click.Context, database_url: str | None, config: Path | None) -> None:
+    """jobsup: durable background jobs in the database you already have.
+
+    --database-url and --config go before or after the subcommand."""
+    ctx.obj = {"database_url": database_url, "config": config}
 
 
 @cli.group()
@@ -35,20 +45,19 @@ def db() -> None:
 
 
 @db.command("upgrade")
-@click.option("--database-url", envvar="JOBSUP_DATABASE_URL", help="Default: sqlite:///jobsup.db.")
 @click.option("--sql", is_flag=True, help="Print the DDL instead of applying it (no database needed).")
 @click.option(
     "--dialect",
     type=click.Choice(["sqlite", "postgresql", "mssql"]),
     help="With --sql: the database to write DDL for (default: the URL's).",
 )
-def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None:
+@with_target
+def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
     """Create or upgrade the jobsup tables (safe while other instances do the same)."""
-    from jobsup.store import migrate
-    from jobsup.store.database import Database
+    from jobsup.store import Database, migrate
     from jobsup.store.dialects import normalise_url
 
-    url = configured_url(database_url)
+    url = target.settings().database_url
     if sql:
         migrate.upgrade_sql(dialect or normalise_url(url).get_backend_name(), sys.stdout)
         return
@@ -62,7 +71,6 @@ def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None
 @cli.command()
 @click.option("--app", "apps", multiple=True, help="Module that registers jobs (repeatable).")
 @click.option("--queue", "queues", multiple=True, help="NAME=WORKERS, e.g. default=2 (repeatable).")
-@click.option("--database-url", help="Default: sqlite:///jobsup.db.")
 @click.option("--lease", help="How long a claim holds a job without renewal (default 5m).")
 @click.option("--heartbeat", help="How often a running job's lease is renewed (default 1m).")
 @click.option("--poll-interval", help="Idle wait between claims (default 1s; PostgreSQL 5s, woken by NOTIFY).")
@@ -75,13 +83,13 @@ def db_upgrade(database_url: str | None, sql: bool, dialect: str | None) -> None
 @click.option("--faults", help="Fault injection for drills and tests, e.g. worker:renew@2s+30s.")
 @click.option("--log-level", help="DEBUG, INFO (default), WARNING or ERROR.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json, one object per line.")
-def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> None:
+@with_target
+def start(target: Target, apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> None:
     """Run the supervisor and its worker processes until SIGTERM or SIGINT."""
     import os
 
     from jobsup import exits
-    from jobsup.observe.events import configure_logging
-    from jobsup.settings import load
+    from jobsup.observe.logs import configure_logging
     from jobsup.supervisor.arbiter import Arbiter, WorkerBootFailed
 
     overrides = {key: value for key, value in options.items() if value is not None}
@@ -89,7 +97,7 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
         overrides["apps"] = apps
     if queues:
         overrides["queues"] = list(queues)
-    settings = load(overrides)
+    settings = target.settings(**overrides)
     if settings.faults:
         os.environ["JOBSUP_FAULTS"] = settings.faults
     configure_logging(settings.log_level, settings.log_format)
@@ -102,8 +110,9 @@ def start(apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> Non
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: jobsup errors become one line and an exit status, not a traceback."""
-    import jobsup.ops.commands  # noqa: F401 - registers the operator commands on `cli`
+    from jobsup import ops
 
+    ops.register()
     run(cli, argv)
 
 
@@ -113,6 +122,8 @@ def run(command: Callable[..., Any], argv: list[str] | None) -> None:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(EXIT_FAILURE)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_USAGE)

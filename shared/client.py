@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy import Connection
 
 from jobsup.cron import check_cron, zone
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput
-from jobsup.observe.events import event
+from jobsup.jobtypes import JobType
 from jobsup.payload import encode_payload
-from jobsup.registry import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, check_attempts, check_name, lookup
-from jobsup.store import Store
-from jobsup.store.database import Database
-from jobsup.store.recurring import RecurringStore
-from jobsup.store.rows import Job, NewJob, RecurringSchedule
+from jobsup.registry import check_name, check_priority
+from jobsup.store import Database, Store
+from jobsup.store.builder import EnqueueOptions, build
+from jobsup.store.rows import Definition, Job, NewJob, RecurringSchedule
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
-_ENQUEUE_KEYS = {
-    "name",
-    "payload",
-    "queue",
-    "priority",
-    "run_at",
-    "delay",
-    "max_attempts",
-    "timeout",
-    "unique_key",
-    "actor",
-}
+INT64 = 2**63 - 1
 
 
 class Client:
@@ -51,7 +37,6 @@ class Client:
             database_url = load().database_url
         self.database = Database(database_url)
         self.store = Store(self.database)
-        self.recurring = RecurringStore(self.database)
         self.dead_letters = DeadLetters(self)
         self._schema_checked = False
 
@@ -60,75 +45,79 @@ class Client:
         name: str,
         payload: Any = None,
         *,
-        queue: str | None = None,
-        priority: int | None = None,
-        run_at: datetime | None = None,
-        delay: object = None,
-        max_attempts: int | None = None,
-        timeout: object = None,
-        unique_key: str | None = None,
-        actor: str | None = None,
         connection: Connection | None = None,
+        allow_unknown: bool = False,
+        **options: Unpack[EnqueueOptions],
     ) -> int:
-        """Store a job and return its id. With `connection` (your SQLAlchemy Connection) the
-        job is written in your transaction and commits or rolls back with it.
+        """Store a job and return its id.
 
-        `run_at` must be timezone-aware; `delay` is a duration from now (not both). With a
-        `unique_key`, a second enqueue while the first job with that key is pending or
-        running returns the first job's id. Options not given come from the job's
-        registration when this process has it, else from the defaults."""
-        new = _new_job(
-            name,
-            payload,
-            queue=queue,
-            priority=priority,
-            run_at=run_at,
-            delay=delay,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            unique_key=unique_key,
-            actor=actor,
-        )
+        Options (see `EnqueueOptions`): `queue`, `priority`, `run_at` (timezone-aware) or
+        `delay` (a duration from now), `max_attempts`, `timeout`, `unique_key` (while a job
+        with that key is pending or running, its id is returned instead), `actor`. Those not
+        given come from the job type: this process's registration, else the definition the
+        workers published. A name neither knows raises `UnknownJob`, unless `allow_unknown`.
+        With `connection` (your SQLAlchemy Connection) the job is written in your
+        transaction and commits or rolls back with it."""
+        new = self._build(name, payload, options, allow_unknown)
         self._ready()
-        job_id = self.store.job_enqueue([new], connection=connection)[0]
-        event("job.enqueued", job=job_id, name=new.name, queue=new.queue)
-        return job_id
+        return self.store.transitions.enqueue([new], connection=connection)[0]
 
-    def enqueue_many(self, jobs: Iterable[Mapping[str, Any]], *, connection: Connection | None = None) -> list[int]:
-        """Store many jobs in one round trip per batch; each is a mapping with the keys of
-        `enqueue` (``name`` required). All are checked before any is written."""
+    def enqueue_many(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        connection: Connection | None = None,
+        allow_unknown: bool = False,
+    ) -> list[int]:
+        """Store many jobs in one round trip per batch; each is a mapping with ``name``,
+        ``payload`` and the options of `enqueue`. All are checked before any is written."""
         news = []
         for index, spec in enumerate(jobs):
-            unknown = set(spec) - _ENQUEUE_KEYS
-            if unknown or "name" not in spec:
-                problem = f"unknown keys {sorted(unknown)}" if unknown else "no 'name'"
-                raise BadInput(f"jobs[{index}] has {problem}; keys are {sorted(_ENQUEUE_KEYS)}")
+            if "name" not in spec:
+                raise BadInput(f"jobs[{index}] has no 'name'")
             options = {key: value for key, value in spec.items() if key not in ("name", "payload")}
-            news.append(_new_job(spec["name"], spec.get("payload"), **options))
+            try:
+                news.append(self._build(spec["name"], spec.get("payload"), options, allow_unknown))
+            except BadInput as exc:
+                raise type(exc)(f"jobs[{index}]: {exc}") from None
         if not news:
             return []
         self._ready()
-        ids = self.store.job_enqueue(news, connection=connection)
-        for (queue, name), count in Counter((new.queue, new.name) for new in news).items():
-            event("job.enqueued", name=name, queue=queue, count=count)
-        return ids
+        return self.store.transitions.enqueue(news, connection=connection)
+
+    def _build(self, name: object, payload: Any, options: Mapping[str, Any], allow_unknown: bool) -> NewJob:
+        check_name(name, "job name")
+        assert isinstance(name, str)
+        jobtype = self._job_type(name, allow_unknown)
+        return build(jobtype, payload, options)
+
+    def _job_type(self, name: str, allow_unknown: bool) -> JobType:
+        if allow_unknown:
+            return self.store.resolver.settings_of(name)
+        self._ready()
+        return self.store.resolver.require(name)
 
     def get(self, job_id: int) -> Job | None:
-        """The job with its attempt history, or None if there is no such job."""
+        """The job with its attempt history and result, or None if there is no such job."""
         self._ready()
-        return self.store.job_get(_job_id(job_id))
+        return self.store.reads.job_get(_job_id(job_id))
 
     def cancel(self, job_id: int) -> bool:
         """Cancel a pending or running job; False if it had already finished or does not exist."""
         self._ready()
-        return self.store.job_cancel(_job_id(job_id))
+        return self.store.transitions.cancel(_job_id(job_id))
 
     def list_jobs(self, *, status: str | None = None, queue: str | None = None, limit: int = 100) -> list[Job]:
         """Jobs, newest first, without their history (use `get` for that)."""
         if status is not None and status not in STATUSES:
             raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         self._ready()
-        return self.store.job_list(status=status, queue=queue, limit=_limit(limit))
+        return self.store.reads.job_list(status=status, queue=queue, limit=_limit(limit))
+
+    def definitions(self) -> list[Definition]:
+        """Every published job type, with who declared it and any disagreement."""
+        self._ready()
+        return self.store.definitions.list()
 
     # -- recurring schedules ------------------------------------------------------------
 
@@ -142,46 +131,46 @@ class Client:
         queue: str | None = None,
         timezone: str = "UTC",
         priority: int | None = None,
+        allow_unknown: bool = False,
     ) -> RecurringSchedule:
         """Add or update the schedule `name`: run `job` with `payload` at each `cron` slot in
         `timezone`. Safe to call at every startup on every instance: the same cron keeps
         its next run, a changed one starts from now. A bad cron or time zone raises
-        `BadInput` and writes nothing."""
+        `BadInput`, an unknown job `UnknownJob` (unless `allow_unknown`), and nothing is
+        written."""
         check_name(name, "schedule name")
         check_name(job, "job name")
-        registered = lookup(job)
+        jobtype = self._job_type(job, allow_unknown)
         self._ready()
-        return self.recurring.recurring_upsert(
+        return self.store.recurring.recurring_upsert(
             name=name,
             job_name=job,
             cron=check_cron(cron),
             timezone=zone(timezone).key,
             payload=encode_payload(payload),
-            queue=check_name(queue or (registered.queue if registered else DEFAULT_QUEUE), "queue"),
-            priority=priority if priority is not None else (registered.priority if registered else 0),
+            queue=check_name(queue or jobtype.queue, "queue"),
+            priority=jobtype.priority if priority is None else check_priority(priority),
         )
 
     def remove_recurring(self, name: str) -> bool:
         self._ready()
-        return self.recurring.recurring_remove(name)
+        return self.store.recurring.recurring_remove(name)
 
     def set_recurring_enabled(self, name: str, enabled: bool) -> bool:
         """Pause or resume a schedule; resuming starts from now (no catch-up). False if unknown."""
         self._ready()
-        return self.recurring.recurring_set_enabled(name, enabled)
+        return self.store.recurring.recurring_set_enabled(name, enabled)
 
     def list_recurring(self) -> list[RecurringSchedule]:
         self._ready()
-        return self.recurring.recurring_list()
+        return self.store.recurring.recurring_list()
 
     # -- operations ---------------------------------------------------------------------
 
     def workers(self) -> list[dict[str, Any]]:
         """Every registered supervisor and worker, with the job each worker holds."""
-        from jobsup.store.processes import ProcessTable
-
         self._ready()
-        held = self.store.job_held_by()
+        held = self.store.reads.job_held_by()
         return [
             {
                 "id": row.id,
@@ -195,34 +184,34 @@ class Client:
                 "started_at": row.started_at,
                 "heartbeat_at": row.heartbeat_at,
             }
-            for row in ProcessTable(self.database).process_list()
+            for row in self.store.processes.process_list()
         ]
 
     def stats(self, *, window: object = "5m") -> list[dict[str, Any]]:
         """Per queue: counts by status, the oldest due pending job's age, and successes per
         minute over the last `window`."""
         from jobsup.clock import host_clock
-        from jobsup.store.schema import STATUSES
 
         seconds = parse_duration(window, what="window")
         if seconds <= 0:
             raise BadInput("window must be longer than zero")
         self._ready()
-        counts, first_due = self.store.job_counts(STATUSES)
-        recent = self.store.job_finished_since(seconds)
+        counts, first_due = self.store.reads.job_counts(STATUSES)
+        recent = self.store.reads.job_finished_since(seconds)
         now = host_clock()
         queues = sorted({queue for queue, _ in counts} | set(first_due) | set(recent))
-        return [
-            {
-                "queue": queue,
-                **{status: counts.get((queue, status), 0) for status in STATUSES},
-                "oldest_pending_seconds": (
-                    None if first_due.get(queue) is None else (now - first_due[queue]).total_seconds()  # type: ignore[operator]
-                ),
-                "per_minute": recent.get(queue, 0) * 60.0 / seconds,
-            }
-            for queue in queues
-        ]
+        rows = []
+        for queue in queues:
+            due = first_due.get(queue)
+            rows.append(
+                {
+                    "queue": queue,
+                    **{status: counts.get((queue, status), 0) for status in STATUSES},
+                    "oldest_pending_seconds": None if due is None else (now - due).total_seconds(),
+                    "per_minute": recent.get(queue, 0) * 60.0 / seconds,
+                }
+            )
+        return rows
 
     def close(self) -> None:
         self.database.dispose()
@@ -243,80 +232,25 @@ class DeadLetters:
         return self._client.list_jobs(status=DEAD_LETTERED, queue=queue, limit=limit)
 
     def retry(self, job_id: int) -> bool:
-        """Back to pending with fresh attempts; False if the job is not dead-lettered."""
+        """Back to pending with a fresh budget of attempts; False if the job is not
+        dead-lettered. Attempt numbers go on from where they were."""
         self._client._ready()
-        return bool(self._client.store.job_retry_dead([_job_id(job_id)]))
+        return bool(self._client.store.transitions.retry([_job_id(job_id)]))
 
     def retry_all(self) -> int:
         """Retry every dead letter; return how many."""
+        store = self._client.store
         self._client._ready()
         retried = 0
-        while ids := self._client.store.job_finished_ids(DEAD_LETTERED):
-            retried += len(self._client.store.job_retry_dead(ids))
+        while ids := store.reads.job_finished_ids(DEAD_LETTERED):
+            retried += len(store.transitions.retry(ids))
         return retried
 
     def purge(self, *, older_than: object = None) -> int:
         """Delete dead letters (all, or those finished more than `older_than` ago)."""
         self._client._ready()
         age = None if older_than is None else parse_duration(older_than, what="older_than")
-        purged = 0
-        while ids := self._client.store.job_finished_ids(DEAD_LETTERED, older_than=age):
-            purged += self._client.store.job_delete(ids, status=DEAD_LETTERED)
-        return purged
-
-
-def _new_job(
-    name: str,
-    payload: Any,
-    *,
-    queue: str | None = None,
-    priority: int | None = None,
-    run_at: datetime | None = None,
-    delay: object = None,
-    max_attempts: int | None = None,
-    timeout: object = None,
-    unique_key: str | None = None,
-    actor: str | None = None,
-) -> NewJob:
-    check_name(name, "job name")
-    registered = lookup(name)
-    if run_at is not None and delay is not None:
-        raise BadInput("give run_at or delay, not both")
-    if run_at is not None:
-        if not isinstance(run_at, datetime):
-            raise BadInput(f"run_at must be a datetime, not {type(run_at).__name__}")
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
-            raise BadInput("run_at is a naive datetime: pass a timezone-aware one, e.g. datetime(..., tzinfo=UTC)")
-    if priority is not None and (
-        isinstance(priority, bool) or not isinstance(priority, int) or not -INT32 <= priority <= INT32
-    ):
-        raise BadInput(f"priority must be an int between {-INT32} and {INT32}, not {priority!r}")
-    for text, what in ((unique_key, "unique_key"), (actor, "actor")):
-        if text is not None and (not isinstance(text, str) or not 0 < len(text) <= 200):
-            raise BadInput(f"{what} must be a string of 1-200 characters")
-    return NewJob(
-        name=name,
-        queue=check_name(queue or (registered.queue if registered else DEFAULT_QUEUE), "queue"),
-        payload=encode_payload(payload),
-        priority=priority if priority is not None else (registered.priority if registered else 0),
-        run_at=run_at,
-        delay=0.0 if delay is None else parse_duration(delay, what="delay"),
-        max_attempts=check_attempts(
-            max_attempts
-            if max_attempts is not None
-            else (registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS)
-        ),
-        timeout=(
-            parse_duration(timeout, what="timeout")
-            if timeout is not None
-            else (registered.timeout if registered else None)
-        ),
-        unique_key=unique_key,
-        actor=actor,
-    )
-
-
-INT32, INT64 = 2**31 - 1, 2**63 - 1
+        return self._client.store.retention.purge(DEAD_LETTERED, older_than=age)
 
 
 def _job_id(value: object) -> int:

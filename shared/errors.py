@@ -69,6 +69,16 @@ class JobNotFound(JobsupError, LookupError):
     """There is no job with this id."""
 
 
+class UnknownJob(BadInput, LookupError):
+    """No job type of this name is registered here or published in the database."""
+
+
+class Cancelled(JobsupError):
+    """Raised inside a job by `ctx.raise_if_cancelled()`: the job was asked to stop (an
+    operator cancelled it, its timeout passed, its lease was lost, or its worker is shutting
+    down). The attempt ends as the reason says, whatever the job does next."""
+
+
 class Retry(JobsupError):
     """Raised by a job to end this attempt as failed and run again after a chosen delay.
 

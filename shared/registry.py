@@ -1,9 +1,9 @@
 """Job registration by stable name: `@jobsup.job("send-email", queue="mail")`.
 
 The name, not the function's import path, is what is stored, so code can move without
-stranding jobs. Enqueueing does not need the registry: a web app enqueues by name without
-importing the workers' code, and a name no worker knows fails its attempts and ends
-dead-lettered.
+stranding jobs. A process that registers jobs publishes their settings to the database when
+it runs them (`jobsup start`), so a process that only enqueues them needs the name alone
+(see `jobsup.jobtypes`).
 """
 
 from __future__ import annotations
@@ -16,27 +16,22 @@ from typing import Any, TypeVar
 from jobsup.context import JobContext
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput
+from jobsup.jobtypes import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobType, RetryPolicy
 
 JobFunction = Callable[[JobContext, Any], Any]
 F = TypeVar("F", bound=JobFunction)
 
-DEFAULT_QUEUE = "default"
-DEFAULT_MAX_ATTEMPTS = 5
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+INT32 = 2**31 - 1
 
 
 @dataclass(frozen=True)
-class JobType:
-    name: str
+class Registered:
+    type: JobType
     function: JobFunction
-    queue: str
-    max_attempts: int
-    timeout: float | None
-    priority: int
-    retry_in: Callable[[int], float] | None
 
 
-_registry: dict[str, JobType] = {}
+_registry: dict[str, Registered] = {}
 
 
 def job(
@@ -57,13 +52,15 @@ def job(
     check_name(name, "job name")
     check_name(queue, "queue")
     check_attempts(max_attempts)
+    check_priority(priority)
     seconds = None if timeout is None else parse_duration(timeout, what=f"timeout of job {name!r}")
+    jobtype = JobType(name, queue, priority, max_attempts, seconds, RetryPolicy(custom=retry_in))
 
     def register(function: F) -> F:
         existing = _registry.get(name)
         if existing is not None and _origin(existing.function) != _origin(function):
             raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
-        _registry[name] = JobType(name, function, queue, max_attempts, seconds, priority, retry_in)
+        _registry[name] = Registered(jobtype, function)
         return function
 
     return register
@@ -74,8 +71,16 @@ def _origin(function: JobFunction) -> tuple[str, str]:
     return (getattr(function, "__module__", ""), getattr(function, "__qualname__", repr(function)))
 
 
-def lookup(name: str) -> JobType | None:
+def lookup(name: str) -> Registered | None:
     return _registry.get(name)
+
+
+def registered_names() -> list[str]:
+    return sorted(_registry)
+
+
+def registered_types() -> list[JobType]:
+    return [_registry[name].type for name in sorted(_registry)]
 
 
 def check_name(value: object, what: str) -> str:
@@ -85,6 +90,12 @@ def check_name(value: object, what: str) -> str:
 
 
 def check_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
-        raise BadInput(f"max_attempts must be a whole number from 1 to {2**31 - 1}, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT32:
+        raise BadInput(f"max_attempts must be a whole number from 1 to {INT32}, not {value!r}")
+    return value
+
+
+def check_priority(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not -INT32 <= value <= INT32:
+        raise BadInput(f"priority must be an int between {-INT32} and {INT32}, not {value!r}")
     return value

@@ -73,6 +73,10 @@ class Settings:
             raise ConfigurationError(f"metrics_port must be 0-65535 (or -1 for none), not {self.metrics_port}")
         if self.log_format not in ("text", "json"):
             raise ConfigurationError(f"log_format must be text or json, not {self.log_format!r}")
+        if self.faults:
+            from jobsup.store.faults import parse
+
+            parse(self.faults)
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be at least 1, not {self.claim_batch}")
         for queue, config in self.queues.items():
@@ -94,10 +98,15 @@ class Settings:
         return replace(self, **{key: _coerce(key, value) for key, value in given.items()})
 
 
-def load(overrides: Mapping[str, Any] | None = None, *, directory: Path | None = None) -> Settings:
-    """Settings from every source, later winning: defaults, file, environment, `overrides`."""
+def load(
+    overrides: Mapping[str, Any] | None = None, *, directory: Path | None = None, config: Path | None = None
+) -> Settings:
+    """Settings from every source, later winning: defaults, the file (`config`, or
+    ``$JOBSUP_CONFIG``, or ``jobsup.toml`` / ``[tool.jobsup]`` in ``pyproject.toml`` in
+    `directory`), environment, `overrides`."""
     settings = Settings()
-    settings = settings.merged(_from_file(directory or Path.cwd()))
+    given = config or (Path(os.environ["JOBSUP_CONFIG"]) if os.environ.get("JOBSUP_CONFIG") else None)
+    settings = settings.merged(_from_config(given) if given is not None else _from_file(directory or Path.cwd()))
     settings = settings.merged(_from_environment(os.environ))
     return settings.merged(overrides or {})
 
@@ -166,6 +175,16 @@ def _from_file(directory: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{own if own.exists() else project} is not valid TOML: {exc}") from None
     return {}
+
+
+def _from_config(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigurationError(f"config file {str(path)!r} does not exist")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"{path} is not valid TOML: {exc}") from None
+    return dict(data.get("tool", {}).get("jobsup", {})) if path.name == "pyproject.toml" else dict(data)
 
 
 def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:

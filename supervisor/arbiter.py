@@ -1,9 +1,10 @@
 """The supervisor process: the arbiter loop.
 
 Signal handlers only put the signal on a `queue.SimpleQueue` (reentrant, so safe inside a
-handler) and the loop does the rest: reap dead workers and expire their leases at once,
-refill empty slots with backoff, heartbeat the process table, run maintenance. The order
-of boot and of shutdown is written out once, in `boot()` and `shutdown()`.
+handler) and the loop does the rest: reap dead workers and close their leases, kill workers
+whose lease renewal is overdue, refill empty slots with backoff, heartbeat the process
+table, run maintenance and the cron tick. The order of boot and of shutdown is written out
+once, in `boot()` and `shutdown()`.
 """
 
 from __future__ import annotations
@@ -21,20 +22,20 @@ from setproctitle import setproctitle
 from sqlalchemy import select
 
 from jobsup import exits
-from jobsup.backoff import retry_in_for
 from jobsup.errors import ConfigurationError, JobsupError
 from jobsup.observe import metrics
-from jobsup.observe.events import event, log
+from jobsup.observe.events import emit
+from jobsup.registry import registered_types
 from jobsup.settings import Settings
-from jobsup.store import Store, migrate
-from jobsup.store.database import Database
-from jobsup.store.processes import ProcessTable
-from jobsup.store.recurring import RecurringStore
+from jobsup.store import Database, Store, migrate
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
+from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
-from jobsup.supervisor.http import Endpoints, Health
+from jobsup.supervisor.guard import guarded
+from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses, PurgeFinished, QueueGauges
 from jobsup.supervisor.recurring import CronTick
+from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.spec import WorkerSpec
 
 TICK = 0.2  # seconds between loop turns when no signal arrives
@@ -60,43 +61,44 @@ class Arbiter:
         self.failure: JobsupError | None = None
         self.heartbeat_every = min(settings.heartbeat, settings.maintenance_interval)
         self.next_heartbeat = self.next_maintenance = self.next_cron = 0.0
+        self.metrics_dir: str | None = None
+        self.db: Database | None = None
+        self.children: Children | None = None
+        self.endpoints: Endpoints | None = None
 
     # -- boot ------------------------------------------------------------------------------
 
     def boot(self) -> None:
-        """Metrics directory, apps, database, schema, registration, HTTP endpoints, signals."""
+        """Metrics directory, apps, database, schema, definitions, registration, children,
+        HTTP endpoints, signals."""
         self.metrics_dir = metrics.prepare_multiprocess()  # before anything imports prometheus_client
         self.import_apps()
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
         self.db = Database(self.settings.database_url, role="supervisor")
         self.store = Store(self.db)
-        self.processes = ProcessTable(self.db)
         if self.settings.migrate:
             migrate.upgrade(self.db)
         else:
             self.store.schema_check()
-        retain = {
-            SUCCEEDED: self.settings.retain_succeeded,
-            DEAD_LETTERED: self.settings.retain_dead_lettered,
-            CANCELLED: self.settings.retain_cancelled,
-        }
+        self.store.definitions.publish(registered_types(), instance=self.id)
         self.maintenance = Maintenance(
             [
                 ExpireLeases(self.store),
-                PruneProcesses(self.processes, self.heartbeat_every),
-                PurgeFinished(self.store, retain),
-                QueueGauges(self.store),
+                PruneProcesses(self.store, self.heartbeat_every),
+                PurgeFinished(self.store, self.retention()),
+                QueueGauges(self.store, self.settings.queues),
             ]
         )
-        self.cron = CronTick(RecurringStore(self.db))
+        self.cron = CronTick(self.store)
+        self.burials = Burials(self.store.transitions)
         metrics.start_series(list(self.settings.queues), [step.name for step in self.maintenance.steps])
-        self.processes.process_register(id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid())
+        self.store.processes.process_register(id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid())
         self.children = Children(self.settings, self.fork_worker)
         self.health = Health(self.ping)
         self.endpoints = self.serve()
         for signum in HANDLED:
             signal.signal(signum, self.on_signal)
-        event("supervisor.started", pid=os.getpid(), queues=self.queue_summary(), database=self.db.safe_url)
+        emit("supervisor.started", pid=os.getpid(), queues=self.queue_summary(), database=self.db.safe_url)
 
     def import_apps(self) -> None:
         # Imported once here, before forking, so every worker shares the code (and a broken
@@ -107,11 +109,20 @@ class Arbiter:
             except Exception as exc:
                 raise AppImportFailed(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
 
+    def retention(self) -> dict[str, float]:
+        return {
+            SUCCEEDED: self.settings.retain_succeeded,
+            DEAD_LETTERED: self.settings.retain_dead_lettered,
+            CANCELLED: self.settings.retain_cancelled,
+        }
+
     def serve(self) -> Endpoints | None:
         if self.settings.metrics_port < 0:
             return None
         try:
-            endpoints = Endpoints(self.settings.metrics_host, self.settings.metrics_port, self.health)
+            endpoints = Endpoints(
+                self.settings.metrics_host, self.settings.metrics_port, supervisor_routes(self.health)
+            )
         except OSError as exc:
             where = f"{self.settings.metrics_host}:{self.settings.metrics_port}"
             raise ConfigurationError(f"cannot serve /metrics on {where}: {exc.strerror or exc}") from None
@@ -119,6 +130,7 @@ class Arbiter:
         return endpoints
 
     def ping(self) -> None:
+        assert self.db is not None
         with self.db.read("health") as conn:
             conn.execute(select(1))
 
@@ -128,14 +140,16 @@ class Arbiter:
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> int:
-        self.boot()
         try:
+            self.boot()
             while not self.finished():
-                self.health.tick()
+                self.health.tick(self.problems())
                 self.handle(self.next_signal())
                 self.reap()
+                self.burials.run_due()
                 if self.stopping is None:
                     self.spawn()
+                    self.enforce()
                     self.tick()
                 elif time.monotonic() > self.stopping + self.shutdown_deadline():
                     self.kill_stragglers()
@@ -162,17 +176,27 @@ class Arbiter:
                 self.stop_now()
 
     def finished(self) -> bool:
+        assert self.children is not None
         return self.stopping is not None and not self.children.alive
 
+    def problems(self) -> list[str]:
+        assert self.children is not None
+        return [
+            f"worker {slot.label} failed at boot {slot.boot_failures} time(s) in a row; retrying"
+            for slot in self.children.failing_boot()
+        ]
+
     def spawn(self) -> None:
+        assert self.children is not None
+        self.children.note_booted()
         spawned = self.children.spawn_due()
         if spawned:
             metrics.set_workers(self.children.counts())
         for child in spawned:
-            event("worker.spawned", worker=child.slot.label, pid=child.pid)
-            self.safely(
+            emit("worker.spawned", worker=child.slot.label, pid=child.pid)
+            guarded(
                 "process_register",
-                lambda child=child: self.processes.process_register(
+                lambda child=child: self.store.processes.process_register(  # type: ignore[misc]
                     id=child.worker_id,
                     kind="worker",
                     host=self.children.host,
@@ -182,7 +206,16 @@ class Arbiter:
                 ),
             )
 
+    def enforce(self) -> None:
+        """Kill workers whose lease renewal is overdue: what their own lease threads failed
+        to do (a job holding the GIL starves them). Reaping them closes their leases."""
+        assert self.children is not None
+        for child in self.children.overdue(time.monotonic(), self.settings.lease, self.settings.heartbeat):
+            emit("worker.killed_overdue", worker=child.slot.label, pid=child.pid, queue=child.slot.queue)
+            self.children.kill(child)
+
     def reap(self) -> None:
+        assert self.children is not None
         deaths = self.children.reap()
         for death in deaths:
             self.bury(death)
@@ -190,63 +223,53 @@ class Arbiter:
             metrics.set_workers(self.children.counts())
 
     def bury(self, death: Death) -> None:
+        assert self.children is not None
         child = death.child
         name = "worker.stopped" if death.clean else "worker.died"
-        event(name, worker=child.slot.label, pid=child.pid, status=exits.describe(death.status))
-        metrics.process_dead(child.pid)
-        # Its job comes back now rather than when the lease would lapse (a CAS on owner
-        # and attempt: a job it already settled or released is not touched).
-        self.safely("expire_lease", lambda: self.expire_leases_of(child.worker_id))
-        self.safely("process_deregister", lambda: self.processes.process_deregister([child.worker_id]))
-        if death.code == exits.BOOT_FAILED and self.stopping is None:
+        emit(name, worker=child.slot.label, pid=child.pid, status=exits.describe(death.status))
+        guarded("metrics", lambda: metrics.process_dead(child.pid))
+        self.burials.add(burial_of(death, self.settings.lease))
+        guarded("process_deregister", lambda: self.store.processes.process_deregister([child.worker_id]))
+        if death.booted:
+            child.slot.ever_booted = True
+        if self.stopping is not None:
+            return
+        if death.boot_failed and not child.slot.ever_booted:
             self.failure = WorkerBootFailed(f"worker {child.slot.label} failed at boot; see its log line above")
             self.begin_shutdown("a worker failed at boot")
-        elif self.stopping is None:
-            event("worker.restarting", worker=child.slot.label, queue=child.slot.queue)
-            delay = self.children.schedule_restart(death)
-            if delay:
-                event("worker.restart_delayed", worker=child.slot.label, seconds=round(delay, 1))
-
-    def expire_leases_of(self, worker_id: str) -> None:
-        closed = self.store.job_expire_leases(retry_in_for, owner=worker_id)
-        if closed:
-            event("leases.expired", count=closed, owner=worker_id)
+            return
+        emit("worker.restarting", worker=child.slot.label, queue=child.slot.queue)
+        delay = self.children.schedule_restart(death)
+        if delay:
+            emit("worker.restart_delayed", worker=child.slot.label, seconds=round(delay, 1))
 
     def tick(self) -> None:
         now = time.monotonic()
         if now >= self.next_heartbeat:
             self.next_heartbeat = now + self.heartbeat_every
-            self.safely("process_heartbeat", lambda: self.processes.process_heartbeat(self.id))
+            guarded("process_heartbeat", lambda: self.store.processes.process_heartbeat(self.id))
         if now >= self.next_maintenance:
             self.next_maintenance = now + self.settings.maintenance_interval
             self.maintenance.run_once()
         if now >= self.next_cron:
             self.next_cron = now + CRON_EVERY
-            self.safely("recurring", self.cron.run_once)
-
-    def safely(self, operation: str, action: object) -> None:
-        """An error in the loop is logged, counted and retried later; it never stops the loop."""
-        try:
-            action()  # type: ignore[operator]
-        except JobsupError as exc:
-            event("db.error", operation=operation, error=exc)
-        except Exception:
-            log.exception("supervisor.step_failed operation=%s", operation)
-            event("db.error", operation=operation, error="unexpected error, see the traceback above")
+            guarded("recurring", self.cron.run_once)
 
     # -- shutdown --------------------------------------------------------------------------
 
     def begin_shutdown(self, reason: str) -> None:
         """Phase 1: workers stop claiming; a running job gets the shutdown grace."""
+        assert self.children is not None
         self.stopping = time.monotonic()
         setproctitle(f"jobsup: supervisor {self.queue_summary()} stopping")
-        event("supervisor.stopping", reason=reason, grace=self.settings.shutdown_grace)
+        emit("supervisor.stopping", reason=reason, grace=self.settings.shutdown_grace)
         self.children.signal_all(signal.SIGTERM)
 
     def stop_now(self) -> None:
         """A second SIGINT: workers cancel their jobs now, release them, and exit."""
+        assert self.children is not None
         self.immediate = True
-        event("supervisor.stopping_now")
+        emit("supervisor.stopping_now")
         self.children.signal_all(signal.SIGINT)
 
     def shutdown_deadline(self) -> float:
@@ -256,40 +279,44 @@ class Arbiter:
         return grace + cancel_grace + 5.0
 
     def kill_stragglers(self) -> None:
-        """Phase 2: SIGKILL what is left; their leases are expired as they are reaped."""
-        event("supervisor.killing", workers=len(self.children.alive))
+        """Phase 2: SIGKILL what is left; their leases are closed as they are reaped."""
+        assert self.children is not None
+        emit("supervisor.killing", workers=len(self.children.alive))
         self.children.kill_all()
         time.sleep(0.1)
 
     def shutdown(self) -> None:
-        """Phase 3: reap the rest and deregister."""
-        if hasattr(self, "children") and self.children.alive:
+        """Phase 3, on every way out (boot failures included): reap the rest, deregister,
+        close the endpoints and remove the metrics directory."""
+        if self.children is not None and self.children.alive:
             self.children.kill_all()
             deadline = time.monotonic() + 10
             while self.children.alive and time.monotonic() < deadline:
                 self.reap()
                 time.sleep(0.05)
-        if hasattr(self, "processes"):
-            self.safely("process_deregister", lambda: self.processes.process_deregister([self.id]))
-            event("supervisor.stopped", pid=os.getpid())
+        if self.children is not None:
+            guarded("process_deregister", lambda: self.store.processes.process_deregister([self.id]))
+            emit("supervisor.stopped", pid=os.getpid())
+        if self.db is not None:
             self.db.dispose()
-        if getattr(self, "endpoints", None) is not None:
-            self.endpoints.server_close()  # type: ignore[union-attr]
-        if hasattr(self, "metrics_dir"):
+        if self.endpoints is not None:
+            self.endpoints.server_close()
+        if self.metrics_dir is not None:
             metrics.remove_multiprocess_dir(self.metrics_dir)
 
     # -- fork ------------------------------------------------------------------------------
 
-    def fork_worker(self, spec: WorkerSpec) -> int:
+    def fork_worker(self, spec: WorkerSpec, slot: SlotMemory) -> int:
         # Block the handled signals across the fork: one arriving before the child has
         # installed its own handlers would otherwise run the supervisor's handler there and
         # be lost. The child unblocks them (and so receives any pending) once it is ready.
+        assert self.db is not None
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
         pid = os.fork()
         if pid == 0:
             from jobsup.worker.boot import main
 
             sockets = [self.endpoints.fileno()] if self.endpoints is not None else []
-            main(spec, inherited=[self.db], inherited_fds=sockets, signal_mask=mask)
+            main(spec, slot, inherited=[self.db], inherited_fds=sockets, signal_mask=mask)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return pid

@@ -1,9 +1,15 @@
-"""The supervisor's children: spawn, reap, signal, restart with backoff.
+"""The supervisor's children: spawn, reap, signal, kill, restart with backoff.
 
-Each configured worker is a slot (``default#1``); a slot whose worker died is refilled,
-at once after a clean stop, after a growing delay after a crash, so a worker that dies as
-it starts does not fork-loop. A worker that exits `BOOT_FAILED` stops all restarts: the
-next one would fail the same way.
+Each configured worker is a slot (``default#1``) with its part of the shared slot memory
+(`jobsup.worker.slot`); a slot whose worker died is refilled, at once after a clean stop,
+after a growing delay after a crash, so a worker that dies as it starts does not fork-loop.
+A worker that fails at boot before its slot ever had a worker that booted stops the
+supervisor (the next one would fail the same way: a broken app or configuration); once a
+slot has booted a worker, later boot failures are retried with backoff like crashes, and
+reported by `/healthz` and the metrics while they last.
+
+Every worker leads its own process group; killing one kills the group, so processes its
+job started die with it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ from dataclasses import dataclass, field
 
 from jobsup import exits
 from jobsup.settings import Settings
+from jobsup.worker.slot import Slot as SlotMemory
+from jobsup.worker.slot import SlotTable
 from jobsup.worker.spec import WorkerSpec
 
 QUICK_DEATH = 10.0  # a worker that dies sooner than this after its start counts towards backoff
@@ -29,7 +37,10 @@ MAX_RESTART_DELAY = 30.0
 class Slot:
     queue: str
     index: int
+    memory: SlotMemory
     failures: int = 0
+    boot_failures: int = 0  # in a row, since a worker of this slot last booted
+    ever_booted: bool = False
     restart_at: float = 0.0  # monotonic; 0: fill now
 
     @property
@@ -43,12 +54,15 @@ class Child:
     slot: Slot
     worker_id: str
     started: float = field(default_factory=time.monotonic)
+    killed: bool = False
 
 
 @dataclass(frozen=True)
 class Death:
     child: Child
     status: int
+    booted: bool  # it had finished booting
+    running: list[tuple[int, int, float | None]]  # the jobs it was running: (job id, attempt, timeout)
 
     @property
     def code(self) -> int | None:
@@ -58,14 +72,20 @@ class Death:
     def clean(self) -> bool:
         return self.code in (exits.STOPPED, exits.LEASE_LOST, exits.TIMED_OUT, exits.SHUTDOWN_FORCED)
 
+    @property
+    def boot_failed(self) -> bool:
+        return self.code == exits.BOOT_FAILED
+
 
 class Children:
-    def __init__(self, settings: Settings, fork_child: Callable[[WorkerSpec], int]) -> None:
+    def __init__(self, settings: Settings, fork_child: Callable[[WorkerSpec, SlotMemory], int]) -> None:
         self.settings = settings
         self.fork_child = fork_child  # forks and runs the worker in the child; returns the pid
-        self.slots = [
-            Slot(queue, index) for queue, config in settings.queues.items() for index in range(1, config.workers + 1)
+        configured = [
+            (queue, index) for queue, config in settings.queues.items() for index in range(1, config.workers + 1)
         ]
+        self.table = SlotTable(len(configured), capacity=1)
+        self.slots = [Slot(queue, index, self.table.slot(n)) for n, (queue, index) in enumerate(configured)]
         self.alive: dict[int, Child] = {}
         self.host = socket.gethostname()
 
@@ -81,12 +101,17 @@ class Children:
     def spawn(self, slot: Slot) -> Child:
         worker_id = f"{self.host}:{slot.label}:{uuid.uuid4().hex[:12]}"
         spec = WorkerSpec(self.settings, slot.queue, slot.index, worker_id, os.getpid())
-        child = Child(self.fork_child(spec), slot, worker_id)
+        slot.memory.reset()
+        pid = self.fork_child(spec, slot.memory)
+        with contextlib.suppress(OSError):  # the child does it too; whichever runs first wins
+            os.setpgid(pid, pid)
+        child = Child(pid, slot, worker_id)
         self.alive[child.pid] = child
         return child
 
     def reap(self) -> list[Death]:
-        """Collect every child that has exited, without blocking."""
+        """Collect every child that has exited, without blocking, and kill what is left of
+        its process group."""
         deaths = []
         while self.alive:
             try:
@@ -96,21 +121,49 @@ class Children:
             if pid == 0:
                 break
             child = self.alive.pop(pid, None)
-            if child is not None:
-                deaths.append(Death(child, status))
+            if child is None:
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            memory = child.slot.memory
+            deaths.append(Death(child, status, memory.booted, memory.entries()))
         return deaths
+
+    def note_booted(self) -> None:
+        """Record the slots whose live worker has booted (a boot failure is then retried)."""
+        for child in self.alive.values():
+            if child.slot.memory.booted:
+                child.slot.ever_booted, child.slot.boot_failures = True, 0
 
     def schedule_restart(self, death: Death) -> float:
         """When the dead worker's slot may be refilled; returns the delay in seconds."""
         slot = death.child.slot
         lived = time.monotonic() - death.child.started
-        if death.code == exits.STOPPED or lived >= QUICK_DEATH:
+        if death.boot_failed:
+            slot.boot_failures += 1
+        if death.code == exits.STOPPED or (lived >= QUICK_DEATH and not death.boot_failed):
             slot.failures = 0
         else:
             slot.failures += 1
         delay = 0.0 if slot.failures == 0 else min(MAX_RESTART_DELAY, 0.5 * 2 ** (slot.failures - 1))
         slot.restart_at = time.monotonic() + delay
         return delay
+
+    def overdue(self, now: float, lease: float, heartbeat: float) -> list[Child]:
+        """Live workers running a job whose lease renewal is so overdue that the lease
+        would lapse within half a heartbeat: their own lease threads did not end them (a
+        job holding the GIL starves them), so the supervisor must."""
+        late = lease - heartbeat / 2
+        return [
+            child
+            for child in self.alive.values()
+            if not child.killed and child.slot.memory.running() and now - child.slot.memory.renewed_at > late
+        ]
+
+    def failing_boot(self) -> list[Slot]:
+        """Slots whose workers keep failing at boot and that have no booted worker now."""
+        live = {child.slot.label for child in self.alive.values() if child.slot.memory.booted}
+        return [slot for slot in self.slots if slot.boot_failures and slot.label not in live]
 
     def counts(self) -> dict[str, int]:
         """Live workers per configured queue (zero included)."""
@@ -124,5 +177,13 @@ class Children:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
+    def kill(self, child: Child) -> None:
+        child.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)  # in case it never became its group's leader
+
     def kill_all(self) -> None:
-        self.signal_all(signal.SIGKILL)
+        for child in list(self.alive.values()):
+            self.kill(child)

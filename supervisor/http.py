@@ -1,72 +1,155 @@
-"""The supervisor's HTTP endpoints: GET /metrics (Prometheus text format, every jobsup process
-of this supervisor aggregated) and GET /healthz (200 while the loop ticks and the database
-answers, 503 otherwise). Served from a daemon thread; nothing here touches the loop's state
-but two timestamps."""
+"""The supervisor's HTTP endpoints, served from daemon threads: GET /metrics (Prometheus text
+format, every jobsup process of this supervisor aggregated) and GET /healthz (200 while the
+loop ticks, the database answers and no worker slot keeps failing at boot; 503 otherwise).
+Routes are registered on a `Router`, so later endpoints are one line each; nothing here
+touches the loop's state but what `Health` is told.
+
+A connection that sends nothing cannot hold a thread: a request must arrive within
+`READ_TIMEOUT`, at most `MAX_CONNECTIONS` are served at once, and when that many are open a
+new connection evicts the one that has waited longest without sending its request, so a
+scrape gets through however many idle connections someone opens.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from jobsup.observe import metrics
-from jobsup.observe.events import event
+from jobsup.observe.events import emit
+
+READ_TIMEOUT = 5.0
+MAX_CONNECTIONS = 16
+TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: bytes
+    content_type: str = TEXT
+
+    @classmethod
+    def text(cls, status: int, text: str) -> Reply:
+        return cls(status, (text + "\n").encode())
+
+
+Handler = Callable[[], Reply]
+
+
+class Router:
+    """GET routes by exact path."""
+
+    def __init__(self) -> None:
+        self.routes: dict[str, Handler] = {}
+
+    def get(self, path: str, handler: Handler) -> None:
+        self.routes[path] = handler
+
+    def dispatch(self, method: str, path: str) -> Reply:
+        handler = self.routes.get(path.split("?", 1)[0])
+        if handler is None:
+            return Reply.text(404, f"not found: try {' or '.join(sorted(self.routes))}")
+        if method != "GET":
+            return Reply.text(405, f"{method} is not allowed here: use GET")
+        return handler()
 
 
 class Endpoints(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64
 
-    def __init__(self, host: str, port: int, healthy: Callable[[], tuple[bool, str]]) -> None:
+    def __init__(self, host: str, port: int, router: Router, max_connections: int = MAX_CONNECTIONS) -> None:
         super().__init__((host, port), _Handler)
-        self.healthy = healthy
+        self.router, self.max_connections = router, max_connections
+        self.lock = threading.Lock()
+        self.open: dict[socket.socket, float | None] = {}  # connection -> when it began waiting (None: served)
 
     def start(self) -> None:
         threading.Thread(target=self.serve_forever, name="jobsup-http", daemon=True).start()
         host, port = self.server_address[:2]
-        event("metrics.serving", url=f"http://{host!s}:{port}/metrics", port=port)
+        emit("metrics.serving", url=f"http://{host!s}:{port}/metrics", port=port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.lock:
+            if len(self.open) >= self.max_connections:
+                self._evict_idlest()
+            self.open[request] = time.monotonic()
+        super().process_request(request, client_address)
+
+    def _evict_idlest(self) -> None:
+        waiting = [(since, conn) for conn, since in self.open.items() if since is not None]
+        if not waiting:
+            return
+        _, conn = min(waiting, key=lambda item: item[0])
+        self.open.pop(conn, None)
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)  # its thread's read returns at once and the thread ends
+
+    def request_arrived(self, conn: socket.socket) -> None:
+        with self.lock:
+            if conn in self.open:
+                self.open[conn] = None
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.lock:
+            self.open.pop(request, None)
+        super().shutdown_request(request)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: Endpoints
+    timeout = READ_TIMEOUT  # applied to the socket: a silent client is dropped
+    protocol_version = "HTTP/1.0"
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.server.request_arrived(self.connection)
+        return parsed
 
     def do_GET(self) -> None:
-        if self.path.split("?")[0] == "/metrics":
-            body, content_type = metrics.exposition()
-            self._reply(200, body, content_type)
-        elif self.path.split("?")[0] == "/healthz":
-            ok, reason = self.server.healthy()
-            self._reply(200 if ok else 503, (reason + "\n").encode(), "text/plain; charset=utf-8")
-        else:
-            self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+        self._reply(self.server.router.dispatch("GET", self.path))
 
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+    def do_POST(self) -> None:
+        self._reply(self.server.router.dispatch("POST", self.path))
+
+    def _reply(self, reply: Reply) -> None:
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body)))
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(reply.body)
 
     def log_message(self, format: str, *args: object) -> None:
         """Scrapes are not news: no access log."""
 
 
 class Health:
-    """The loop reports each turn; /healthz also asks the database, at most once a second."""
+    """The loop reports each turn and what is wrong with the workers; /healthz also asks the
+    database, at most once a second."""
 
     def __init__(self, ping: Callable[[], None], stale_after: float = 10.0) -> None:
         self.ping, self.stale_after = ping, stale_after
         self.ticked = time.monotonic()
+        self.problems: list[str] = []
         self.lock = threading.Lock()
         self.checked, self.answer = 0.0, (False, "not checked yet")
 
-    def tick(self) -> None:
-        self.ticked = time.monotonic()
+    def tick(self, problems: list[str]) -> None:
+        self.ticked, self.problems = time.monotonic(), problems
 
     def __call__(self) -> tuple[bool, str]:
         now = time.monotonic()
         if now - self.ticked > self.stale_after:
             return False, f"supervisor loop has not ticked for {now - self.ticked:.0f}s"
+        if self.problems:
+            return False, "; ".join(self.problems)
         with self.lock:
             if now - self.checked >= 1.0:
                 try:
@@ -76,3 +159,19 @@ class Health:
                     self.answer = (False, f"database: {exc}")
                 self.checked = now
             return self.answer
+
+
+def supervisor_routes(health: Health) -> Router:
+    router = Router()
+
+    def scrape() -> Reply:
+        body, content_type = metrics.exposition()
+        return Reply(200, body, content_type)
+
+    def healthz() -> Reply:
+        ok, reason = health()
+        return Reply.text(200 if ok else 503, reason)
+
+    router.get("/metrics", scrape)
+    router.get("/healthz", healthz)
+    return router

@@ -1,42 +1,52 @@
-"""The cron tick: fire every due schedule once, on whichever instance gets there first."""
+"""The cron tick: fire every due schedule once, on whichever instance gets there first.
+
+A tick is bounded in time (`BUDGET`): schedules still due when it runs out wait for the next
+tick, so firing never delays the supervisor's reaping and heartbeats for long."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
-from jobsup.errors import BadInput, JobsupError
-from jobsup.observe.events import event, log
-from jobsup.store.recurring import FIRED, RecurringStore
+from jobsup.errors import BadInput
+from jobsup.observe.events import emit
+from jobsup.store import Store
+from jobsup.store.rows import RecurringSchedule
+from jobsup.store.transitions import FIRED
+from jobsup.supervisor.guard import guarded
+
+BUDGET = 0.25  # seconds of firing per tick
 
 
 class CronTick:
     name = "recurring"
 
-    def __init__(self, recurring: RecurringStore) -> None:
-        self.recurring = recurring
+    def __init__(self, store: Store, budget: float = BUDGET) -> None:
+        self.store, self.budget = store, budget
         self.reported: set[tuple[str, str, str]] = set()  # bad schedules already logged
 
     def run_once(self, now: datetime | None = None) -> int:
+        deadline = time.monotonic() + self.budget
         fired = 0
-        for schedule in self.recurring.recurring_due(now=now):
-            try:
-                outcome = self.recurring.recurring_fire(schedule, now=now)
-            except BadInput as exc:
-                # A row edited to a bad cron or zone: say so once, keep firing the others.
-                key = (schedule.name, schedule.cron, schedule.timezone)
-                if key not in self.reported:
-                    self.reported.add(key)
-                    event("recurring.invalid", schedule=schedule.name, error=exc)
-                continue
-            except JobsupError as exc:
-                event("db.error", operation="recurring", schedule=schedule.name, error=exc)
-                continue
-            except Exception:
-                log.exception("recurring.failed schedule=%s", schedule.name)
-                continue
-            if outcome == FIRED:
-                fired += 1
-                event("recurring.fired", schedule=schedule.name, job=schedule.job)
-            else:
-                event("recurring.already_fired", schedule=schedule.name)
+        due = self.store.recurring.recurring_due(now=now)
+        for position, schedule in enumerate(due):
+            if time.monotonic() > deadline:
+                emit("recurring.behind", due=len(due) - position)
+                break
+            outcome = guarded("recurring", lambda s=schedule: self.fire(s, now), schedule=schedule.name)  # type: ignore[misc]
+            fired += outcome == FIRED
         return fired
+
+    def fire(self, schedule: RecurringSchedule, now: datetime | None) -> str | None:
+        try:
+            return self.store.transitions.fire(self.store.recurring, schedule, now=now)
+        except BadInput as exc:
+            self.report_invalid(schedule.name, schedule.cron, schedule.timezone, exc)
+            return None
+
+    def report_invalid(self, name: str, cron: str, timezone: str, exc: BadInput) -> None:
+        # A row edited to a bad cron or zone: say so once, keep firing the others.
+        key = (name, cron, timezone)
+        if key not in self.reported:
+            self.reported.add(key)
+            emit("recurring.invalid", schedule=name, error=exc)

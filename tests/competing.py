@@ -28,6 +28,7 @@ from sqlalchemy import text
 from jobsup.client import Client
 from jobsup.store import migrate
 from jobsup.store.database import Database
+from jobsup.store.rows import SUCCEEDED, Outcome
 
 from helpers import create_pg_database, drop_pg_database, pg_error, pg_url
 
@@ -139,13 +140,13 @@ def _participate(name: str, records: Path) -> None:
         conn.execute(text("INSERT INTO competition_participant (worker) VALUES (:w)"), {"w": worker_name()})
     _barrier(engine)
     claimed = 0
-    while batch := client.store.job_claim(QUEUE, f"xdist-{worker_name()}", limit=5, lease=300.0):
+    while batch := client.store.transitions.claim(QUEUE, f"xdist-{worker_name()}", limit=5, lease=300.0):
         with engine.begin() as conn:
             conn.execute(
                 text("INSERT INTO competition_claim (job_id, worker) VALUES (:job_id, :worker)"),
                 [{"job_id": job.id, "worker": worker_name()} for job in batch],
             )
-        client.store.job_complete([job.lease for job in batch])
+        client.store.transitions.complete([Outcome(job.held, SUCCEEDED) for job in batch])
         claimed += len(batch)
     with engine.begin() as conn:
         conn.execute(

@@ -22,6 +22,7 @@ from jobsup.store.database import Database
 from jobsup.store.schema import metadata
 
 import competing
+import jobapps  # noqa: F401 - registers the job types the tests enqueue
 from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -62,8 +63,12 @@ class Supervisor:
         return self.process.wait(timeout)
 
     def lose_host(self) -> None:
-        """kill -9 the supervisor and all its workers at once."""
-        os.killpg(self.pid, signal.SIGKILL)
+        """kill -9 the supervisor and all its workers at once (each worker leads its own
+        process group, with whatever its job started)."""
+        groups = [self.pid, *self.workers()]
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
         self.process.wait(10)
 
     def output(self) -> str:
@@ -76,8 +81,7 @@ class Supervisor:
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.pid, signal.SIGKILL)
-                self.process.wait(10)
+                self.lose_host()
         self.log.close()
 
 

@@ -1,12 +1,19 @@
-"""Helpers shared by the tests: PostgreSQL databases, polling with a deadline."""
+"""Helpers shared by the tests: PostgreSQL databases, polling with a deadline, and the
+transitions as a worker drives them."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, text
+
+from jobsup.store.rows import FAILED, SUCCEEDED, Held, Outcome
 
 PG_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 T = TypeVar("T")
@@ -54,3 +61,64 @@ def wait_until(predicate: Callable[[], T], *, timeout: float, interval: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+# -- the transitions as the store tests drive them ---------------------------------------------
+# Each takes claimed jobs (or `Held` leases built by hand, for stale writes) and hands the
+# transitions the outcome a worker would.
+
+
+def claim(
+    client: Any, owner: str = "w1", queue: str = "default", *, limit: int = 1, lease: float = 60.0, now: Any = None
+) -> list[Any]:
+    return list(client.store.transitions.claim(queue, owner, limit=limit, lease=lease, now=now))
+
+
+def claim_one(client: Any, owner: str = "w1", queue: str = "default", **options: Any) -> Any:
+    claimed = claim(client, owner, queue, **options)
+    assert len(claimed) == 1, claimed
+    return claimed[0]
+
+
+def held(job: Any) -> Any:
+    return job if isinstance(job, Held) else job.held
+
+
+def succeed(client: Any, jobs: Sequence[Any], *, result: str | None = None, now: Any = None) -> set[int]:
+    outcomes = [Outcome(held(j), SUCCEEDED, result=result) for j in jobs]
+    return set(client.store.transitions.complete(outcomes, now=now))
+
+
+def fail(
+    client: Any, job: Any, *, error: str = "x", retry_in: float = 0.0, kind: str = FAILED, now: Any = None
+) -> str | None:
+    status = client.store.transitions.fail(Outcome(held(job), kind, error, retry_in), now=now)
+    return None if status is None else str(status)
+
+
+def release(client: Any, jobs: Sequence[Any], *, now: Any = None) -> set[int]:
+    return set(client.store.transitions.release([held(j) for j in jobs], now=now))
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+TESTS = Path(__file__).parent
+
+
+def run_jobsup(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """The real `jobsup` command (``python -m jobsup``), with the tests' job apps importable."""
+    environment = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
+    environment.pop("JOBSUP_FAULTS", None)
+    command = [sys.executable, "-m", "jobsup", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=environment, timeout=timeout)
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "State:\tZ" not in status

@@ -45,3 +45,11 @@ def work(ctx: jobsup.JobContext, payload: Any) -> None:
 @jobsup.job("compete")
 def compete(ctx: jobsup.JobContext, payload: Any) -> None:
     record(ctx, "ran")
+
+
+def _noop(ctx: jobsup.JobContext, payload: Any) -> None:
+    """The job type of the tests that only need a name the database and the workers know."""
+
+
+for _name in ("a", "b", "x", "ok", "noop", "send-email", "report", "works", "make-report", "cleanup"):
+    jobsup.job(_name)(_noop)

@@ -136,7 +136,7 @@ def test_cli_upgrade_creates_the_schema_and_prints_offline_sql(tmp_path: Path) -
     result = run_cli("db", "upgrade", cwd=tmp_path)  # the default URL: sqlite:///jobsup.db
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "jobsup.db").exists()
-    assert "revision 0002" in result.stdout
+    assert "revision 0003" in result.stdout
     offline = run_cli("db", "upgrade", "--sql", "--dialect", "postgresql", cwd=tmp_path)
     assert offline.returncode == 0 and "CREATE TABLE jobsup_job" in offline.stdout
 

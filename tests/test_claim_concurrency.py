@@ -16,7 +16,10 @@ import jobsup
 from jobsup.store import Store
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
+from jobsup.store.rows import SUCCEEDED, Outcome
 from jobsup.store.schema import job, job_attempt
+
+from helpers import claim, fail, succeed
 
 JOBS = 5000
 PROCESSES = 4
@@ -27,12 +30,12 @@ def _claimer(url: str, owner: str, batch: int, start: Any, results: Any) -> None
     start.wait(30)
     claimed: list[int] = []
     while True:
-        leases = store.job_claim("default", owner, limit=batch, lease=300.0)
-        if not leases and not store.job_list(status="pending", limit=1):
+        jobs = store.transitions.claim("default", owner, limit=batch, lease=300.0)
+        if not jobs and not store.reads.job_list(status="pending", limit=1):
             break
-        claimed.extend(lease.id for lease in leases)
-        settled = store.job_complete([lease.lease for lease in leases])
-        assert settled == {lease.id for lease in leases}
+        claimed.extend(job.id for job in jobs)
+        settled = store.transitions.complete([Outcome(job.held, SUCCEEDED) for job in jobs])
+        assert settled == {job.id for job in jobs}
     results.put((owner, claimed))
 
 
@@ -114,9 +117,9 @@ def test_sqlite_claim_skips_a_job_settled_between_read_and_update(sqlite_url: st
     seen = dialect.claim_candidates(db, _params(dialect))
     assert seen == [job_id]
     # Meanwhile another claimer takes the job and finishes it.
-    other = client.store.job_claim("default", "other", limit=1, lease=60.0, now=T0)
-    assert client.store.job_complete([other[0].lease], now=T0) == {job_id}
-    assert dialect.claim_update(db, seen, _params(dialect)) == []
+    other = claim(client, "other", now=T0)
+    assert succeed(client, other, now=T0) == {job_id}
+    assert dialect.claim_update(db, seen, _params(dialect), None) == []
     stored = client.get(job_id)
     assert stored is not None and (stored.status, stored.attempts) == ("succeeded", 1)
     assert [a.owner for a in stored.history] == ["other"]
@@ -126,10 +129,10 @@ def test_sqlite_claim_skips_a_job_rescheduled_between_read_and_update(sqlite_url
     client, dialect, db = _sqlite_parts(sqlite_url)
     job_id = client.enqueue("a")
     seen = dialect.claim_candidates(db, _params(dialect))
-    other = client.store.job_claim("default", "other", limit=1, lease=60.0, now=T0)
-    client.store.job_fail(other[0].lease, outcome="failed", error="x", retry_in=3600, now=T0)
+    other = claim(client, "other", now=T0)
+    fail(client, other[0], retry_in=3600, now=T0)
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
-    assert dialect.claim_update(db, seen, _params(dialect)) == []
+    assert dialect.claim_update(db, seen, _params(dialect), None) == []
 
 
 def test_sqlite_claim_skips_a_job_cancelled_between_read_and_update(sqlite_url: str) -> None:
@@ -137,7 +140,7 @@ def test_sqlite_claim_skips_a_job_cancelled_between_read_and_update(sqlite_url: 
     job_id = client.enqueue("a")
     seen = dialect.claim_candidates(db, _params(dialect))
     assert client.cancel(job_id)
-    assert dialect.claim_update(db, seen, _params(dialect)) == []
+    assert dialect.claim_update(db, seen, _params(dialect), None) == []
     assert client.get(job_id).history == ()  # type: ignore[union-attr]
 
 
@@ -152,16 +155,16 @@ def test_a_failed_claim_uses_no_attempt(sqlite_url: str) -> None:
             text("CREATE TRIGGER refuse BEFORE INSERT ON jobsup_job_attempt BEGIN SELECT RAISE(ABORT, 'injected'); END")
         )
     with pytest.raises(jobsup.DatabaseError, match="injected"):
-        client.store.job_claim("default", "w1", limit=1, lease=60.0)
+        claim(client)
     stored = client.get(job_id)
     assert stored is not None and (stored.status, stored.attempts, stored.lease_owner) == ("pending", 0, None)
     with db.transaction() as conn:
         conn.execute(text("DROP TRIGGER refuse"))
-    assert client.store.job_claim("default", "w1", limit=1, lease=60.0)[0].attempt == 1
+    assert claim(client)[0].attempt == 1
 
 
 def test_claim_with_now_in_the_past_does_not_take_later_jobs(url: str) -> None:
     client = jobsup.Client(url)
     client.enqueue("a", run_at=T0 + timedelta(seconds=1))
-    assert client.store.job_claim("default", "w", limit=1, lease=1.0, now=T0) == []
-    assert len(client.store.job_claim("default", "w", limit=1, lease=1.0, now=T0 + timedelta(seconds=1))) == 1
+    assert claim(client, lease=1.0, now=T0) == []
+    assert len(claim(client, lease=1.0, now=T0 + timedelta(seconds=1))) == 1

@@ -79,4 +79,4 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
     assert any(n.get("Index Name") == "jobsup_job_claim" for n in nodes), json.dumps(plan, indent=1)
     assert not any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes), json.dumps(plan, indent=1)
     # EXPLAIN did not run it: the real statement claims 10.
-    assert len(db.dialect.claim(db, params)) == 10
+    assert len(db.dialect.claim(db, params, None)) == 10

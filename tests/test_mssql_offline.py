@@ -1,76 +1,196 @@
-"""SQL Server, checked offline: no SQL Server server can run where jobsup is developed, so
-these tests compile its statements and DDL and check what they say. They do not execute
-anything against SQL Server."""
+"""SQL Server, checked offline: no SQL Server can run where jobsup is developed, so these tests
+run the store's transitions against a connection that compiles every statement with
+SQLAlchemy's real SQL Server dialect and keeps the SQL (`offline.py`), connect through a
+stand-in driver, and read the generated DDL. Nothing here executes against SQL Server."""
 
 from __future__ import annotations
 
 import io
-import re
+import sys
+import types
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
-from sqlalchemy.dialects.mssql import pyodbc
+from offline import OfflineDatabase
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
-from jobsup.store import Store, migrate
+from jobsup.jobtypes import JobType, Resolver
+from jobsup.store import migrate
+from jobsup.store.builder import build
 from jobsup.store.dialects.mssql import SQLServerDialect
+from jobsup.store.reads import Reads
+from jobsup.store.rows import FAILED, RELEASED, SUCCEEDED, Held, Lease, Outcome
+from jobsup.store.transitions import Transitions
 
-DIALECT = pyodbc.dialect()  # the dialect class only; the driver is not imported
-
-
-def compiled(stmt: object) -> str:
-    return str(stmt.compile(dialect=DIALECT, compile_kwargs={"render_postcompile": True}))  # type: ignore[attr-defined]
-
-
-def expanded(stmt: object, params: dict[str, object]) -> str:
-    """The statement as SQL Server receives it, expanding IN lists and inlined literals."""
-    return str(stmt.compile(dialect=DIALECT).construct_expanded_state(params).statement)  # type: ignore[attr-defined]
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+HELD = Held(Lease(7, "w", 2), "a", "default")
 
 
 @pytest.fixture
-def store() -> Store:
-    """The store's statements for SQL Server, without a connection (none can be made here)."""
-    offline = Store.__new__(Store)
-    offline.dialect = SQLServerDialect()  # type: ignore[assignment]
-    return offline
+def db() -> OfflineDatabase:
+    return OfflineDatabase()
 
 
-def test_claim_carries_its_lock_hints_and_writes_attempts_in_the_same_statement() -> None:
-    sql = compiled(SQLServerDialect().claim_statement)
-    assert "WITH (UPDLOCK, READPAST, ROWLOCK)" in sql
-    assert "SELECT TOP (:p_limit)" in sql and "ORDER BY priority DESC, run_at, id" in sql
-    assert "WHERE status = 'pending' AND queue = :p_queue" in sql  # the literal lets the filtered index match
-    assert "INTO jobsup_job_attempt (job_id, attempt, owner, started_at)" in sql
-    assert "OUTPUT inserted.id, inserted.name" in sql
+def transitions(db: OfflineDatabase) -> Transitions:
+    return Transitions(db, Resolver(None))  # type: ignore[arg-type]
 
 
-def test_engine_runs_read_committed_because_readpast_fails_under_snapshot() -> None:
-    assert SQLServerDialect.engine_options["isolation_level"] == "READ COMMITTED"
+# Per transition: what it does, fragments its SQL must contain, parameters it must bind.
+TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, Any]]] = {
+    "enqueue": (
+        lambda t: t.enqueue([build(JobType("a"), {"x": 1}, {"unique_key": "k"}), build(JobType("a"), None, {})]),
+        [
+            "INSERT INTO jobsup_job (name, queue, priority, payload",
+            "OUTPUT inserted.id",
+            "coalesce(:p_run_at, coalesce(",
+        ],
+        {"unique_key": "k", "payload": '{"x":1}'},
+    ),
+    "claim": (
+        lambda t: t.claim("default", "w", limit=7, lease=90.5),
+        [
+            "SELECT TOP 7 jobsup_job.id",
+            "FROM jobsup_job WITH (UPDLOCK, READPAST, ROWLOCK)",
+            "WHERE jobsup_job.status = 'pending' AND jobsup_job.queue = :p_queue",  # the filtered index's literal
+            "ORDER BY jobsup_job.priority DESC, jobsup_job.run_at, jobsup_job.id",
+            "OUTPUT inserted.id, inserted.name",
+            "dateadd(millisecond, :p_off_ms_lease, dateadd(second, :p_off_s_lease,",
+        ],
+        {"p_queue": "default", "p_owner": "w", "p_off_s_lease": 90, "p_off_ms_lease": 500},
+    ),
+    "renew": (
+        lambda t: t.renew([HELD.lease], lease=60.0),
+        ["SET lease_expires_at=dateadd(", "concat(jobsup_job.id, ':', jobsup_job.attempts) IN (:p_fence_keys_1)"],
+        {"p_fence_keys_1": "7:2", "p_owner": "w"},
+    ),
+    "complete": (
+        lambda t: t.complete([Outcome(HELD, SUCCEEDED, result='{"ok":1}')]),
+        ["result=:p_result OUTPUT inserted.id WHERE jobsup_job.lease_owner = :p_owner", "UPDATE jobsup_job_attempt"],
+        {"status": "succeeded", "p_result": '{"ok":1}', "p_outcome": "succeeded"},
+    ),
+    "fail": (
+        lambda t: t.fail(Outcome(HELD, FAILED, "boom", retry_in=90.5)),
+        ["status=CASE WHEN (:p_discard = 1 OR jobsup_job.attempts >= jobsup_job.max_attempts)", "OUTPUT inserted.id"],
+        {"p_error": "boom", "p_off_s_retry": 90, "p_off_ms_retry": 500, "p_discard": False},
+    ),
+    "release": (
+        lambda t: t.settle([Outcome(HELD, RELEASED)]),
+        ["attempts=(jobsup_job.attempts - :attempts_1)"],
+        {"status": "pending", "p_outcome": "released"},
+    ),
+    "cancel": (
+        lambda t: t.cancel(7),
+        ["WHERE jobsup_job.id = :p_job AND jobsup_job.status IN (:status_1_1, :status_1_2)"],
+        {"status": "cancelled", "p_job": 7},
+    ),
+    "expire": (
+        lambda t: t.expire(now=T0),
+        ["LEFT OUTER JOIN jobsup_job_attempt AS open_attempt", "jobsup_job.lease_expires_at < coalesce(:p_now"],
+        {"p_now": T0},
+    ),
+    "expire_owner": (
+        lambda t: t.expire_owner("w", {7: 2}),
+        ["jobsup_job.lease_owner = :p_owner ORDER BY jobsup_job.priority DESC"],
+        {"p_owner": "w"},
+    ),
+    "retry": (
+        lambda t: t.retry([7]),
+        ["max_attempts=(jobsup_job.attempts + coalesce(jobsup_job.budget, jobsup_job.max_attempts))"],
+        {"p_job": 7},
+    ),
+}
 
 
-def test_fenced_settle_compiles_to_output_and_dateadd_clock(store: Store) -> None:
-    from jobsup.store.rows import Lease
+@pytest.mark.parametrize("name", sorted(TRANSITIONS))
+def test_every_transition_compiles_for_sql_server(db: OfflineDatabase, name: str) -> None:
+    action, fragments, bound = TRANSITIONS[name]
+    action(transitions(db))
+    sql = "\n".join(db.sql)
+    assert sql, f"{name} ran no statement"
+    for fragment in fragments:
+        assert fragment in sql, f"{fragment!r} not in:\n{sql}"
+    params = {key: value for statement in db.params for key, value in statement.items()}
+    assert {key: params.get(key) for key in bound} == bound
 
-    params = {
-        **store.dialect.clock_params(None, retry=90.5),
-        **store._fence_params([Lease(7, "w", 2)]),
-        "p_discard": False,
-        "p_error": "boom",
-        "p_outcome": "failed",
-    }
-    first, close = store._fail_any
-    sql = expanded(first, params)
-    assert "OUTPUT inserted.id, inserted.status" in sql
-    assert re.search(r"dateadd\(millisecond, :p_off_ms_retry, dateadd\(second, :p_off_s_retry, coalesce", sql)
-    assert "jobsup_job.lease_owner = :p_owner" in sql
-    assert "concat(jobsup_job.id, ':', jobsup_job.attempts) IN" in sql  # no row-value IN on SQL Server
-    assert "UPDATE jobsup_job_attempt" in expanded(close, {**params, "p_changed": [7]})
-    assert params["p_fence_keys"] == ["7:2"] and params["p_fence_ids"] == [7]
+
+def test_the_claim_writes_the_attempt_rows_in_its_transaction(db: OfflineDatabase) -> None:
+    claimed = transitions(db).claim("default", "w", limit=1, lease=60.0)
+    assert [job.id for job in claimed] == [7]
+    assert db.sql[0].startswith("UPDATE jobsup_job SET status=:status, attempts=(jobsup_job.attempts + :attempts_1)")
+    assert db.sql[1].startswith("INSERT INTO jobsup_job_attempt (job_id, attempt, owner, started_at)")
+    assert db.params[1]["a_job"] == 7 and db.params[1]["p_owner"] == "w"
+
+
+def test_operator_reads_compile(db: OfflineDatabase) -> None:
+    reads = Reads(db)  # type: ignore[arg-type]
+    reads.job_get(7)
+    reads.job_list(status="dead_lettered", queue="mail", limit=5)
+    reads.job_counts(["pending", "running"], now=T0)
+    reads.job_finished_ids("succeeded", older_than=3600.0, limit=10, now=T0)
+    sql = "\n".join(db.sql)
+    assert "SELECT TOP 5" in sql and "jobsup_job.status = 'dead_lettered'" in sql
+    assert "GROUP BY jobsup_job.queue, jobsup_job.status" in sql
 
 
 def test_a_given_now_replaces_the_server_clock() -> None:
-    instant = datetime(2030, 1, 1, tzinfo=UTC)
-    params = SQLServerDialect().clock_params(instant, lease=90.5)
-    assert params == {"p_now": instant, "p_off_s_lease": 90, "p_off_ms_lease": 500}
+    params = SQLServerDialect().clock_params(T0, lease=90.5)
+    assert params == {"p_now": T0, "p_off_s_lease": 90, "p_off_ms_lease": 500}
+
+
+class _StandInDriverError(Exception):
+    pass
+
+
+@pytest.fixture
+def stand_in_pyodbc(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A driver module that records what SQLAlchemy's dialect sends on a new connection,
+    then refuses the rest (the server's answers to its set-up queries are not ours to fake)."""
+    sent: list[str] = []
+
+    class Cursor:
+        def execute(self, sql: str, *args: Any) -> None:
+            sent.append(sql)
+            if not sql.startswith("SET "):
+                raise _StandInDriverError("no SQL Server here")
+
+        def close(self) -> None: ...
+        def nextset(self) -> bool:
+            return False
+
+    class Connection:
+        autocommit = False
+
+        def cursor(self) -> Cursor:
+            return Cursor()
+
+        def add_output_converter(self, *args: Any) -> None: ...
+        def getinfo(self, *args: Any) -> None:
+            raise _StandInDriverError("no SQL Server here")
+
+        def rollback(self) -> None: ...
+        def close(self) -> None: ...
+
+    module = types.ModuleType("pyodbc")
+    module.__dict__.update(paramstyle="qmark", version="5.2.0", Cursor=Cursor, SQL_DBMS_VER=18)
+    module.connect = lambda *args, **kwargs: Connection()
+    for name in ("Error", "InterfaceError", "DatabaseError", "OperationalError", "IntegrityError", "ProgrammingError"):
+        setattr(module, name, _StandInDriverError)
+    for name in ("DataError", "InternalError", "NotSupportedError", "Warning"):
+        setattr(module, name, _StandInDriverError)
+    monkeypatch.setitem(sys.modules, "pyodbc", module)
+    yield sent
+
+
+def test_every_connection_runs_read_committed_because_readpast_fails_under_snapshot(
+    stand_in_pyodbc: list[str],
+) -> None:
+    engine = SQLServerDialect().create_engine(make_url("mssql+pyodbc://jobsup:secret@dsn"))
+    with pytest.raises((DBAPIError, _StandInDriverError)):
+        engine.connect()
+    assert stand_in_pyodbc[0] == "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 
 def test_offline_ddl_has_filtered_indexes_and_no_deprecated_types() -> None:
@@ -82,3 +202,4 @@ def test_offline_ddl_has_filtered_indexes_and_no_deprecated_types() -> None:
     assert "WHERE unique_key IS NOT NULL AND status IN ('pending', 'running')" in ddl
     assert "NTEXT" not in ddl and "payload NVARCHAR(max)" in ddl
     assert "run_at DATETIME2(6)" in ddl
+    assert "CREATE TABLE jobsup_job_definition" in ddl and "ALTER TABLE jobsup_job ADD budget INTEGER" in ddl

@@ -9,6 +9,8 @@ from sqlalchemy import text
 
 import jobsup
 
+from helpers import claim, succeed
+
 INSERT = (
     "INSERT INTO jobsup_job (id, name, queue, priority, payload, status, run_at, attempts, max_attempts, "
     "created_at, updated_at) VALUES (:id, :name, 'default', 0, :payload, 'pending', {run_at}, 0, 3, "
@@ -25,7 +27,7 @@ def claim_all(client: jobsup.Client) -> list[int]:
     """Claim until the claim comes back empty, failing if that takes more rounds than rows."""
     claimed: list[int] = []
     for _ in range(50):
-        batch = client.store.job_claim("default", "w", limit=2, lease=60.0)
+        batch = claim(client, "w", limit=2)
         if not batch:
             return claimed
         claimed.extend(job.id for job in batch)
@@ -38,7 +40,7 @@ def test_undecodable_payload_and_unknown_name_are_claimed_like_any_row(url: str)
     insert_raw(client, "'2000-01-01 00:00:00'", id=100, name="no-such-job", payload="{not json")
     insert_raw(client, "'2000-01-01 00:00:00'", id=101, name="ok", payload="\x01\ufffd binary junk")
     after = client.enqueue("ok", 2)
-    claimed = client.store.job_claim("default", "w", limit=10, lease=60.0)
+    claimed = claim(client, "w", limit=10)
     by_id = {job.id: job for job in claimed}
     assert set(by_id) == {before, 100, 101, after}
     assert by_id[100].payload == "{not json"  # raw: the worker fails the attempt, not the store
@@ -51,9 +53,9 @@ def test_odd_ids_are_claimed_and_settled(url: str, odd_id: int) -> None:
     client = jobsup.Client(url)
     insert_raw(client, "'2000-01-01 00:00:00'", id=odd_id, name="ok", payload="null")
     normal = client.enqueue("ok")
-    claimed = client.store.job_claim("default", "w", limit=10, lease=60.0)
+    claimed = claim(client, "w", limit=10)
     assert {job.id for job in claimed} == {odd_id, normal}
-    assert client.store.job_complete([job.lease for job in claimed]) == {odd_id, normal}
+    assert succeed(client, claimed) == {odd_id, normal}
 
 
 def test_sqlite_timestamps_of_another_format_never_spin(sqlite_url: str) -> None:

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 import jobsup
 
+from helpers import claim, fail, run_jobsup, succeed
+
+
+@pytest.fixture(autouse=True)
+def published(request: pytest.FixtureRequest) -> None:
+    """The tests' job types published, as a deploy step would (`jobsup definitions sync`)."""
+    url = request.getfixturevalue("sqlite_url" if "sqlite_url" in request.fixturenames else "url")
+    result = run_jobsup("definitions", "sync", "--app", "jobapps", "--database-url", url)
+    assert result.returncode == 0 and "published" in result.stdout, result.stderr
+
 
 def jobsup_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env_free = [sys.executable, "-m", "jobsup", *args, "--database-url", url]
-    return subprocess.run(env_free, capture_output=True, text=True, timeout=60)
+    return run_jobsup(*args, "--database-url", url)
 
 
 def ok(url: str, *args: str) -> str:
@@ -86,15 +94,15 @@ def test_user_mistakes_exit_2_with_a_reason_and_no_traceback(sqlite_url: str, ar
 def test_dead_letters_list_retry_and_purge(url: str) -> None:
     client = jobsup.Client(url)
     ids = [client.enqueue("x", n, max_attempts=1) for n in range(3)]
-    for claimed in client.store.job_claim("default", "w", limit=3, lease=60.0):
-        client.store.job_fail(claimed.lease, outcome="failed", error="Boom: no", retry_in=0)
+    for claimed in claim(client, "w", limit=3):
+        fail(client, claimed, error="Boom: no")
     dead = as_json(url, "dead", "list")
     assert sorted(job["id"] for job in dead) == ids and dead[0]["last_error"] == "Boom: no"
     assert ok(url, "dead", "retry", str(ids[0])).strip() == "retried 1 jobs"
     assert ok(url, "dead", "retry", "--all").strip() == "retried 2 jobs"
     assert as_json(url, "dead", "list") == []
-    for claimed in client.store.job_claim("default", "w", limit=3, lease=60.0):
-        client.store.job_fail(claimed.lease, outcome="failed", error="Boom", retry_in=0)
+    for claimed in claim(client, "w", limit=3):
+        fail(client, claimed, error="Boom")
     assert ok(url, "dead", "purge", "--older-than", "1d").strip() == "purged 0 jobs"
     assert ok(url, "dead", "purge").strip() == "purged 3 jobs"
 
@@ -120,19 +128,16 @@ def test_recurring_add_is_an_upsert_and_list_enable_disable_remove(url: str) -> 
 def test_stats_and_workers(url: str) -> None:
     client = jobsup.Client(url)
     client.enqueue_many([{"name": "x"}, {"name": "x"}, {"name": "x", "queue": "mail"}])
-    claimed = client.store.job_claim("default", "host:default#1:abc", limit=1, lease=60.0)
-    client.store.job_complete([claimed[0].lease])
+    succeed(client, claim(client, "host:default#1:abc"))
     stats = {row["queue"]: row for row in as_json(url, "stats")}
     assert (stats["default"]["pending"], stats["default"]["succeeded"], stats["mail"]["pending"]) == (1, 1, 1)
     assert stats["default"]["per_minute"] == pytest.approx(1 / 5)
-    from jobsup.store.processes import ProcessTable
-
-    table = ProcessTable(client.database)
+    table = client.store.processes
     table.process_register(id="host:supervisor:1", kind="supervisor", host="host", pid=10)
     table.process_register(
         id="host:default#1:abc", kind="worker", host="host", pid=11, supervisor_id="host:supervisor:1", queue="default"
     )
-    client.store.job_claim("default", "host:default#1:abc", limit=1, lease=60.0)
+    claim(client, "host:default#1:abc")
     rows = {row["id"]: row for row in as_json(url, "workers")}
     assert rows["host:default#1:abc"]["state"] == "running" and rows["host:default#1:abc"]["job"] is not None
     assert rows["host:supervisor:1"]["state"] == "supervising"

@@ -174,7 +174,7 @@ def test_unknown_names_and_corrupt_payloads_dead_letter_without_blocking(url: st
     from sqlalchemy import text
 
     client = jobsup.Client(url)
-    unknown = client.enqueue("no-such-job", max_attempts=1)
+    unknown = client.enqueue("no-such-job", max_attempts=1, allow_unknown=True)
     corrupt = client.enqueue("work", max_attempts=3)
     with client.database.transaction() as conn:
         conn.execute(text("UPDATE jobsup_job SET payload = '{broken' WHERE id = :id"), {"id": corrupt})

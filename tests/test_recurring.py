@@ -12,9 +12,11 @@ from sqlalchemy import select, text
 
 import jobsup
 from jobsup.cron import next_slot
+from jobsup.store import Store
 from jobsup.store.database import Database
-from jobsup.store.recurring import ALREADY_FIRED, FIRED, RecurringStore
+from jobsup.store.recurring import RecurringStore
 from jobsup.store.schema import job
+from jobsup.store.transitions import ALREADY_FIRED, FIRED
 from jobsup.supervisor.recurring import CronTick
 
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday
@@ -47,7 +49,7 @@ def client(url: str) -> jobsup.Client:
 
 
 def test_fires_each_slot_on_schedule(client: jobsup.Client) -> None:
-    store, tick = client.recurring, CronTick(client.recurring)
+    store, tick = client.store.recurring, CronTick(client.store)
     schedule = add(store)
     assert schedule.next_run_at == T0 + timedelta(minutes=5)
     assert tick.run_once(now=T0 + timedelta(minutes=4, seconds=59)) == 0
@@ -60,24 +62,24 @@ def test_fires_each_slot_on_schedule(client: jobsup.Client) -> None:
 
 
 def test_missed_slots_collapse_into_one_run(client: jobsup.Client) -> None:
-    store = client.recurring
+    store = client.store.recurring
     add(store)
-    assert CronTick(store).run_once(now=T0 + timedelta(hours=3, minutes=2)) == 1
+    assert CronTick(client.store).run_once(now=T0 + timedelta(hours=3, minutes=2)) == 1
     assert fired_slots(client) == [T0 + timedelta(hours=3)]
     assert store.recurring_get("report").next_run_at == T0 + timedelta(hours=3, minutes=5)  # type: ignore[union-attr]
 
 
 def test_a_stale_fire_is_counted_as_already_fired(client: jobsup.Client) -> None:
-    store = client.recurring
+    store = client.store.recurring
     schedule = add(store)
     at = T0 + timedelta(minutes=5)
-    assert store.recurring_fire(schedule, now=at) == FIRED
-    assert store.recurring_fire(schedule, now=at) == ALREADY_FIRED  # the same view again: CAS fails
+    assert client.store.transitions.fire(store, schedule, now=at) == FIRED
+    assert client.store.transitions.fire(store, schedule, now=at) == ALREADY_FIRED  # the same view again: CAS fails
     assert len(fired_slots(client)) == 1
 
 
 def test_upsert_keeps_the_next_run_unless_the_cron_changes(client: jobsup.Client) -> None:
-    store = client.recurring
+    store = client.store.recurring
     add(store)
     again = add(store, now=T0 + timedelta(minutes=3), payload='{"kind":"weekly"}')
     assert again.next_run_at == T0 + timedelta(minutes=5) and again.payload == {"kind": "weekly"}
@@ -86,7 +88,7 @@ def test_upsert_keeps_the_next_run_unless_the_cron_changes(client: jobsup.Client
 
 
 def _tick_repeatedly(url: str, instants: list[datetime], start: Any) -> None:
-    tick = CronTick(RecurringStore(Database(url)))
+    tick = CronTick(Store(Database(url)))
     start.wait(30)
     for instant in instants:
         for _ in range(3):
@@ -95,7 +97,7 @@ def _tick_repeatedly(url: str, instants: list[datetime], start: Any) -> None:
 
 @pytest.mark.slow
 def test_exactly_once_per_slot_across_four_competing_processes(client: jobsup.Client, url: str) -> None:
-    add(client.recurring, cron="* * * * *")
+    add(client.store.recurring, cron="* * * * *")
     instants = [T0 + timedelta(minutes=m, seconds=s) for m in range(1, 31) for s in (0, 20, 40)]
     ctx = multiprocessing.get_context("fork")
     start = ctx.Event()
@@ -125,7 +127,7 @@ def test_dst_gap_fires_at_the_gap_end_and_overlap_fires_once() -> None:
 
 
 def test_a_schedule_fires_once_in_a_dst_gap_and_once_in_an_overlap(client: jobsup.Client) -> None:
-    store, tick = client.recurring, CronTick(client.recurring)
+    store, tick = client.store.recurring, CronTick(client.store)
     add(store, cron="*/20 2 * * *", tz="Europe/Berlin", now=datetime(2030, 3, 30, 23, 0, tzinfo=UTC))
     for minute in range(0, 240, 5):  # 00:00 to 04:00 UTC, across the gap
         tick.run_once(now=datetime(2030, 3, 31, 0, 0, tzinfo=UTC) + timedelta(minutes=minute))
@@ -135,12 +137,12 @@ def test_a_schedule_fires_once_in_a_dst_gap_and_once_in_an_overlap(client: jobsu
 def test_a_cron_that_never_matches_is_refused_and_skipped(client: jobsup.Client) -> None:
     with pytest.raises(jobsup.BadInput, match="never matches a real date"):
         client.add_recurring("february-30", job="x", cron="0 0 30 2 *")
-    store = client.recurring
+    store = client.store.recurring
     add(store, name="fine")
     add(store, name="edited")
     with client.database.transaction() as conn:
         conn.execute(text("UPDATE jobsup_recurring_job SET cron = '0 0 30 2 *' WHERE name = 'edited'"))
-    assert CronTick(store).run_once(now=T0 + timedelta(minutes=5)) == 1
+    assert CronTick(client.store).run_once(now=T0 + timedelta(minutes=5)) == 1
     assert fired_slots(client, "fine") == [T0 + timedelta(minutes=5)]
 
 
@@ -155,12 +157,12 @@ def test_bad_cron_and_zone_are_refused_when_added(client: jobsup.Client) -> None
 def test_a_row_edited_to_a_bad_cron_is_skipped_without_stopping_others(
     client: jobsup.Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = client.recurring
+    store = client.store.recurring
     add(store, name="broken")
     add(store, name="fine")
     with client.database.transaction() as conn:
         conn.execute(text("UPDATE jobsup_recurring_job SET cron = 'every tuesday' WHERE name = 'broken'"))
-    tick = CronTick(store)
+    tick = CronTick(client.store)
     with caplog.at_level("WARNING", logger="jobsup"):
         assert tick.run_once(now=T0 + timedelta(minutes=5)) == 1
         assert tick.run_once(now=T0 + timedelta(minutes=10)) == 1

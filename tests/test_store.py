@@ -8,8 +8,10 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 import jobsup
-from jobsup.store.rows import Lease
+from jobsup.store.rows import LEASE_EXPIRED, TIMED_OUT, Held, Lease
 from jobsup.store.schema import job, job_attempt
+
+from helpers import claim, claim_one, fail, release, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -19,12 +21,6 @@ def client(url: str) -> jobsup.Client:
     c = jobsup.Client(url)
     yield c
     c.close()
-
-
-def claim_one(client: jobsup.Client, owner: str = "w1", queue: str = "default", **kw: object):
-    claimed = client.store.job_claim(queue, owner, limit=1, lease=60.0, **kw)  # type: ignore[arg-type]
-    assert len(claimed) == 1, claimed
-    return claimed[0]
 
 
 def count_jobs(client: jobsup.Client) -> int:
@@ -62,27 +58,27 @@ def test_claim_takes_due_jobs_by_priority_then_age(client: jobsup.Client) -> Non
     high = client.enqueue("a", 2, priority=5)
     later = client.enqueue("a", 3, priority=9, run_at=T0 + timedelta(days=3650))
     other_queue = client.enqueue("a", 4, queue="mail", priority=9)
-    claimed = client.store.job_claim("default", "w1", limit=10, lease=60.0)
+    claimed = claim(client, "w1", limit=10)
     assert [c.id for c in claimed] == [high, low]
     assert all(c.attempt == 1 and c.owner == "w1" for c in claimed)
     assert client.get(later).status == "pending"  # type: ignore[union-attr]
     assert client.get(other_queue).status == "pending"  # type: ignore[union-attr]
-    assert client.store.job_claim("default", "w2", limit=10, lease=60.0) == []
+    assert claim(client, "w2", limit=10) == []
 
 
 def test_delay_and_run_at_hold_a_job_back_until_due(client: jobsup.Client) -> None:
     now = datetime.now(UTC)
     delayed = client.enqueue("a", delay="1h")
     scheduled = client.enqueue("a", run_at=now + timedelta(minutes=5))
-    assert client.store.job_claim("default", "w1", limit=10, lease=60.0) == []
-    due = client.store.job_claim("default", "w1", limit=10, lease=60.0, now=now + timedelta(hours=2))
+    assert claim(client, "w1", limit=10) == []
+    due = claim(client, "w1", limit=10, now=now + timedelta(hours=2))
     assert {c.id for c in due} == {delayed, scheduled}
 
 
 def test_complete_settles_job_and_attempt(client: jobsup.Client) -> None:
     job_id = client.enqueue("a")
     claimed = claim_one(client)
-    assert client.store.job_complete([claimed.lease]) == {job_id}
+    assert succeed(client, [claimed]) == {job_id}
     stored = client.get(job_id)
     assert stored is not None and stored.status == "succeeded" and stored.finished_at is not None
     assert [(a.attempt, a.outcome, a.owner) for a in stored.history] == [(1, "succeeded", "w1")]
@@ -91,13 +87,11 @@ def test_complete_settles_job_and_attempt(client: jobsup.Client) -> None:
 def test_failure_retries_with_backoff_then_dead_letters(client: jobsup.Client) -> None:
     job_id = client.enqueue("a", max_attempts=2)
     first = claim_one(client, now=T0)
-    assert client.store.job_fail(first.lease, outcome="failed", error="E: 1", retry_in=30, now=T0) == "pending"
-    assert client.store.job_claim("default", "w1", limit=1, lease=60.0, now=T0 + timedelta(seconds=29)) == []
+    assert fail(client, first, error="E: 1", retry_in=30, now=T0) == "pending"
+    assert claim(client, "w1", limit=1, now=T0 + timedelta(seconds=29)) == []
     second = claim_one(client, now=T0 + timedelta(seconds=31))
     assert second.attempt == 2
-    status = client.store.job_fail(
-        second.lease, outcome="timed_out", error="E: 2", retry_in=30, now=T0 + timedelta(seconds=40)
-    )
+    status = fail(client, second, kind=TIMED_OUT, error="E: 2", retry_in=30, now=T0 + timedelta(seconds=40))
     assert status == "dead_lettered"
     stored = client.get(job_id)
     assert stored is not None
@@ -112,21 +106,19 @@ def test_failure_retries_with_backoff_then_dead_letters(client: jobsup.Client) -
 def test_discard_dead_letters_at_once(client: jobsup.Client) -> None:
     job_id = client.enqueue("a", max_attempts=5)
     claimed = claim_one(client)
-    assert client.store.job_fail(claimed.lease, outcome="failed", error="x", retry_in=0, discard=True) == (
-        "dead_lettered"
-    )
+    assert fail(client, claimed, kind="discarded") == "dead_lettered"
     assert client.get(job_id).attempts == 1  # type: ignore[union-attr]
 
 
 def test_release_gives_the_attempt_back(client: jobsup.Client) -> None:
     job_id = client.enqueue("a", max_attempts=1)
     first = claim_one(client)
-    assert client.store.job_release(first.lease)
+    assert release(client, [first])
     stored = client.get(job_id)
     assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
     again = claim_one(client, owner="w2")
     assert again.attempt == 1
-    client.store.job_complete([again.lease])
+    succeed(client, [again])
     history = client.get(job_id).history  # type: ignore[union-attr]
     assert [(a.attempt, a.outcome, a.owner) for a in history] == [
         (1, "released", "w1"),
@@ -138,46 +130,69 @@ def test_release_gives_the_attempt_back(client: jobsup.Client) -> None:
 def test_stale_writes_change_nothing_and_say_so(client: jobsup.Client, stale: str) -> None:
     job_id = client.enqueue("a")
     claimed = claim_one(client)
-    wrong = Lease(job_id, "intruder", claimed.attempt) if stale == "owner" else Lease(job_id, "w1", 2)
+    lease = Lease(job_id, "intruder", claimed.attempt) if stale == "owner" else Lease(job_id, "w1", 2)
+    wrong = Held(lease, claimed.name, claimed.queue)
     before = client.get(job_id)
-    assert client.store.job_renew_lease([wrong], lease=600.0) == set()
-    assert client.store.job_complete([wrong]) == set()
-    assert client.store.job_fail(wrong, outcome="failed", error="x", retry_in=0) is None
-    assert client.store.job_release(wrong) is False
+    assert client.store.transitions.renew([lease], lease=600.0) == set()
+    assert succeed(client, [wrong]) == set()
+    assert fail(client, wrong) is None
+    assert release(client, [wrong]) == set()
     assert client.get(job_id) == before
     # The real holder is unaffected.
-    assert client.store.job_renew_lease([claimed.lease], lease=600.0) == {job_id}
-    assert client.store.job_complete([claimed.lease]) == {job_id}
+    assert client.store.transitions.renew([claimed.lease], lease=600.0) == {job_id}
+    assert succeed(client, [claimed]) == {job_id}
 
 
 def test_a_settled_lease_cannot_settle_again(client: jobsup.Client) -> None:
     client.enqueue("a")
     claimed = claim_one(client)
-    assert client.store.job_complete([claimed.lease])
-    assert client.store.job_complete([claimed.lease]) == set()
-    assert client.store.job_fail(claimed.lease, outcome="failed", error="x", retry_in=0) is None
+    assert succeed(client, [claimed])
+    assert succeed(client, [claimed]) == set()
+    assert fail(client, claimed) is None
 
 
 def test_expired_leases_return_jobs_and_dead_letter_the_last_attempt(client: jobsup.Client) -> None:
     retried = client.enqueue("a", max_attempts=3)
     last = client.enqueue("a", max_attempts=1)
-    claimed = client.store.job_claim("default", "w1", limit=2, lease=60.0, now=T0)
-    assert client.store.job_expire_leases(lambda name, attempt: 10.0, now=T0 + timedelta(seconds=59)) == 0
-    assert client.store.job_expire_leases(lambda name, attempt: 10.0, now=T0 + timedelta(seconds=61)) == 2
+    first = claim_one(client, "w1", now=T0)
+    second = claim_one(client, "w2", now=T0)
+    expire = client.store.transitions.expire
+    assert expire(now=T0 + timedelta(seconds=59)) == 0
+    assert expire(now=T0 + timedelta(seconds=61)) == 2
     assert client.get(retried).status == "pending"  # type: ignore[union-attr]
     assert client.get(last).status == "dead_lettered"  # type: ignore[union-attr]
     assert client.get(retried).history[0].outcome == "lease_expired"  # type: ignore[union-attr]
-    # The old holder's writes are fenced out.
-    assert client.store.job_complete([c.lease for c in claimed]) == set()
+    # The old holders' writes are fenced out.
+    assert succeed(client, [first]) == set() and succeed(client, [second]) == set()
 
 
-def test_expire_leases_of_a_dead_owner_at_once(client: jobsup.Client) -> None:
-    job_id = client.enqueue("a")
-    claim_one(client, owner="dead-worker")
-    client.enqueue("b")
-    claim_one(client, owner="live-worker")
-    assert client.store.job_expire_leases(lambda name, attempt: 0.0, owner="dead-worker") == 1
-    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+def test_a_lapsed_batch_charges_only_the_job_that_was_running(client: jobsup.Client) -> None:
+    """A lost host's worker held a batch: the first job of its latest claim was running; the
+    others were waiting (or done and not yet written) and never used an attempt."""
+    running, waiting = client.enqueue("a", max_attempts=3), client.enqueue("a", max_attempts=1)
+    claim(client, "lost-host-worker", limit=2, now=T0)
+    assert client.store.transitions.expire(now=T0 + timedelta(seconds=61)) == 2
+    charged, spared = client.get(running), client.get(waiting)
+    assert charged is not None and spared is not None
+    assert (charged.status, [(a.attempt, a.outcome) for a in charged.history]) == ("pending", [(1, "lease_expired")])
+    assert (spared.status, spared.attempts, [(a.attempt, a.outcome) for a in spared.history]) == (
+        "pending",
+        0,
+        [(1, "released")],
+    )
+
+
+def test_expire_owner_closes_a_dead_workers_leases_by_what_it_was_running(client: jobsup.Client) -> None:
+    running, waiting = client.enqueue("a", max_attempts=1), client.enqueue("a", max_attempts=1)
+    other = client.enqueue("b")
+    claimed = claim(client, "dead-worker", limit=2)
+    claim_one(client, "live-worker")
+    expire_owner = client.store.transitions.expire_owner
+    assert expire_owner("dead-worker", {claimed[0].id: claimed[0].attempt}, kind=LEASE_EXPIRED, error="killed") == 2
+    assert client.get(running).status == "dead_lettered"  # type: ignore[union-attr]  # its one attempt: used
+    assert client.get(waiting).status == "pending"  # type: ignore[union-attr]  # never started: released
+    assert client.get(waiting).attempts == 0  # type: ignore[union-attr]
+    assert client.get(other).status == "running"  # type: ignore[union-attr]
 
 
 def test_cancel_pending_and_running_jobs(client: jobsup.Client) -> None:
@@ -187,7 +202,7 @@ def test_cancel_pending_and_running_jobs(client: jobsup.Client) -> None:
     assert client.cancel(pending) and client.cancel(running)
     assert not client.cancel(running)
     assert client.get(running).history[0].outcome == "cancelled"  # type: ignore[union-attr]
-    assert client.store.job_complete([claimed.lease]) == set()
+    assert succeed(client, [claimed]) == set()
     assert {j.status for j in client.list_jobs()} == {"cancelled"}
 
 
@@ -206,7 +221,7 @@ def test_unique_key_returns_the_live_job(client: jobsup.Client) -> None:
     assert client.enqueue("a", 2, unique_key="report-42") == first
     claimed = claim_one(client)
     assert client.enqueue("a", 3, unique_key="report-42") == first  # running is still live
-    client.store.job_complete([claimed.lease])
+    succeed(client, [claimed])
     second = client.enqueue("a", 4, unique_key="report-42")
     assert second != first
     assert count_jobs(client) == 2
@@ -226,7 +241,7 @@ def test_enqueue_many_in_order_with_unique_keys(client: jobsup.Client) -> None:
 def test_enqueue_many_writes_nothing_when_one_job_is_bad(client: jobsup.Client) -> None:
     with pytest.raises(jobsup.InvalidPayload, match=r"payload\['when'\] is a datetime"):
         client.enqueue_many([{"name": "a"}, {"name": "a", "payload": {"when": datetime.now(UTC)}}])
-    with pytest.raises(jobsup.BadInput, match=r"jobs\[0\] has unknown keys \['quue'\]"):
+    with pytest.raises(jobsup.BadInput, match=r"jobs\[0\]: unknown enqueue options \['quue'\]"):
         client.enqueue_many([{"name": "a", "quue": "mail"}])
     assert count_jobs(client) == 0
 
@@ -246,16 +261,16 @@ def test_transactional_enqueue_commits_and_rolls_back_with_the_caller(client: jo
 
 def test_dead_letters_retry_retry_all_and_purge(client: jobsup.Client) -> None:
     ids = [client.enqueue("a", n, max_attempts=1) for n in range(3)]
-    for claimed in client.store.job_claim("default", "w1", limit=3, lease=60.0):
-        client.store.job_fail(claimed.lease, outcome="failed", error="boom", retry_in=0)
+    for claimed in claim(client, "w1", limit=3):
+        fail(client, claimed, error="boom")
     assert sorted(j.id for j in client.dead_letters.list()) == ids
     assert client.dead_letters.retry(ids[0]) is True
     assert client.dead_letters.retry(ids[0]) is False  # no longer dead
     retried = client.get(ids[0])
-    assert retried is not None and (retried.status, retried.attempts) == ("pending", 0)
+    assert retried is not None and (retried.status, retried.attempts, retried.max_attempts) == ("pending", 1, 2)
     assert client.dead_letters.retry_all() == 2
-    for claimed in client.store.job_claim("default", "w1", limit=3, lease=60.0):
-        client.store.job_fail(claimed.lease, outcome="failed", error="boom", retry_in=0)
+    for claimed in claim(client, "w1", limit=3):
+        fail(client, claimed, error="boom")
     assert client.dead_letters.purge(older_than="1h") == 0
     assert client.dead_letters.purge() == 3
     assert count_jobs(client) == 0
@@ -266,7 +281,7 @@ def test_dead_letters_retry_retry_all_and_purge(client: jobsup.Client) -> None:
 def test_retry_of_a_dead_letter_whose_unique_key_is_live_again_is_refused(client: jobsup.Client) -> None:
     dead = client.enqueue("a", unique_key="k", max_attempts=1)
     claimed = claim_one(client)
-    client.store.job_fail(claimed.lease, outcome="failed", error="boom", retry_in=0)
+    fail(client, claimed, error="boom")
     live = client.enqueue("a", unique_key="k")
     with pytest.raises(jobsup.DuplicateJob, match=f"job {dead} cannot be retried"):
         client.dead_letters.retry(dead)
@@ -275,7 +290,7 @@ def test_retry_of_a_dead_letter_whose_unique_key_is_live_again_is_refused(client
 
 
 def test_a_lease_owner_is_set_exactly_while_running(client: jobsup.Client) -> None:
-    """The lease fence relies on it (see Store._fence): walk every transition and check."""
+    """The lease fence relies on it (see `Statements.fence`): walk every transition and check."""
     from sqlalchemy import or_
 
     def broken() -> list[tuple[int, str, str | None]]:
@@ -288,13 +303,17 @@ def test_a_lease_owner_is_set_exactly_while_running(client: jobsup.Client) -> No
 
     ids = client.enqueue_many([{"name": "a", "max_attempts": 1} for _ in range(6)])
     assert broken() == []
-    claimed = client.store.job_claim("default", "w", limit=6, lease=60.0, now=T0)
+    claimed = claim(client, "w", limit=6, now=T0)
     assert broken() == []
-    client.store.job_complete([claimed[0].lease])
-    client.store.job_fail(claimed[1].lease, outcome="failed", error="x", retry_in=0)  # dead-lettered
-    client.store.job_release(claimed[2].lease)
+    succeed(client, [claimed[0]])
+    fail(client, claimed[1])  # dead-lettered
+    release(client, [claimed[2]])
     client.cancel(claimed[3].id)
-    client.store.job_expire_leases(lambda name, attempt: 0.0, now=T0 + timedelta(minutes=5))
+    client.store.transitions.expire(now=T0 + timedelta(minutes=5))  # [4] was running, [5] waiting
     assert broken() == []
-    client.dead_letters.retry_all()
-    assert broken() == [] and len(ids) == 6
+    assert client.dead_letters.retry_all() == 2
+    assert broken() == []
+    # Each transition really happened (a walk that changed nothing would check nothing).
+    outcomes = [[a.outcome for a in client.get(i).history] for i in ids]  # type: ignore[union-attr]
+    assert outcomes == [["succeeded"], ["failed"], ["released"], ["cancelled"], ["lease_expired"], ["released"]]
+    assert [client.get(i).status for i in ids] == ["succeeded", "pending", "pending", "cancelled", "pending", "pending"]  # type: ignore[union-attr]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 from typing import NoReturn
@@ -10,9 +9,10 @@ from typing import NoReturn
 from setproctitle import setproctitle
 
 from jobsup import exits
-from jobsup.observe.events import event, log
-from jobsup.store.database import Database
+from jobsup.observe.events import emit
+from jobsup.store import Database
 from jobsup.worker.loop import Worker
+from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
 
@@ -20,28 +20,39 @@ _SUPERVISOR_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIG
 
 
 def main(
-    spec: WorkerSpec, inherited: list[Database], inherited_fds: list[int], signal_mask: set[int | signal.Signals]
+    spec: WorkerSpec,
+    slot: Slot,
+    inherited: list[Database],
+    inherited_fds: list[int],
+    signal_mask: set[int | signal.Signals],
 ) -> NoReturn:
     """Run in the forked child; never returns into the supervisor's code. The supervisor's
     signals arrive blocked; `signal_mask` is the mask to restore once ours are installed."""
     try:
-        worker = boot(spec, inherited, inherited_fds, signal_mask)
+        worker = boot(spec, slot, inherited, inherited_fds, signal_mask)
     except Exception as exc:
-        event("worker.boot_failed", worker=spec.label, error=f"{type(exc).__name__}: {exc}")
-        _exit(exits.BOOT_FAILED)
+        emit("worker.boot_failed", worker=spec.label, queue=spec.queue, error=f"{type(exc).__name__}: {exc}")
+        exits.now(exits.BOOT_FAILED)
     try:
         code = worker.run()
-    except Exception:
-        log.exception("worker.crashed worker=%s", spec.label)
+    except Exception as exc:
+        emit("worker.crashed", worker=spec.label, exc=exc)
         code = exits.CRASHED
-    event("worker.stopped", worker=spec.label, code=code)
-    _exit(code)
+    emit("worker.stopped", worker=spec.label, code=code)
+    exits.now(code)
 
 
 def boot(
-    spec: WorkerSpec, inherited: list[Database], inherited_fds: list[int], signal_mask: set[int | signal.Signals]
+    spec: WorkerSpec,
+    slot: Slot,
+    inherited: list[Database],
+    inherited_fds: list[int],
+    signal_mask: set[int | signal.Signals],
 ) -> Worker:
-    # 1. Signals: the supervisor's handlers must not run here; then the worker's own.
+    # 1. Its own process group, so that whatever a job starts dies with the worker when the
+    #    supervisor kills it.
+    os.setpgid(0, 0)
+    # 2. Signals: the supervisor's handlers must not run here; then the worker's own.
     signal.set_wakeup_fd(-1)
     for signum in _SUPERVISOR_SIGNALS:
         signal.signal(signum, signal.SIG_DFL)
@@ -50,15 +61,14 @@ def boot(
     stop = StopRequest()
     stop.install()
     signal.pthread_sigmask(signal.SIG_SETMASK, signal_mask)
-    # 2. The parent's pooled connections belong to the parent: forget them without closing.
+    # 3. The parent's pooled connections belong to the parent: forget them without closing.
     for db in inherited:
         db.dispose(close=False)
     setproctitle(f"jobsup: worker {spec.label} booting")
-    # 3. Our own engine, created after the fork.
+    # 4. Our own engine, created after the fork, and proof of life for the lease sweep.
     db = Database(spec.settings.database_url, role="worker")
-    return Worker(spec, db, stop)
-
-
-def _exit(code: int) -> NoReturn:
-    logging.shutdown()
-    os._exit(code)
+    db.dialect.hold_owner(db, spec.worker_id)
+    slot.reset()
+    worker = Worker(spec, db, stop, slot)
+    slot.mark_booted()
+    return worker

@@ -1,71 +1,96 @@
-"""Running one job function and turning what happened into an outcome to settle."""
+"""Running one job function, and turning what happened into the `Outcome` the transitions
+write.
+
+What a job's attempt comes to depends on why it was asked to stop, not only on what the
+function did: once its cancel event is set for a shutdown, the attempt is released (it does
+not count) whatever the function returns; set for a timeout, it is `timed_out`; set because
+its lease was lost, `lease_expired` (a compare-and-set: nothing changes if another worker
+has the job by now); set because an operator cancelled it, the row is already `cancelled`
+and the worker writes nothing.
+"""
 
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from jobsup.context import JobContext
-from jobsup.errors import Discard, InvalidPayload, Retry
-from jobsup.observe.events import log
+from jobsup.errors import Cancelled, Discard, InvalidPayload, Retry
+from jobsup.observe.events import emit
 from jobsup.payload import decode_payload
 from jobsup.registry import lookup
 from jobsup.scrub import error_text, scrub, secrets_of
-from jobsup.store.rows import ClaimedJob
+from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
+
+RESULT_CAP = 64 * 1024  # characters of JSON a job's return value may take in the database
+
+# Why a running job's cancel event was set.
+SHUTDOWN, TIMEOUT, CANCELLED, LEASE_LOST = "shutdown", "timed_out", "cancelled", "lease_lost"
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """succeeded; failed (retry unless out of attempts); discarded (dead-letter now)."""
+class Ran:
+    """What the job function did: `kind` is SUCCEEDED, FAILED or DISCARDED."""
 
     kind: str
     error: str | None = None
-    retry_in: float | None = None  # a `Retry(after=)` delay; None: the backoff
+    retry_in: float | None = None  # a `Retry(after=)` delay; None: the retry policy
     result: str | None = None
 
 
-class UnknownJob(Exception):
-    """No job of this name is registered in this worker."""
-
-
-def execute(job: ClaimedJob, cancelled: threading.Event) -> Outcome:
+def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
     registered = lookup(job.name)
     if registered is None:
         # Retried: a rolling deploy may bring the code that knows this name.
-        return Outcome("failed", f"UnknownJob: no job named {job.name!r} is registered in this worker")
+        return Ran(FAILED, f"UnknownJob: no job named {job.name!r} is registered in this worker")
     try:
         payload = decode_payload(job.payload)
         secrets = secrets_of(payload)
     except (InvalidPayload, RecursionError) as exc:
-        return Outcome("discarded", f"InvalidPayload: {exc}")  # retrying cannot mend it
+        return Ran(DISCARDED, f"InvalidPayload: {exc}")  # retrying cannot mend it
     ctx = JobContext(job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled)
     try:
         value = registered.function(ctx, payload)
     except Retry as exc:
-        return Outcome("failed", error_text(exc, secrets), retry_in=exc.after)
+        return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after)
     except Discard as exc:
-        return Outcome("discarded", error_text(exc, secrets))
+        return Ran(DISCARDED, error_text(exc, secrets))
+    except Cancelled as exc:
+        return Ran(FAILED, error_text(exc, secrets))
     except BaseException as exc:  # a job's SystemExit or KeyboardInterrupt fails the attempt too
-        if log.isEnabledFor(logging.WARNING):
-            log.warning(
-                "job.traceback job=%s name=%s attempt=%s\n%s",
-                job.id,
-                job.name,
-                job.attempt,
-                scrub("".join(traceback.format_exception(exc)), secrets),
-            )
-        return Outcome("failed", error_text(exc, secrets))
-    return Outcome("succeeded", result=_result(value))
+        text = scrub("".join(traceback.format_exception(exc)), secrets)
+        emit("job.traceback", job=job.id, name=job.name, attempt=job.attempt, traceback=text)
+        return Ran(FAILED, error_text(exc, secrets))
+    return Ran(SUCCEEDED, result=_result(job, value))
 
 
-def _result(value: Any) -> str | None:
+def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome | None:
+    """The outcome to write for `job`, given why its cancel event was set (None: it was
+    not); None when there is nothing to write (its row has already moved on)."""
+    if reason == CANCELLED:
+        return None
+    if reason == LEASE_LOST:
+        return Outcome(job.held, LEASE_EXPIRED, "lease lost: it could not be renewed; the job stopped", **fields)
+    if reason == SHUTDOWN:
+        return Outcome(job.held, RELEASED, **fields)
+    if reason == TIMEOUT:
+        then = "it returned" if ran.kind == SUCCEEDED else ran.error
+        return Outcome(job.held, TIMED_OUT, f"timed out after {timeout:g}s; then {then}", **fields)
+    return Outcome(job.held, ran.kind, ran.error, ran.retry_in, ran.result, **fields)
+
+
+def _result(job: ClaimedJob, value: Any) -> str | None:
     if value is None:
         return None
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError):
-        return None  # a result that is not JSON is not kept
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        emit("job.result_dropped", job=job.id, name=job.name, reason=f"not JSON ({type(exc).__name__})")
+        return None
+    if len(text) > RESULT_CAP:
+        emit("job.result_dropped", job=job.id, name=job.name, reason=f"{len(text)} characters, over {RESULT_CAP}")
+        return None
+    return text

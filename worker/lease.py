@@ -1,18 +1,22 @@
-"""The lease threads: one renews the worker's leases every heartbeat, the other enforces
-the running job's deadlines, so that two attempts of one job never overlap. They are
-separate so that a renewal hanging on a dead connection cannot stall the enforcement; and
-an unexpected error in either ends the process (exit 4), since without them a job could
-outlive its lease.
+"""The lease threads: one renews the worker's leases every heartbeat, the other enforces the
+running jobs' deadlines, so that two attempts of one job never overlap. They are separate so
+that a renewal hanging on a dead connection cannot stall the enforcement; an unexpected
+error in either ends the process (exit 4), since without them a job could outlive its lease.
+Neither writes anything about a job whose function is still running: only once its process
+is dead may its row change (the supervisor writes it after reaping).
 
-- Renewal: one statement for every lease the worker holds (a claimed batch, and successes
-  not yet written). A lease that comes back missing was lost (cancelled, or expired and
-  taken by another worker).
-- Cancellation: the job's `ctx.cancelled` is set when its lease is lost, when renewal has
-  failed for so long that the lease will lapse within two heartbeats, when its timeout
+- Renewal: one statement for every lease the worker holds (running jobs, jobs waiting in a
+  claimed batch, outcomes not yet written). A lease that comes back missing was lost: the
+  job was cancelled by an operator, or its lease expired and another worker may have it.
+  Each renewal is also written to the worker's slot, where the supervisor watches it.
+- Cancellation: a running job's `ctx.cancelled` is set when its lease is lost, when renewal
+  has failed for so long that the lease will lapse within two heartbeats, when its timeout
   passes, and after the shutdown grace.
 - Ending: a job that has not returned `cancel_grace` after cancellation (or one heartbeat
-  before a lease it could not renew would lapse) ends the process from this thread, after
-  recording what it can: `timed_out`, or a release on shutdown.
+  before a lease it could not renew would lapse) ends the process from this thread, with an
+  exit code that tells the supervisor what to write.
+- Waiting jobs: once a job has run for `HOLD_WAITING`, the jobs waiting behind it in its
+  claimed batch are released, so idle workers elsewhere can take them.
 """
 
 from __future__ import annotations
@@ -26,25 +30,28 @@ from typing import TYPE_CHECKING
 
 from jobsup import exits
 from jobsup.errors import DatabaseError
-from jobsup.observe.events import event, log
-from jobsup.store.rows import ClaimedJob, Lease
+from jobsup.observe.events import emit
+from jobsup.store.rows import RELEASED, ClaimedJob, Held, Outcome
+from jobsup.store.schema import CANCELLED as CANCELLED_STATUS
+from jobsup.worker.execute import CANCELLED, LEASE_LOST, SHUTDOWN, TIMEOUT
 
 if TYPE_CHECKING:
     from jobsup.worker.loop import Worker
 
+HOLD_WAITING = 1.0  # seconds a running job may keep the rest of its batch waiting
+_EXIT_FOR = {TIMEOUT: exits.TIMED_OUT, SHUTDOWN: exits.SHUTDOWN_FORCED}
+
 
 @dataclass
 class Running:
-    """The job the main thread is running, as the lease thread sees it."""
+    """A job the main thread is running, as the lease threads see it."""
 
     job: ClaimedJob
     timeout: float | None
     started: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    reason: str | None = None  # why it was cancelled: lease_lost, timed_out, shutdown
+    reason: str | None = None  # why it was cancelled: see jobsup.worker.execute
     cancelled_at: float | None = None
-    settled: bool = False  # claimed by whichever thread records the attempt's end
-    seconds: float | None = None  # how long the job function ran, once it returned
 
 
 class LeaseKeeper:
@@ -56,50 +63,64 @@ class LeaseKeeper:
         self.cancel_grace = min(5.0, self.heartbeat)
         self.tick = min(0.25, self.heartbeat / 4)
         self.lock = threading.Lock()
-        self.held: dict[int, Lease] = {}
+        self.held: dict[int, Held] = {}  # every lease this worker holds
+        self.waiting: dict[int, ClaimedJob] = {}  # claimed, not started, in claim order
+        self.running: dict[int, Running] = {}
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.next_renewal = 0.0
-        self.running: Running | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, args=(self._renew_forever,), name="jobsup-renew", daemon=True).start()
         threading.Thread(target=self._guarded, args=(self._enforce_forever,), name="jobsup-lease", daemon=True).start()
 
-    # -- called by the main thread --------------------------------------------------------
+    # -- called by the main thread and the settler -------------------------------------------
 
     def hold(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         with self.lock:
-            self.held.update({job.id: job.lease for job in jobs})
+            self.held.update({job.id: job.held for job in jobs})
+            self.waiting.update({job.id: job for job in jobs})
             self.renewed_at = claimed_at
             self.next_renewal = claimed_at + self.heartbeat
+            self.worker.slot.renewed(claimed_at, len(self.held))
+
+    def begin(self, job: ClaimedJob, timeout: float | None) -> Running | None:
+        """Start `job` if it may still start: it was not released or lost while it waited,
+        and its lease is not about to lapse (during an outage a batch's later leases run out
+        while nothing renews them). None when it may not."""
+        with self.lock:
+            fresh = time.monotonic() < self.renewed_at + self.lease - 2 * self.heartbeat
+            if self.waiting.pop(job.id, None) is None or not fresh:
+                return None
+            running = self.running[job.id] = Running(job, timeout)
+            self.worker.slot.start(job.id, job.attempt, timeout)
+            return running
+
+    def end(self, running: Running) -> None:
+        with self.lock:
+            self.running.pop(running.job.id, None)
+            self.worker.slot.finish(running.job.id)
+
+    def take_waiting(self) -> list[ClaimedJob]:
+        """Every job still waiting in the claimed batch (they will not start here)."""
+        with self.lock:
+            jobs, self.waiting = list(self.waiting.values()), {}
+        return jobs
 
     def drop(self, job_ids: set[int]) -> None:
+        """Forget leases whose outcome was written (or lost)."""
         with self.lock:
             for job_id in job_ids:
                 self.held.pop(job_id, None)
+                self.waiting.pop(job_id, None)
+            self.worker.slot.renewed(self.renewed_at, len(self.held))
 
-    def begin(self, running: Running) -> None:
-        with self.lock:
-            self.running = running
-
-    def end(self) -> None:
-        with self.lock:
-            self.running = None
-
-    def still_held(self, job_id: int) -> bool:
-        """Whether a claimed job may still start: its lease was not lost and is not about to
-        lapse (during an outage the batch's later leases run out while nothing renews them)."""
-        with self.lock:
-            fresh = time.monotonic() < self.renewed_at + self.lease - 2 * self.heartbeat
-            return fresh and job_id in self.held
-
-    # -- the thread -----------------------------------------------------------------------
+    # -- the threads ------------------------------------------------------------------------
 
     def _guarded(self, loop: Callable[[], None]) -> None:
         try:
             loop()
-        except BaseException:
-            log.exception("lease thread failed; ending the worker so its job cannot outlive its lease")
+        except BaseException as exc:
+            emit("worker.crashed", worker=self.worker.spec.label, thread="lease", exc=exc)
             os._exit(exits.LEASE_LOST)
 
     def _renew_forever(self) -> None:
@@ -111,51 +132,65 @@ class LeaseKeeper:
     def _enforce_forever(self) -> None:
         while True:
             time.sleep(self.tick)
+            now = time.monotonic()
             with self.lock:
-                running = self.running
-            if running is not None:
-                self._enforce(running, time.monotonic())
+                running = list(self.running.values())
+                blocking = bool(self.waiting) and any(now >= r.started + HOLD_WAITING for r in running)
+            for job in running:
+                self._enforce(job, now)
+            if blocking:
+                self._release_waiting()
 
     def _renew(self, now: float) -> None:
         with self.lock:
-            leases = list(self.held.values())
+            leases = [held.lease for held in self.held.values()]
         if not leases:
             self.next_renewal = now + self.heartbeat
             return
+        store = self.worker.store
         try:
-            renewed = self.worker.store.job_renew_lease(leases, lease=self.lease)
+            renewed = store.transitions.renew(leases, lease=self.lease)
+            lost = {lease.job_id for lease in leases} - renewed
+            statuses = store.reads.job_statuses(sorted(lost)) if lost else {}
         except DatabaseError as exc:
-            event("lease.renew_failed", worker=self.worker.spec.label, error=exc)
+            emit("db.error", operation="renew", worker=self.worker.spec.label, error=exc)
             self.next_renewal = now + min(1.0, self.heartbeat)
             return
-        lost = {lease.job_id for lease in leases} - renewed
         with self.lock:
             self.renewed_at = now
             for job_id in lost:
                 self.held.pop(job_id, None)
-            running = self.running
+                self.waiting.pop(job_id, None)
+            running = [self.running[job_id] for job_id in lost if job_id in self.running]
+            self.worker.slot.renewed(now, len(self.held))
         self.next_renewal = now + self.heartbeat
-        if running is not None and running.job.id in lost:
-            event("job.lease_lost", job=running.job.id, name=running.job.name, attempt=running.job.attempt)
-            self._cancel(running, "lease_lost", now)
+        for job in running:
+            reason = CANCELLED if statuses.get(job.job.id) == CANCELLED_STATUS else LEASE_LOST
+            if reason == LEASE_LOST:
+                emit("job.lease_lost", job=job.job.id, name=job.job.name, attempt=job.job.attempt)
+            self._cancel(job, reason, now)
 
     def _enforce(self, running: Running, now: float) -> None:
         lapses_at = self.renewed_at + self.lease
         if now >= lapses_at - 2 * self.heartbeat:
-            self._cancel(running, "lease_lost", now)
+            self._cancel(running, LEASE_LOST, now)
         if now >= lapses_at - self.heartbeat:
             self.worker.end_now(running, exits.LEASE_LOST)
         if running.timeout is not None and now >= running.started + running.timeout:
-            self._cancel(running, "timed_out", now)
+            self._cancel(running, TIMEOUT, now)
         stop = self.worker.stop
         if stop.requested_at is not None and (stop.immediate or now >= stop.requested_at + self.grace):
-            self._cancel(running, "shutdown", now)
+            self._cancel(running, SHUTDOWN, now)
         if running.cancelled_at is not None and now >= running.cancelled_at + self.cancel_grace:
-            code = {"timed_out": exits.TIMED_OUT, "shutdown": exits.SHUTDOWN_FORCED}
-            self.worker.end_now(running, code.get(running.reason or "", exits.LEASE_LOST))
+            self.worker.end_now(running, _EXIT_FOR.get(running.reason or "", exits.LEASE_LOST))
 
     def _cancel(self, running: Running, reason: str, now: float) -> None:
         if running.cancelled_at is None:
             running.reason, running.cancelled_at = reason, now
             running.cancelled.set()
-            event("job.cancelling", job=running.job.id, name=running.job.name, reason=reason)
+            emit("job.cancelling", job=running.job.id, name=running.job.name, reason=reason)
+
+    def _release_waiting(self) -> None:
+        for job in self.take_waiting():
+            self.worker.settler.add(Outcome(job.held, RELEASED, worker=self.worker.spec.label))
+        self.worker.settler.flush_soon()

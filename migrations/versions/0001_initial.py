@@ -28,9 +28,9 @@ def _where(condition: str) -> dict[str, Any]:
     return {"postgresql_where": clause, "sqlite_where": clause, "mssql_where": clause}
 
 
-def upgrade() -> None:
-    op.create_table(
-        "jobsup_job",
+def job_columns() -> list[sa.Column[Any]]:
+    """The job table's columns as this revision made them (0003 rebuilds the table from them)."""
+    return [
         sa.Column("id", ID, sa.Identity(), primary_key=True),
         sa.Column("name", NAME, nullable=False),
         sa.Column("queue", NAME, nullable=False),
@@ -52,7 +52,11 @@ def upgrade() -> None:
         sa.Column("updated_at", UTCDateTime, nullable=False),
         sa.Column("finished_at", UTCDateTime),
         sa.Column("result", LongText),
-    )
+    ]
+
+
+def create_job_indexes() -> None:
+    """The job table's indexes as this revision made them (0003 makes them again)."""
     op.create_index(
         "jobsup_job_claim",
         "jobsup_job",
@@ -80,6 +84,11 @@ def upgrade() -> None:
         ["status", "finished_at"],
         **_where("status IN ('succeeded', 'dead_lettered', 'cancelled')"),
     )
+
+
+def upgrade() -> None:
+    op.create_table("jobsup_job", *job_columns())
+    create_job_indexes()
 
     op.create_table(
         "jobsup_job_attempt",

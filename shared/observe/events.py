@@ -1,73 +1,55 @@
-"""Logic emits events; this is the one place that turns them into log lines.
+"""Logic emits events; subscribers turn them into log lines, metrics and (later) hooks and
+outbox rows. This is the one place an event goes through.
 
-An event is a name and fields: ``event("job.failed", job=42, name="send-email", attempt=2)``
-becomes ``job.failed job=42 name=send-email attempt=2``. Payload values never reach here:
-errors arrive already scrubbed.
+An event is a name and fields: ``emit("job.failed", job=42, name="send-email", attempt=2)``.
+State changes are announced by the transitions after their commit (never before the write
+they announce); process events (``worker.spawned``) by the loops. An event may carry the
+exception it reports (`exc`), whose traceback the log shows. Payload values never reach
+here: errors arrive already scrubbed.
+
+A subscriber that raises is reported through the log and never stops the others or the
+code that emitted.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import time
+from collections.abc import Callable
 from typing import Any
 
-from jobsup.observe import metrics
+Subscriber = Callable[[str, dict[str, Any]], None]
 
-log = logging.getLogger("jobsup")
-
-_WARNINGS = {"job.failed", "job.dead_lettered", "job.lease_lost", "worker.died", "recurring.invalid"}
-_ERRORS = {"db.error", "supervisor.failed", "worker.crashed", "maintenance.failed"}
+_subscribers: list[Subscriber] = []
+_log = logging.getLogger("jobsup.events")
 
 
-def event(kind: str, /, **fields: Any) -> None:
-    metrics.record(kind, fields)
-    level = logging.ERROR if kind in _ERRORS else logging.WARNING if kind in _WARNINGS else logging.INFO
-    if not log.isEnabledFor(level):
-        return
-    present = {key: value for key, value in fields.items() if value is not None}
-    text = " ".join(f"{key}={_value(value)}" for key, value in present.items())
-    log.log(level, "%s %s", kind, text, extra={"event": kind, "fields": present})
+def subscribe(subscriber: Subscriber) -> Subscriber:
+    """Call `subscriber(kind, fields)` for every event from now on; returns it."""
+    if subscriber not in _subscribers:
+        _subscribers.append(subscriber)
+    return subscriber
 
 
-def _value(value: Any) -> str:
-    text = str(value)
-    return repr(text) if (" " in text or not text) else text
+def unsubscribe(subscriber: Subscriber) -> None:
+    if subscriber in _subscribers:
+        _subscribers.remove(subscriber)
 
 
-class JSONFormatter(logging.Formatter):
-    """One JSON object per line: time, level, the logging process, the event and its fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "process": record.process,
-            "event": getattr(record, "event", None),
-        }
-        fields = getattr(record, "fields", None)
-        if fields is None:
-            entry["message"] = record.getMessage()
-        else:
-            entry.update(
-                {key: value if isinstance(value, int | float | bool) else str(value) for key, value in fields.items()}
-            )
-        if record.exc_info:
-            entry["traceback"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+def emit(kind: str, /, *, exc: BaseException | None = None, **fields: Any) -> None:
+    if exc is not None:
+        fields["exc"] = exc
+    for subscriber in list(_subscribers):
+        try:
+            subscriber(kind, fields)
+        except Exception:
+            _log.exception("event subscriber %r failed on %s", subscriber, kind)
 
 
-def configure_logging(level: str = "INFO", format: str = "text") -> None:
-    """One line per event on stderr, with the process id (workers are separate processes)."""
-    handler = logging.StreamHandler()
-    if format == "json":
-        formatter: logging.Formatter = JSONFormatter()
-        formatter.converter = time.gmtime
-    else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(message)s")
-    handler.setFormatter(formatter)
-    root = logging.getLogger("jobsup")
-    root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("JOBSUP_LOG_LEVEL", level).upper())
-    root.propagate = False
+def _install_defaults() -> None:
+    from jobsup.observe import logs, metrics
+
+    subscribe(metrics.record)
+    subscribe(logs.record)
+
+
+_install_defaults()

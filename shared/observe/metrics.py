@@ -3,22 +3,33 @@
 Workers and the supervisor are separate processes, so `jobsup start` runs prometheus-client
 in multiprocess mode: `prepare_multiprocess()` points PROMETHEUS_MULTIPROC_DIR at a fresh
 directory before anything imports prometheus_client; every process writes its own files
-there; the supervisor's `/metrics` aggregates them, and calls `process_dead(pid)` for every
-worker it reaps so that live gauges forget it (counters keep its counts, so they survive
-restarts). In a plain process (a web app enqueueing) the same metrics live in memory.
+there; the supervisor's `/metrics` aggregates them. For every worker it reaps, the
+supervisor calls `process_dead(pid)`: live gauges forget it, and its counter and histogram
+files are folded into one file of totals, so totals survive restarts exactly while the
+number of files (and the cost of a scrape) stays bounded however many workers come and go.
+In a plain process (a web app enqueueing) the same metrics live in memory.
 
 Events (see `jobsup.observe.events`) are the only way metrics move: `record(kind, fields)`.
+Only defined job names become `job` label values (`jobsup.jobtypes.is_defined`); any other
+name counts under `OTHER_JOB`, so a typo or a flood of odd names cannot grow the series.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
+import threading
 from functools import cache
 from typing import Any
 
+from jobsup.jobtypes import is_defined
+
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+OTHER_JOB = "_other"
+_FOLDED = "folded"  # the pid part of the files that hold dead workers' totals
+_fold_lock = threading.Lock()  # a scrape must not read a file half folded
 
 
 def prepare_multiprocess() -> str:
@@ -66,6 +77,10 @@ def _m() -> dict[str, Any]:
         "expired": Counter("jobsup_leases_expired", "Leases closed because they lapsed or their worker died."),
         "workers": Gauge("jobsup_workers", "Live worker processes.", ["queue"], multiprocess_mode="livesum"),
         "restarts": Counter("jobsup_worker_restarts", "Workers that died and were replaced.", ["queue"]),
+        "boot_failures": Counter("jobsup_worker_boot_failures", "Workers that failed at boot.", ["queue"]),
+        "killed": Counter(
+            "jobsup_workers_killed", "Workers the supervisor killed because their lease renewal was overdue.", ["queue"]
+        ),
         "fired": Counter("jobsup_recurring_fired", "Recurring slots fired.", ["schedule"]),
         "already_fired": Counter("jobsup_recurring_already_fired", "Slots another instance fired first.", ["schedule"]),
         "maintenance_errors": Counter("jobsup_maintenance_errors", "Failed maintenance steps.", ["step"]),
@@ -73,29 +88,41 @@ def _m() -> dict[str, Any]:
     }
 
 
+def job_label(name: Any) -> str:
+    return name if isinstance(name, str) and is_defined(name) else OTHER_JOB
+
+
 _OUTCOMES = {
     "job.succeeded": "succeeded",
     "job.failed": None,  # the outcome field says failed or timed_out
     "job.dead_lettered": None,
     "job.released": "released",
+    "lease.expired": "lease_expired",
 }
 
 
 def record(kind: str, fields: dict[str, Any]) -> None:
     m = _m()
     if kind in _OUTCOMES and "queue" in fields:
+        if kind == "job.released" and fields.get("stale"):
+            return
         outcome = _OUTCOMES[kind] or fields.get("outcome", "failed")
-        m["completed"].labels(fields["queue"], fields.get("name", ""), outcome).inc()
+        job = job_label(fields.get("name"))
+        m["completed"].labels(fields["queue"], job, outcome).inc()
         if fields.get("seconds") is not None:
-            m["duration"].labels(fields["queue"], fields.get("name", "")).observe(fields["seconds"])
+            m["duration"].labels(fields["queue"], job).observe(fields["seconds"])
+        if kind == "lease.expired":
+            m["expired"].inc()
     elif kind == "job.enqueued":
-        m["enqueued"].labels(fields["queue"], fields["name"]).inc(fields.get("count", 1))
+        m["enqueued"].labels(fields["queue"], job_label(fields["name"])).inc(fields.get("count", 1))
     elif kind == "job.started" and fields.get("waited") is not None:
         m["wait"].labels(fields["queue"]).observe(max(0.0, fields["waited"]))
-    elif kind == "leases.expired":
-        m["expired"].inc(fields["count"])
     elif kind == "worker.restarting":
         m["restarts"].labels(fields["queue"]).inc()
+    elif kind == "worker.boot_failed" and "queue" in fields:
+        m["boot_failures"].labels(fields["queue"]).inc()
+    elif kind == "worker.killed_overdue":
+        m["killed"].labels(fields["queue"]).inc()
     elif kind == "recurring.fired":
         m["fired"].labels(fields["schedule"]).inc()
     elif kind == "recurring.already_fired":
@@ -126,6 +153,7 @@ def start_series(queues: list[str], steps: list[str]) -> None:
     m = _m()
     for queue in queues:
         m["restarts"].labels(queue)
+        m["boot_failures"].labels(queue)
     for step in steps:
         m["maintenance_errors"].labels(step)
 
@@ -144,10 +172,31 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
 
 
 def process_dead(pid: int) -> None:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        from prometheus_client import multiprocess
+    """A reaped worker: drop its live gauges, fold its counters and histograms into the
+    totals file, and remove its files."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not path:
+        return
+    from prometheus_client import multiprocess
+    from prometheus_client.mmap_dict import MmapedDict
 
-        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+    multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+    with _fold_lock:
+        for kind in ("counter", "histogram"):
+            dead = os.path.join(path, f"{kind}_{pid}.db")
+            if not os.path.exists(dead):
+                continue
+            totals = MmapedDict(os.path.join(path, f"{kind}_{_FOLDED}.db"))  # type: ignore[no-untyped-call]
+            try:
+                for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(dead):  # type: ignore[no-untyped-call]
+                    total = totals.read_value(key)[0] + value  # type: ignore[no-untyped-call]
+                    totals.write_value(key, total, timestamp)  # type: ignore[no-untyped-call]
+            finally:
+                totals.close()  # type: ignore[no-untyped-call]
+            os.unlink(dead)
+        # Gauges of other modes keep a file per pid; ours are all live gauges.
+        for leftover in glob.glob(os.path.join(path, f"gauge_*_{pid}.db")):
+            os.unlink(leftover)
 
 
 def exposition() -> tuple[bytes, str]:
@@ -156,4 +205,5 @@ def exposition() -> tuple[bytes, str]:
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+    with _fold_lock:
+        return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,10 +1,17 @@
 """The parts of a claim that every dialect shares: which rows are claimable, in what order,
 what a claim writes, and what it returns. Each dialect module builds its claim from these,
-so the conditions of the claim are written once.
+so a condition of the claim is written once.
+
+The claim predicate is composed from parts. The core's parts say "pending, of this queue,
+due"; a feature adds its own (a paused queue, an open circuit breaker, a concurrency key
+at its limit) with `add_part`, at import time, before the first claim is built. A part no
+job uses is never registered, so it costs the claim nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -13,10 +20,11 @@ from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.expression import FromClause
 from sqlalchemy.sql.operators import custom_op
 
+from jobsup.store.rows import ClaimedJob
 from jobsup.store.schema import PENDING, RUNNING, STATUSES, job, job_attempt
 
-# What a claim returns, in this order (see `jobsup.store.rows.ClaimedJob`), followed by the due
-# time, which each dialect returns in a form an odd stored value cannot break.
+# What a claim returns, in this order (see `jobsup.store.rows.ClaimedJob`), followed by the
+# due time, which each dialect returns in a form an odd stored value cannot break.
 CLAIM_COLUMNS = (
     job.c.id,
     job.c.name,
@@ -31,6 +39,50 @@ CLAIM_COLUMNS = (
 CLAIM_ORDER = (job.c.priority.desc(), job.c.run_at, job.c.id)
 
 
+class Columns:
+    """The job table's columns as a part sees them. With `unindexed`, each is wrapped in
+    SQLite's no-op unary ``+``, so that a recheck of rows found by id does not make its
+    planner scan the claim index instead."""
+
+    def __init__(self, unindexed: bool = False) -> None:
+        self.unindexed = unindexed
+
+    def __getitem__(self, name: str) -> ColumnElement[Any]:
+        column = job.c[name]
+        if not self.unindexed:
+            return column
+        return UnaryExpression(column, operator=custom_op("+"), type_=column.type)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One condition of the claim: `condition(columns, clock)` over the bound parameters of
+    `claim_params` (`p_queue`, the clock's)."""
+
+    name: str
+    condition: Callable[[Columns, ColumnElement[datetime]], ColumnElement[bool]]
+
+
+_PARTS: list[Part] = [
+    Part("pending", lambda c, clock: c["status"] == status_literal(PENDING)),
+    Part("queue", lambda c, clock: c["queue"] == bindparam("p_queue")),
+    Part("due", lambda c, clock: c["run_at"] <= clock),
+]
+
+
+def add_part(part: Part) -> None:
+    """Add a condition to every dialect's claim (call at import time)."""
+    if any(existing.name == part.name for existing in _PARTS):
+        raise ValueError(f"a claim part named {part.name!r} exists")
+    _PARTS.append(part)
+
+
+def claimable(clock: ColumnElement[datetime], *, unindexed: bool = False) -> ColumnElement[bool]:
+    """Every condition that makes a row of queue `p_queue` claimable at `clock`."""
+    columns = Columns(unindexed)
+    return and_(*(part.condition(columns, clock) for part in _PARTS))
+
+
 def status_is(status: str) -> ColumnElement[bool]:
     """`status = '<status>'` with the value inlined: the partial indexes are only usable
     when the planner sees the literal, not a bound parameter."""
@@ -42,19 +94,6 @@ def status_literal(status: str) -> ColumnElement[str]:
     if status not in STATUSES:
         raise ValueError(f"not a job status: {status!r}")
     return literal_column(f"'{status}'")
-
-
-def claimable(clock: ColumnElement[datetime], *, unindexed: bool = False) -> ColumnElement[bool]:
-    """Every condition that makes a row of queue `p_queue` claimable. SQLite's update
-    rechecks all of it, `unindexed`: with SQLite's no-op unary ``+`` on each column, so that
-    its planner looks the candidates up by id instead of scanning the claim index."""
-    columns: tuple[ColumnElement[Any], ...] = (job.c.status, job.c.queue, job.c.run_at)
-    status, queue, run_at = columns
-    if unindexed:
-        status, queue, run_at = (
-            UnaryExpression(c, operator=custom_op("+"), type_=c.type) for c in (status, queue, run_at)
-        )
-    return and_(status == status_literal(PENDING), queue == bindparam("p_queue"), run_at <= clock)
 
 
 def claim_params(
@@ -80,4 +119,32 @@ def open_attempts(claimed: FromClause, now: ColumnElement[datetime]) -> Insert:
     return insert(job_attempt).from_select(
         ["job_id", "attempt", "owner", "started_at"],
         select(claimed.c.id, claimed.c.attempts, claimed.c.lease_owner, now),
+    )
+
+
+def open_attempt_rows(now: ColumnElement[datetime]) -> Insert:
+    """INSERT one attempt row per parameter set of `attempt_rows` (dialects that cannot
+    write them in the claim's own statement run this second, in its transaction)."""
+    return insert(job_attempt).values(
+        job_id=bindparam("a_job"), attempt=bindparam("a_attempt"), owner=bindparam("p_owner"), started_at=now
+    )
+
+
+def attempt_rows(rows: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{**params, "a_job": row.id, "a_attempt": row.attempts} for row in rows]
+
+
+def claimed_job(row: Any) -> ClaimedJob:
+    """A claim's row (CLAIM_COLUMNS, then `due_at`) as the worker holds it."""
+    return ClaimedJob(
+        id=row.id,
+        name=row.name,
+        queue=row.queue,
+        payload=row.payload,
+        attempt=row.attempts,
+        max_attempts=row.max_attempts,
+        timeout=row.timeout,
+        actor=row.actor,
+        owner=row.lease_owner,
+        due_at=row.due_at,
     )

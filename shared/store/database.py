@@ -12,10 +12,10 @@ rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
@@ -82,6 +82,28 @@ class Database:
         """Drop pooled connections; after fork pass close=False (the parent still owns them)."""
         for engine in {self.engine, self.single}:
             engine.dispose(close=close)
+
+
+def after_commit(conn: Connection, callback: Callable[[], None]) -> None:
+    """Run `callback` when the caller's transaction on `conn` commits (at once when `conn`
+    has none open); never when it rolls back."""
+    if not conn.in_transaction():
+        callback()
+        return
+    done = False
+
+    def on_commit(_conn: Connection) -> None:
+        nonlocal done
+        if not done:
+            done = True
+            callback()
+
+    def on_rollback(_conn: Connection) -> None:
+        nonlocal done
+        done = True
+
+    event.listen(conn, "commit", on_commit, once=True)
+    event.listen(conn, "rollback", on_rollback, once=True)
 
 
 def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:

@@ -17,6 +17,7 @@ from alembic.util.exc import CommandError
 
 from jobsup.errors import SchemaOutdated
 from jobsup.store.database import Database
+from jobsup.store.schema import SCHEMA_REVISION, VERSION_TABLE
 
 DIALECT_NAMES = ("sqlite", "postgresql", "mssql")
 
@@ -45,6 +46,24 @@ def upgrade(db: Database) -> None:
                     f"cannot upgrade {db.safe_url}: {exc}; its schema may be newer than this jobsup "
                     f"(which knows revisions up to {head_revision()}): upgrade jobsup"
                 ) from None
+
+
+def schema_check(db: Database) -> None:
+    """Raise `SchemaOutdated` unless `db`'s schema is at this code's revision."""
+    from sqlalchemy import column, select, table
+
+    version = table(VERSION_TABLE, column("version_num"))
+    try:
+        with db.read("schema") as conn:
+            found = list(conn.execute(select(version.c.version_num)).scalars())
+    except SchemaOutdated:
+        found = []
+    if SCHEMA_REVISION not in found:
+        have = ", ".join(found) or "no jobsup schema"
+        raise SchemaOutdated(
+            f"the database {db.safe_url} has {have}, this jobsup needs revision "
+            f"{SCHEMA_REVISION}: run `jobsup db upgrade`"
+        )
 
 
 def upgrade_sql(dialect_name: str, output: TextIO) -> None:

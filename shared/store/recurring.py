@@ -1,11 +1,8 @@
 """Recurring schedules: every statement about them, written once.
 
 `recurring_upsert` is safe at every startup on every instance: the same cron and time zone
-keep `next_run_at`, a changed one starts from now. `recurring_fire` fires one due slot by
-compare-and-set on `next_run_at` and inserts the job with (recurring_name, scheduled_slot),
-whose unique index makes a double fire impossible even past the CAS. The next slot is
-computed from the slot just fired, never from the wall clock, so a tick that runs early
-cannot fire a slot twice; missed slots collapse into one run.
+keep `next_run_at`, a changed one starts from now. Firing a slot is a transition
+(`Transitions.fire`); its compare-and-set on `next_run_at` is `advance`, here.
 """
 
 from __future__ import annotations
@@ -13,16 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from jobsup.clock import host_clock
-from jobsup.cron import check_cron, latest_slot, next_slot, zone
+from jobsup.cron import check_cron, next_slot, zone
 from jobsup.errors import ConstraintViolation
 from jobsup.store.database import Database
 from jobsup.store.rows import RecurringSchedule, decode_stored
-from jobsup.store.schema import PENDING, job, recurring_job
-
-FIRED, ALREADY_FIRED = "fired", "already_fired"
+from jobsup.store.schema import recurring_job
 
 
 class RecurringStore:
@@ -116,46 +111,23 @@ class RecurringStore:
         with self.db.read("recurring") as conn:
             return [_schedule(row) for row in conn.execute(stmt)]
 
-    def recurring_fire(self, schedule: RecurringSchedule, *, now: datetime | None = None) -> str:
-        """Fire the schedule's latest due slot once; returns FIRED or ALREADY_FIRED. A bad
-        cron or time zone raises `BadInput` (the caller logs it and moves on)."""
-        at = now or host_clock()
-        assert schedule.next_run_at is not None
-        slot = latest_slot(schedule.cron, schedule.timezone, schedule.next_run_at, at)
-        following = next_slot(schedule.cron, schedule.timezone, slot)
-        try:
-            with self.db.transaction("recurring") as conn:
-                moved = conn.execute(
-                    update(recurring_job)
-                    .where(
-                        recurring_job.c.name == schedule.name,
-                        recurring_job.c.next_run_at == schedule.next_run_at,
-                        recurring_job.c.enabled.is_(True),
-                    )
-                    .values(next_run_at=following, last_fired_at=at)
-                ).rowcount
-                if not moved:
-                    return ALREADY_FIRED
-                conn.execute(
-                    insert(job).values(
-                        name=schedule.job,
-                        queue=schedule.queue,
-                        priority=schedule.priority,
-                        payload=_raw(schedule),
-                        status=PENDING,
-                        run_at=at,
-                        attempts=0,
-                        max_attempts=_max_attempts(schedule.job),
-                        recurring_name=schedule.name,
-                        scheduled_slot=slot,
-                        created_at=at,
-                        updated_at=at,
-                    )
-                )
-                self.dialect.after_enqueue(conn, {schedule.queue})
-        except ConstraintViolation:
-            return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held
-        return FIRED
+    def clock(self) -> datetime:
+        """The clock schedules are read by: the host's (see the README on skew)."""
+        return host_clock()
+
+    def advance(self, conn: Connection, schedule: RecurringSchedule, following: datetime, at: datetime) -> bool:
+        """Inside the fire's transaction: move the schedule on to `following` if it still
+        expects `schedule.next_run_at` (the compare-and-set of a fire)."""
+        moved = conn.execute(
+            update(recurring_job)
+            .where(
+                recurring_job.c.name == schedule.name,
+                recurring_job.c.next_run_at == schedule.next_run_at,
+                recurring_job.c.enabled.is_(True),
+            )
+            .values(next_run_at=following, last_fired_at=at)
+        ).rowcount
+        return bool(moved)
 
 
 def _schedule(row: Any) -> RecurringSchedule:
@@ -171,16 +143,3 @@ def _schedule(row: Any) -> RecurringSchedule:
         next_run_at=row.next_run_at,
         last_fired_at=row.last_fired_at,
     )
-
-
-def _raw(schedule: RecurringSchedule) -> str:
-    from jobsup.payload import encode_payload
-
-    return encode_payload(schedule.payload)
-
-
-def _max_attempts(job_name: str) -> int:
-    from jobsup.registry import DEFAULT_MAX_ATTEMPTS, lookup
-
-    registered = lookup(job_name)
-    return registered.max_attempts if registered else DEFAULT_MAX_ATTEMPTS

@@ -1,4 +1,5 @@
-"""Rows as frozen dataclasses: what the store hands to the client, the worker and the CLI."""
+"""Rows as frozen dataclasses: what the store hands to the client, the worker and the CLI, and
+what they hand back to it."""
 
 from __future__ import annotations
 
@@ -49,6 +50,28 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """The fence of every worker-side write: a stale holder's write matches nothing."""
+
+    job_id: int
+    owner: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lease with the job's name and queue: enough to settle it and to say so."""
+
+    lease: Lease
+    name: str
+    queue: str
+
+    @property
+    def id(self) -> int:
+        return self.lease.job_id
+
+
+@dataclass(frozen=True)
 class ClaimedJob:
     """A job a worker holds under its lease. The payload stays raw text: decoding is the
     worker's job, so a corrupt row fails its attempt there instead of breaking the claim."""
@@ -68,30 +91,75 @@ class ClaimedJob:
     def lease(self) -> Lease:
         return Lease(self.id, self.owner, self.attempt)
 
+    @property
+    def held(self) -> Held:
+        return Held(self.lease, self.name, self.queue)
+
+
+# How an attempt ended, as the worker (or, for a dead worker, its supervisor) reports it.
+SUCCEEDED, FAILED, DISCARDED, TIMED_OUT, RELEASED, LEASE_EXPIRED, CANCELLED = (
+    "succeeded",
+    "failed",
+    "discarded",
+    "timed_out",
+    "released",
+    "lease_expired",
+    "cancelled",
+)
+
 
 @dataclass(frozen=True)
-class Lease:
-    """The fence of every worker-side write: a stale holder's write matches nothing."""
+class Outcome:
+    """How one attempt ended: handed to `Transitions.settle`, which writes it.
 
-    job_id: int
-    owner: str
-    attempt: int
+    `kind` is one of SUCCEEDED, FAILED, DISCARDED (dead-letter now), TIMED_OUT, RELEASED
+    (back to pending, the attempt not counted), LEASE_EXPIRED. `retry_in` is a delay the job
+    asked for (`Retry(after=)`); None means its retry policy. `result` is the success's JSON."""
+
+    held: Held
+    kind: str
+    error: str | None = None
+    retry_in: float | None = None
+    result: str | None = None
+    seconds: float | None = None  # how long the job function ran
+    worker: str | None = None  # the worker's label, for events
 
 
 @dataclass(frozen=True)
 class NewJob:
-    """A job to insert, already validated (see `jobsup.client`)."""
+    """A job row to insert, already validated (see `jobsup.store.builder`). Its fields are
+    `jobsup_job` columns; `run_at` None means the reference clock's now."""
 
     name: str
     queue: str
     payload: str
     priority: int
     run_at: datetime | None
-    delay: float
     max_attempts: int
     timeout: float | None
-    unique_key: str | None
-    actor: str | None
+    unique_key: str | None = None
+    actor: str | None = None
+    recurring_name: str | None = None
+    scheduled_slot: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RecurringSchedule:
+    """A recurring schedule as stored: `job` runs with `payload` at each `cron` slot."""
+
+    name: str
+    job: str
+    cron: str
+    timezone: str
+    payload: Any
+    queue: str
+    priority: int
+    enabled: bool
+    next_run_at: datetime | None
+    last_fired_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: _plain(value) for key, value in asdict(self).items()}
 
 
 def decode_stored(text: str | None) -> Any:
@@ -114,19 +182,20 @@ def _plain(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class RecurringSchedule:
-    """A recurring schedule as stored: `job` runs with `payload` at each `cron` slot."""
+class Definition:
+    """A published job type: its settings, who declared them last and when, and the newest
+    declaration by another instance that disagreed (None when all agree)."""
 
     name: str
-    job: str
-    cron: str
-    timezone: str
-    payload: Any
     queue: str
     priority: int
-    enabled: bool
-    next_run_at: datetime | None
-    last_fired_at: datetime | None
+    max_attempts: int
+    timeout: float | None
+    retry: dict[str, Any]
+    declared_by: str
+    declared_at: datetime | None
+    first_seen_at: datetime | None
+    disagreement: dict[str, Any] | None
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items()}

@@ -40,7 +40,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0002"
+SCHEMA_REVISION = "0003"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -73,6 +73,10 @@ job = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime),
     Column("result", LongText),
+    # Attempts a dead-letter retry grants; None: max_attempts (a job never retried).
+    Column("budget", Integer),
+    # SQLite would otherwise hand the id of a purged newest job to the next one.
+    sqlite_autoincrement=True,
 )
 
 # A surrogate key rather than (job_id, attempt): a released attempt does not count, so the
@@ -105,6 +109,24 @@ recurring_job = Table(
     Column("last_fired_at", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# One row per job type, published by the processes that register it (`jobsup start`,
+# `jobsup definitions sync`): what a process that only enqueues by name needs to know.
+job_definition = Table(
+    "jobsup_job_definition",
+    metadata,
+    Column("name", _NAME, primary_key=True),
+    Column("queue", _NAME, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("timeout", Float),
+    Column("retry_policy", LongText, nullable=False),  # JSON, see `RetryPolicy.describe`
+    Column("declared_by", _NAME, nullable=False),  # the instance whose declaration this is
+    Column("declared_at", UTCDateTime, nullable=False),
+    Column("first_seen_at", UTCDateTime, nullable=False),
+    # JSON: the newest declaration that disagreed with this one, by another instance.
+    Column("disagreement", LongText),
 )
 
 process = Table(

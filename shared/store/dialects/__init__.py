@@ -2,12 +2,14 @@
 
 Everything that truly differs between SQLite, PostgreSQL and SQL Server lives in one module
 per database behind the `Dialect` protocol: how an engine is set up, the reference clock,
-the claim statement, how two dependent writes are made atomic, the migration lock, and how
-driver errors read. Every other statement is written once, in `jobsup.store`.
+the claim statement, how two dependent writes are made atomic, how idle workers are woken,
+how a lease owner is known alive, the migration lock, and how driver errors read. Every other
+statement is written once, dialect-neutral, in `jobsup.store`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
@@ -18,6 +20,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
+from jobsup.store.chain import Chain
 from jobsup.store.rows import Lease
 
 SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
@@ -37,6 +40,16 @@ class Listener(Protocol):
     def fileno(self) -> int: ...
     def drain(self) -> None: ...
     def close(self) -> None: ...
+
+
+class OwnerLock(Protocol):
+    """Held by a live lease owner for its whole life (see `Dialect.hold_owner`)."""
+
+    def release(self) -> None: ...
+
+
+# Runs inside a claim's transaction with the claimed rows (the claim's in-transaction steps).
+AfterClaim = Callable[[Connection, Sequence[Row[Any]]], None]
 
 
 class Dialect(Protocol):
@@ -71,23 +84,30 @@ class Dialect(Protocol):
     def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         """The parameters of `attempt_match` for `leases`."""
 
-    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
-        """Take up to `p_limit` due pending jobs of `p_queue` (see `jobsup.store.claim.claim_params`):
-        mark them running under `p_owner`'s lease, count the attempt and open its attempt
-        row, all or nothing. Returns the claimed rows: `CLAIM_COLUMNS`, then the due time."""
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
+        """Take up to `p_limit` claimable jobs (see `jobsup.store.claim`): mark them running
+        under `p_owner`'s lease, count the attempt and open its attempt row, and run `after`
+        on the claimed rows, all or nothing. Returns the claimed rows: `CLAIM_COLUMNS`, then
+        the due time, in claim order."""
 
-    def chain(self, first: Update, then: Callable[[Any], Update]) -> Any:
-        """Prepare, once, two dependent writes: `first` (an UPDATE with RETURNING whose
-        first column is the job id) and `then(ids)` on the ids it changed."""
-
-    def run_chain(self, db: Connections, chain: Any, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
-        """Run a prepared chain atomically with `params`; return `first`'s rows."""
+    def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
+        """Prepare, once, a compare-and-set `first` (an UPDATE with RETURNING whose first
+        column is the job id) and the write `then(ids)` that depends on it."""
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Inside the enqueue's transaction: wake idle workers of `queues` when it commits."""
 
-    def listener(self, db: Any) -> Listener | None:
-        """A connection that idle workers wait on to be woken by `after_enqueue`, or None."""
+    def listener(self, db: Any, queue: str) -> Listener | None:
+        """A connection that idle workers of `queue` wait on to be woken by `after_enqueue`,
+        or None (they poll)."""
+
+    def hold_owner(self, db: Any, owner: str) -> OwnerLock | None:
+        """Mark `owner` alive for as long as this process lives, where the lease sweep needs
+        to know (SQLite); None elsewhere."""
+
+    def owners_alive(self, db: Any, owners: set[str]) -> set[str]:
+        """Which of `owners` are known alive (`hold_owner`): the sweep leaves their leases
+        alone whatever the clock says. Empty where the database clock decides alone."""
 
     def migration_lock(self, conn: Connection) -> None:
         """Inside `conn`'s open transaction, wait for the lock that serialises upgrades."""
@@ -120,22 +140,29 @@ _DRIVERS = {
     "postgresql": ("psycopg", None),
     "mssql": ("pyodbc", "mssql"),
 }
+# Schemes people write for these databases that SQLAlchemy itself does not accept.
+_ALIASES = {"postgres": "postgresql"}
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
 def normalise_url(url: str | URL) -> URL:
-    """Parse `url`, pick jobsup's driver for a bare scheme, and refuse anything else clearly."""
+    """Parse `url`, pick jobsup's driver for a bare scheme, and refuse anything else clearly,
+    never showing the password."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise UnsupportedDatabase(f"{url!r} is not a database URL; use {SUPPORTED_URLS}") from None
-    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    except (ArgumentError, ValueError) as exc:
+        shown = hide_password(str(url))
+        reason = f" ({hide_password(str(exc))})" if isinstance(exc, ValueError) else ""
+        raise UnsupportedDatabase(f"{shown!r} is not a database URL{reason}; use {SUPPORTED_URLS}") from None
+    backend, _, driver = parsed.drivername.partition("+")
+    backend = _ALIASES.get(backend, backend)
     if backend not in _DRIVERS:
         raise UnsupportedDatabase(f"unsupported database URL scheme {parsed.drivername!r}; use {SUPPORTED_URLS}")
     wanted, extra = _DRIVERS[backend]
-    if "+" in parsed.drivername and driver != wanted:
+    if driver and driver != wanted:
         raise UnsupportedDatabase(f"driver {driver!r} is not supported for {backend}; use {backend}+{wanted}://...")
     parsed = parsed.set(drivername=f"{backend}+{wanted}")
     if extra is not None:
@@ -148,3 +175,8 @@ def normalise_url(url: str | URL) -> URL:
                 "(unixODBC) and Microsoft's ODBC Driver for SQL Server"
             ) from None
     return parsed
+
+
+def hide_password(text: str) -> str:
+    """`text` with the password of any URL in it replaced by ***."""
+    return _PASSWORD.sub(r"\1***@", text)

@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Integer, Row, Update, bindparam, tuple_
+from sqlalchemy import BigInteger, ColumnElement, Integer, Update, bindparam, tuple_
 from sqlalchemy.types import TupleType
 
-from jobsup.store.dialects import Connections
+from jobsup.store.chain import Chain, Sequential
 from jobsup.store.rows import Lease
 from jobsup.store.schema import job
 
 
 class SequentialChain:
-    """Two dependent writes as two statements in one transaction (no data-modifying CTEs).
-    The second statement finds the changed ids in the expanding `p_changed` parameter."""
+    """Two dependent writes as two statements in one transaction (no data-modifying CTEs)."""
 
-    def chain(self, first: Update, then: Callable[[Any], Update]) -> tuple[Update, Update]:
-        return first, then(bindparam("p_changed", expanding=True))
-
-    def run_chain(self, db: Connections, chain: Any, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
-        first, then = chain
-        with db.transaction(operation) as conn:
-            rows = conn.execute(first, params).all()
-            if rows:
-                conn.execute(then, {**params, "p_changed": [row[0] for row in rows]})
-        return rows
+    def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
+        return Sequential.of(first, then)
 
 
 class RowValueFence:
@@ -39,3 +30,13 @@ class RowValueFence:
 
     def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         return {"p_fences": [(lease.job_id, lease.attempt) for lease in leases]}
+
+
+class NoOwnerLocks:
+    """Leases lapse on the database's own clock, which every host shares: nothing to hold."""
+
+    def hold_owner(self, db: Any, owner: str) -> None:
+        return None
+
+    def owners_alive(self, db: Any, owners: set[str]) -> set[str]:
+        return set()

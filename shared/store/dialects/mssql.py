@@ -2,12 +2,11 @@
 checked offline (compiled statements and generated DDL), and that is all it has been.
 
 Quirks and limits:
-- The claim selects the candidates WITH (UPDLOCK, READPAST, ROWLOCK) in an updatable CTE
-  (TOP with ORDER BY, which a bare UPDATE TOP cannot honour) and writes the attempt rows
-  with OUTPUT ... INTO in the same statement.
+- The claim updates the rows a subquery selects WITH (UPDLOCK, READPAST, ROWLOCK) with TOP
+  and ORDER BY (which a bare UPDATE TOP cannot honour), returns them with OUTPUT, and
+  inserts their attempt rows as a second statement in the same transaction. Both are built
+  from the shared claim predicate (`jobsup.store.claim`), like every other dialect's.
 - READPAST is refused under SNAPSHOT isolation, so the engine runs READ COMMITTED.
-- OUTPUT INTO forbids a foreign key on its target: jobsup_job_attempt has none, and
-  retention deletes attempts itself.
 - A unique index treats NULLs as equal here, so the unique indexes are filtered to
   non-null keys (on every dialect, for one schema).
 - The reference clock is SYSUTCDATETIME().
@@ -15,6 +14,7 @@ Quirks and limits:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
@@ -24,47 +24,32 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Insert,
     Row,
-    TextClause,
+    Update,
     bindparam,
     create_engine,
     func,
     literal_column,
+    select,
     text,
+    update,
 )
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.store.dialects import Connections
-from jobsup.store.dialects.common import SequentialChain
+from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
+from jobsup.store.dialects import AfterClaim, Connections
+from jobsup.store.dialects.common import NoOwnerLocks, SequentialChain
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.rows import Lease
 from jobsup.store.schema import job
 
-# The candidates' CTE names every column the OUTPUT clauses read: an updatable CTE only
-# exposes its own columns to `inserted`.
-CLAIM_SQL = """\
-WITH candidates AS (
-    SELECT TOP (:p_limit) id, name, queue, payload, status, attempts, max_attempts, timeout,
-           actor, run_at, lease_owner, lease_expires_at, updated_at
-    FROM jobsup_job WITH (UPDLOCK, READPAST, ROWLOCK)
-    WHERE status = 'pending' AND queue = :p_queue AND run_at <= COALESCE(:p_now, SYSUTCDATETIME())
-    ORDER BY priority DESC, run_at, id
-)
-UPDATE candidates
-SET status = 'running', attempts = attempts + 1, lease_owner = :p_owner,
-    lease_expires_at = DATEADD(millisecond, :p_off_ms_lease,
-        DATEADD(second, :p_off_s_lease, COALESCE(:p_now, SYSUTCDATETIME()))),
-    updated_at = COALESCE(:p_now, SYSUTCDATETIME())
-OUTPUT inserted.id, inserted.attempts, inserted.lease_owner, COALESCE(:p_now, SYSUTCDATETIME())
-    INTO jobsup_job_attempt (job_id, attempt, owner, started_at)
-OUTPUT inserted.id, inserted.name, inserted.queue, inserted.payload, inserted.attempts,
-    inserted.max_attempts, inserted.timeout, inserted.actor, inserted.lease_owner, inserted.run_at;
-"""
+LOCK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 
-class SQLServerDialect(SequentialChain):
+class SQLServerDialect(SequentialChain, NoOwnerLocks):
     name = "mssql"
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
@@ -104,18 +89,40 @@ class SQLServerDialect(SequentialChain):
     def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         return {"p_fence_keys": [f"{lease.job_id}:{lease.attempt}" for lease in leases]}
 
-    @cached_property
-    def claim_statement(self) -> TextClause:
-        return text(CLAIM_SQL).bindparams(bindparam("p_now", type_=UTCDateTime))
+    @functools.cache  # noqa: B019 - one dialect per Database, a claim batch size or two each
+    def claim_statement(self, limit: int) -> Update:
+        """The claim of up to `limit` jobs. The limit is part of the statement, so SQLAlchemy
+        renders TOP and keeps the subquery's ORDER BY; for a bound limit it would fall back
+        to a ROW_NUMBER() window over every pending row, each of them locked UPDLOCK."""
+        clock = self.clock()
+        candidates = (
+            select(job.c.id).with_hint(job, LOCK_HINTS).where(claimable(clock)).order_by(*CLAIM_ORDER).limit(limit)
+        )
+        return (
+            update(job)
+            .where(job.c.id.in_(candidates.scalar_subquery()))
+            .values(claim_values(clock, self.clock("lease")))
+            .returning(*CLAIM_COLUMNS, job.c.priority, job.c.run_at.label("due_at"))
+        )
 
-    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+    @cached_property
+    def open_attempts_statement(self) -> Insert:
+        return open_attempt_rows(self.clock())
+
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
         with db.transaction("claim") as conn:
-            return conn.execute(self.claim_statement, params).all()
+            claimed = conn.execute(self.claim_statement(params["p_limit"]), params).all()
+            if not claimed:
+                return []
+            conn.execute(self.open_attempts_statement, attempt_rows(claimed, dict(params)))
+            if after is not None:
+                after(conn, claimed)
+        return sorted(claimed, key=lambda row: (-row.priority, row.due_at, row.id))
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Nothing to send: idle workers poll."""
 
-    def listener(self, db: Any) -> None:
+    def listener(self, db: Any, queue: str) -> None:
         return None
 
     def migration_lock(self, conn: Connection) -> None:

@@ -6,7 +6,13 @@ Quirks and limits:
   inserted, in one round trip. Single statements run in autocommit: BEGIN and COMMIT would
   triple the round trips of the hot path.
 - Two dependent writes (a job and its attempt row) are one statement too: data-modifying
-  CTEs make them atomic without a transaction block.
+  CTEs make them atomic without a transaction block. Such a statement reads every table
+  from one snapshot taken when it started, so a transition that may wait on a row lock
+  held by a claim (a cancel) runs its two writes as two statements instead.
+- Idle workers LISTEN on their own queue's channel (``jobsup:<queue>``), so an enqueue
+  wakes only the workers of its queue. The LISTEN connection gets the same connect timeout,
+  keepalives and TCP user timeout as every other connection, so a dead or half-open one
+  fails within about 30 s and is replaced.
 - The reference clock is the server's `now()`, so clock skew between hosts cannot make one
   host think another's lease has lapsed.
 - Partial indexes are only used when the planner sees the literal status; jobsup inlines it.
@@ -14,6 +20,7 @@ Quirks and limits:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -41,9 +48,10 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
-from jobsup.store.dialects import Connections
-from jobsup.store.dialects.common import RowValueFence
+from jobsup.store.dialects import AfterClaim, Connections
+from jobsup.store.dialects.common import NoOwnerLocks, RowValueFence
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.schema import job
 
@@ -63,23 +71,32 @@ _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator interventi
 _UNDEFINED_TABLE = "42P01"
 
 
-CHANNEL = "jobsup"
+_CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer channel names are truncated by the server
+
+
+def channel(queue: str) -> str:
+    """The NOTIFY channel of `queue`; a name too long for the server is hashed, not cut."""
+    name = f"jobsup:{queue}"
+    if len(name.encode()) <= _CHANNEL_BYTES:
+        return name
+    return "jobsup:" + hashlib.sha1(queue.encode()).hexdigest()
 
 
 class NotifyListener:
-    """A dedicated autocommit connection LISTENing on the jobsup channel.
+    """A dedicated autocommit connection LISTENing on one queue's channel.
 
     Behind a transaction-mode pooler (PgBouncer) notifications never arrive; workers then
     find work by polling, so nothing is lost, only latency."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: Any, queue: str) -> None:
         import psycopg
+        from psycopg import sql
 
         args, kwargs = db.engine.dialect.create_connect_args(db.url)
         with db.errors():
             try:
-                self.conn = psycopg.connect(*args, **kwargs, autocommit=True)
-                self.conn.execute(f"LISTEN {CHANNEL}")
+                self.conn = psycopg.connect(*args, **{**kwargs, **CONNECT_ARGS}, autocommit=True)
+                self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(queue))))
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(f"cannot LISTEN on {db.safe_url}: {exc}") from None
 
@@ -100,7 +117,7 @@ class NotifyListener:
         self.conn.close()
 
 
-class PostgreSQLDialect(RowValueFence):
+class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
     name = "postgresql"
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
@@ -149,27 +166,31 @@ class PostgreSQLDialect(RowValueFence):
         order = (claimed.c.priority.desc(), claimed.c.run_at, claimed.c.id)
         return select(*returned).add_cte(open_attempts(claimed, clock).cte("opened")).order_by(*order)
 
-    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
-        with db.statement("claim") as conn:
-            return conn.execute(self.claim_statement, params).all()
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
+        if after is None:
+            with db.statement("claim") as conn:
+                return conn.execute(self.claim_statement, params).all()
+        with db.transaction("claim") as conn:
+            rows = conn.execute(self.claim_statement, params).all()
+            if rows:
+                after(conn, rows)
+            return rows
 
-    def chain(self, first: Update, then: Callable[[Any], Update]) -> Select[Any]:
+    def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         """Both writes in one statement: data-modifying CTEs make them atomic."""
-        changed = first.cte("changed")
-        id_column = next(iter(changed.c))
-        return select(*changed.c).add_cte(then(select(id_column)).cte("followed"))
-
-    def run_chain(self, db: Connections, chain: Any, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
-        with db.statement(operation) as conn:
-            return conn.execute(chain, params).all()
+        return Fused.of(first, then)
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         # Delivered when the enqueue commits (with the caller's transaction, if it is theirs).
         for queue in sorted(queues):
-            conn.execute(select(func.pg_notify(CHANNEL, queue)))
+            conn.execute(self.notify_statement, {"p_channel": channel(queue)})
 
-    def listener(self, db: Any) -> NotifyListener:
-        return NotifyListener(db)
+    @cached_property
+    def notify_statement(self) -> Select[Any]:
+        return select(func.pg_notify(bindparam("p_channel"), ""))
+
+    def listener(self, db: Any, queue: str) -> NotifyListener:
+        return NotifyListener(db, queue)
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})

@@ -13,19 +13,32 @@ Quirks and limits:
 - Lock waits are not fair: a busy claimer can win the write lock many times in a row.
 - No database clock: the reference clock is the host's, bound into each statement.
 - No data-modifying CTEs: two dependent writes run as two statements in one transaction.
+- No database clock, one host: the sweep never expires the lease of an owner that is still
+  alive here, whatever the wall clock did (an NTP step or a resume from suspend would
+  otherwise expire every running job). Each worker holds an exclusive `flock` on a file of
+  its own under ``<database>-jobsup/owners/`` for its whole life; the kernel drops it when
+  the process dies, however it dies, so the sweep asks the lock rather than the clock.
+- The database file is created with mode 0600 (SQLite gives its -wal and -shm files the
+  database file's mode): payloads are not for other users of the host.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Insert,
     Integer,
     Row,
     Select,
@@ -41,16 +54,76 @@ from sqlalchemy.exc import DBAPIError
 
 from jobsup.clock import host_clock
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
-from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
-from jobsup.store.dialects import Connections
+from jobsup.store.claim import (
+    CLAIM_COLUMNS,
+    CLAIM_ORDER,
+    attempt_rows,
+    claim_values,
+    claimable,
+    open_attempt_rows,
+)
+from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import RowValueFence, SequentialChain
 from jobsup.store.dialects.types import UTCDateTime
-from jobsup.store.schema import job, job_attempt
+from jobsup.store.schema import job
 
 _BEGIN = "jobsup_sqlite_begin"  # execution option: which BEGIN to emit, None for none
 _JOURNAL_MODES = {"wal", "delete", "truncate", "persist"}
 _SYNCHRONOUS = {"off", "normal", "full", "extra"}
 _CLAIM_ROUNDS = 3
+
+
+class OwnerFile:
+    """An owner's lock file, locked exclusively while the owner lives."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd, self.path = fd, path
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self.fd)
+
+
+def database_path(url: URL) -> Path | None:
+    """The database file of a SQLite URL; None for an in-memory database."""
+    name = url.database
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return Path(name).absolute()
+
+
+def owners_folder(url: URL) -> Path | None:
+    path = database_path(url)
+    return None if path is None else path.with_name(path.name + "-jobsup") / "owners"
+
+
+def _owner_file(owner: str) -> str:
+    return hashlib.sha1(owner.encode()).hexdigest()[:24] + ".lock"
+
+
+def _locked(path: Path) -> bool:
+    """Whether a live process holds `path`'s lock. A file nobody holds belongs to an owner
+    that died; it is removed."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return False
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file 0600 before SQLite does (it would use the umask)."""
+    with contextlib.suppress(FileExistsError, FileNotFoundError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 class SQLiteDialect(SequentialChain, RowValueFence):
@@ -71,10 +144,16 @@ class SQLiteDialect(SequentialChain, RowValueFence):
             from jobsup.errors import ConfigurationError
 
             raise ConfigurationError(f"synchronous={synchronous!r}: use one of {sorted(_SYNCHRONOUS)}")
+        path = database_path(url)
         engine = create_engine(
             url.difference_update_query(["journal_mode", "synchronous"]),
             connect_args={"timeout": 30.0},
         )
+
+        @event.listens_for(engine, "do_connect")
+        def create_private(*_args: Any) -> None:
+            if path is not None:
+                _create_private(path)
 
         @event.listens_for(engine, "connect")
         def connect(dbapi_connection: Any, _record: Any) -> None:
@@ -104,12 +183,12 @@ class SQLiteDialect(SequentialChain, RowValueFence):
         base = now or host_clock()
         return {"p_now": base, **{f"p_now_{name}": base + timedelta(seconds=s) for name, s in offsets.items()}}
 
-    def claim(self, db: Connections, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
         for _ in range(_CLAIM_ROUNDS):
             candidates = self.claim_candidates(db, params)
             if not candidates:
                 return []
-            claimed = self.claim_update(db, candidates, params)
+            claimed = self.claim_update(db, candidates, params, after)
             if claimed:
                 return claimed
             # Every candidate went to another claimer while we waited for the write lock:
@@ -137,35 +216,49 @@ class SQLiteDialect(SequentialChain, RowValueFence):
             update(job)
             .where(job.c.id.in_(bindparam("p_ids", expanding=True)), claimable(clock, unindexed=True))
             .values(claim_values(clock, self.clock("lease")))
-            .returning(*CLAIM_COLUMNS, job.c.run_at)  # an unreadable run_at reads as None
+            .returning(*CLAIM_COLUMNS, job.c.run_at.label("due_at"))  # an unreadable run_at reads as None
         )
 
-    def claim_update(self, db: Connections, ids: list[int], params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+    @cached_property
+    def open_attempts_statement(self) -> Insert:
+        return open_attempt_rows(self.clock())
+
+    def claim_update(
+        self, db: Connections, ids: list[int], params: Mapping[str, Any], after: AfterClaim | None
+    ) -> Sequence[Row[Any]]:
         """The write half: rechecks every condition of the read, so a row that changed
         since is skipped, and opens the attempt rows in the same transaction."""
         with db.transaction("claim") as conn:
             rows = conn.execute(self.claim_update_statement, {**params, "p_ids": ids}).all()
             if rows:
-                conn.execute(
-                    job_attempt.insert(),
-                    [
-                        {
-                            "job_id": r.id,
-                            "attempt": r.attempts,
-                            "owner": params["p_owner"],
-                            "started_at": params["p_now"],
-                        }
-                        for r in rows
-                    ],
-                )
-        position = {job_id: index for index, job_id in enumerate(ids)}
-        return sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order
+                position = {job_id: index for index, job_id in enumerate(ids)}
+                rows = sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order
+                conn.execute(self.open_attempts_statement, attempt_rows(rows, dict(params)))
+                if after is not None:
+                    after(conn, rows)
+        return rows
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Nothing to send: idle workers poll."""
 
-    def listener(self, db: Any) -> None:
+    def listener(self, db: Any, queue: str) -> None:
         return None
+
+    def hold_owner(self, db: Any, owner: str) -> OwnerFile | None:
+        folder = owners_folder(db.url)
+        if folder is None:
+            return None  # an in-memory database lives and dies with its one process
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = folder / _owner_file(owner)
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return OwnerFile(fd, path)
+
+    def owners_alive(self, db: Any, owners: set[str]) -> set[str]:
+        folder = owners_folder(db.url)
+        if folder is None:
+            return set()
+        return {owner for owner in owners if _locked(folder / _owner_file(owner))}
 
     def migration_lock(self, conn: Connection) -> None:
         """Nothing more to do: the migration's transaction began with BEGIN EXCLUSIVE."""

@@ -1,0 +1,145 @@
+"""Job types: a job's settings (queue, priority, attempts, timeout, retry policy), resolved in
+one place for the client, the worker, the supervisor and cron.
+
+`Resolver.find(name)` answers from this process's registration (`@jobsup.job`) when it has
+one, else from the definition published in the database by the processes that do (`jobsup
+start` publishes its apps' job types at boot, `jobsup definitions sync` as a deploy step), so
+a web process that enqueues by name without importing the workers' code gets the workers'
+queue, attempts and timeout. A name that neither knows is `UnknownJob`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobsup.errors import UnknownJob
+
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Seconds to wait after a failed attempt: exponential from `base` to `cap` with up to
+    `jitter` (a fraction) taken off at random, unless `custom(attempt)` says otherwise."""
+
+    base: float = 30.0
+    cap: float = 3600.0
+    jitter: float = 0.2
+    custom: Callable[[int], float] | None = field(default=None, compare=False)
+
+    def delay(self, attempt: int) -> float:
+        """The wait after failed attempt number `attempt` (1-based)."""
+        if self.custom is not None:
+            return max(0.0, float(self.custom(attempt)))
+        delay = min(self.cap, self.base * 2.0 ** max(0, attempt - 1))
+        return delay * (1 - self.jitter * random.random())
+
+    def describe(self) -> dict[str, Any]:
+        """As stored in a definition; a custom function is named, and cannot be run from there."""
+        if self.custom is not None:
+            function = self.custom
+            return {"custom": f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"}
+        return {"base": self.base, "cap": self.cap, "jitter": self.jitter}
+
+    @classmethod
+    def from_description(cls, described: Mapping[str, Any]) -> RetryPolicy:
+        """The policy a definition describes; a process without the custom function uses the
+        default backoff for it."""
+        try:
+            return cls(float(described["base"]), float(described["cap"]), float(described["jitter"]))
+        except (KeyError, TypeError, ValueError):
+            return cls()  # a custom function (only its own process can run it), or a hand-edited row
+
+
+@dataclass(frozen=True)
+class JobType:
+    name: str
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    timeout: float | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def settings(self) -> dict[str, Any]:
+        """What a definition stores and compares (the retry policy as its description)."""
+        return {
+            "queue": self.queue,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "timeout": self.timeout,
+            "retry": self.retry.describe(),
+        }
+
+
+# Names defined in this process or published in the database, as far as this process has
+# seen: metric labels take only these (any other name would grow the label set forever).
+_known_names: set[str] = set()
+
+
+def is_defined(name: str) -> bool:
+    from jobsup.registry import lookup
+
+    return name in _known_names or lookup(name) is not None
+
+
+class Resolver:
+    """Looks job types up: this process's registry first, then the published definitions
+    (`load` reads them all; cached for `ttl` seconds and reloaded on a miss, at most once a
+    second)."""
+
+    def __init__(self, load: Callable[[], dict[str, JobType]] | None, *, ttl: float = 30.0) -> None:
+        self.load, self.ttl = load, ttl
+        self.lock = threading.Lock()
+        self.published: dict[str, JobType] = {}
+        self.loaded_at = -float("inf")
+
+    def find(self, name: str) -> JobType | None:
+        from jobsup.registry import lookup
+
+        registered = lookup(name)
+        if registered is not None:
+            return registered.type
+        if self.load is None:
+            return None
+        now = time.monotonic()
+        if now - self.loaded_at >= self.ttl or (name not in self.published and now - self.loaded_at >= 1.0):
+            self.refresh(now)
+        return self.published.get(name)
+
+    def refresh(self, now: float | None = None) -> None:
+        assert self.load is not None
+        published = self.load()
+        with self.lock:
+            self.published, self.loaded_at = published, time.monotonic() if now is None else now
+        _known_names.update(published)
+
+    def require(self, name: str) -> JobType:
+        """The job type of `name`, or `UnknownJob` naming the known ones that are close."""
+        found = self.find(name)
+        if found is not None:
+            return found
+        from jobsup.registry import registered_names
+
+        known = sorted(set(self.published) | set(registered_names()))
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+        raise UnknownJob(
+            f"no job type named {name!r} is registered in this process or published in the database{hint}; "
+            "publish definitions with `jobsup start --app MODULE` or `jobsup definitions sync --app MODULE`, "
+            "or pass allow_unknown=True to enqueue it anyway"
+        )
+
+    def settings_of(self, name: str) -> JobType:
+        """The job type of `name`, or the defaults for a name nobody defined (a row someone
+        enqueued with allow_unknown, or whose code is gone)."""
+        return self.find(name) or JobType(name)
+
+    def retry_in(self, name: str, attempt: int) -> float:
+        return self.settings_of(name).retry.delay(attempt)

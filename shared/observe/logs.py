@@ -1,0 +1,82 @@
+"""Events as log lines: one line per event, text or JSON, with the process id (workers are
+separate processes). ``job.failed job=42 name=send-email attempt=2 queue=mail``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any
+
+log = logging.getLogger("jobsup")
+
+_WARNINGS = {
+    "job.failed",
+    "job.dead_lettered",
+    "job.lease_lost",
+    "lease.expired",
+    "job.traceback",
+    "job.result_dropped",
+    "worker.died",
+    "worker.boot_failed",
+    "worker.killed_overdue",
+    "recurring.invalid",
+    "recurring.behind",
+}
+_ERRORS = {"db.error", "supervisor.failed", "worker.crashed", "maintenance.failed", "step.failed"}
+
+
+def record(kind: str, fields: dict[str, Any]) -> None:
+    level = logging.ERROR if kind in _ERRORS else logging.WARNING if kind in _WARNINGS else logging.INFO
+    if not log.isEnabledFor(level):
+        return
+    exc = fields.get("exc")
+    present = {key: value for key, value in fields.items() if value is not None and key != "exc"}
+    text = " ".join(f"{key}={_value(value)}" for key, value in present.items() if key != "traceback")
+    if "traceback" in present:
+        text += "\n" + str(present["traceback"])
+    exc_info = (type(exc), exc, exc.__traceback__) if isinstance(exc, BaseException) else None
+    log.log(level, "%s %s", kind, text, exc_info=exc_info, extra={"event": kind, "fields": present})
+
+
+def _value(value: Any) -> str:
+    text = str(value)
+    return repr(text) if (" " in text or not text) else text
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, the logging process, the event and its fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "process": record.process,
+            "event": getattr(record, "event", None),
+        }
+        fields = getattr(record, "fields", None)
+        if fields is None:
+            entry["message"] = record.getMessage()
+        else:
+            entry.update(
+                {key: value if isinstance(value, int | float | bool) else str(value) for key, value in fields.items()}
+            )
+        if record.exc_info:
+            entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str = "INFO", format: str = "text") -> None:
+    """One line per event on stderr, with the process id."""
+    handler = logging.StreamHandler()
+    if format == "json":
+        formatter: logging.Formatter = JSONFormatter()
+        formatter.converter = time.gmtime
+    else:
+        formatter = logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(message)s")
+    handler.setFormatter(formatter)
+    root = logging.getLogger("jobsup")
+    root.handlers[:] = [handler]
+    root.setLevel(os.environ.get("JOBSUP_LOG_LEVEL", level).upper())
+    root.propagate = False

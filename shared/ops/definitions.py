@@ -1,0 +1,84 @@
+"""`jobsup definitions list|show|sync`: the job types published in the database.
+
+`sync --app MODULE` publishes the job types MODULE registers without starting workers: a
+deploy step, so a web app deployed before its workers can enqueue by name."""
+
+from __future__ import annotations
+
+import importlib
+import socket
+
+import click
+
+from jobsup.cli import cli
+from jobsup.errors import ConfigurationError
+from jobsup.ops.options import NotFound, Target, json_option, with_target
+from jobsup.ops.tables import age, emit_json, emit_table
+from jobsup.store.rows import Definition
+
+
+@cli.group()
+def definitions() -> None:
+    """Job types published by the processes that run them."""
+
+
+@definitions.command("list")
+@json_option
+@with_target
+def definitions_list(target: Target, as_json: bool) -> None:
+    """Every published job type, who declared it last, and any disagreement."""
+    found = target.client().definitions()
+    if as_json:
+        emit_json([d.to_dict() for d in found])
+        return
+    emit_table(
+        ["name", "queue", "attempts", "timeout", "priority", "declared by", "declared", "disagreement"],
+        [
+            (d.name, d.queue, d.max_attempts, d.timeout, d.priority, d.declared_by, age(d.declared_at), disagreement(d))
+            for d in found
+        ],
+        empty="no job types are published: run `jobsup start --app MODULE` or `jobsup definitions sync --app MODULE`",
+    )
+
+
+def disagreement(definition: Definition) -> str | None:
+    other = definition.disagreement
+    if not other:
+        return None
+    differ = [
+        key
+        for key in ("queue", "max_attempts", "timeout", "priority", "retry")
+        if other.get(key) != getattr(definition, key)
+    ]
+    said = ", ".join(f"{key}={other.get(key)}" for key in differ) or "the same"
+    return f"{other.get('by')} said {said} at {other.get('at')}"
+
+
+@definitions.command("show")
+@click.argument("name")
+@with_target
+def definitions_show(target: Target, name: str) -> None:
+    """One job type as published (JSON)."""
+    found = [d for d in target.client().definitions() if d.name == name]
+    if not found:
+        raise NotFound(f"no job type named {name!r} is published")
+    emit_json(found[0].to_dict())
+
+
+@definitions.command("sync")
+@click.option("--app", "apps", multiple=True, required=True, help="Module that registers jobs (repeatable).")
+@with_target
+def definitions_sync(target: Target, apps: tuple[str, ...]) -> None:
+    """Publish the job types the --app modules register (no workers start)."""
+    from jobsup.registry import registered_types
+
+    for app in apps:
+        try:
+            importlib.import_module(app)
+        except Exception as exc:
+            raise ConfigurationError(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
+    client = target.client()
+    client._ready()
+    types = registered_types()
+    changed = client.store.definitions.publish(types, instance=f"{socket.gethostname()}:sync")
+    click.echo(f"published {len(types)} job types ({len(changed)} changed)")

@@ -1,0 +1,147 @@
+"""`jobsup enqueue`, `jobsup jobs list|show|cancel` and `jobsup dead list|retry|purge`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from jobsup.cli import cli
+from jobsup.ops.options import NotFound, Target, json_option, parse_instant, parse_payload, with_target
+from jobsup.ops.tables import emit_json, emit_table
+from jobsup.store.schema import STATUSES
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--payload", help="The job's payload as JSON.")
+@click.option("--queue")
+@click.option("--priority", type=int)
+@click.option("--delay", help="Run after this long (10s, 5m, 1h).")
+@click.option("--run-at", help="Run at this ISO 8601 time (with a time zone).")
+@click.option("--max-attempts", type=int)
+@click.option("--timeout", help="Stop the job after this long.")
+@click.option("--unique-key", help="Return the live job with this key instead of adding another.")
+@click.option("--allow-unknown", is_flag=True, help="Enqueue a name no definition knows (with the defaults).")
+@json_option
+@with_target
+def enqueue(target: Target, name: str, payload: str | None, run_at: str | None, as_json: bool, **options: Any) -> None:
+    """Enqueue job NAME and print its id."""
+    if run_at is not None and options["delay"] is not None:
+        raise click.UsageError("give --delay or --run-at, not both")
+    allow_unknown = options.pop("allow_unknown")
+    given = {key: value for key, value in options.items() if value is not None}
+    if run_at is not None:
+        given["run_at"] = parse_instant(run_at)
+    job_id = target.client().enqueue(name, parse_payload(payload), allow_unknown=allow_unknown, **given)
+    emit_json({"id": job_id}) if as_json else click.echo(job_id)
+
+
+@cli.group()
+def jobs() -> None:
+    """Look at and cancel jobs."""
+
+
+@jobs.command("list")
+@click.option("--status", type=click.Choice(STATUSES))
+@click.option("--queue")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option
+@with_target
+def jobs_list(target: Target, status: str | None, queue: str | None, limit: int, as_json: bool) -> None:
+    """Jobs, newest first."""
+    show_jobs(target.client().list_jobs(status=status, queue=queue, limit=limit), as_json)
+
+
+def show_jobs(found: list[Any], as_json: bool) -> None:
+    if as_json:
+        emit_json([job.to_dict() for job in found])
+        return
+    emit_table(
+        ["id", "name", "queue", "status", "attempts", "run at", "last error"],
+        [
+            (job.id, job.name, job.queue, job.status, f"{job.attempts}/{job.max_attempts}", job.run_at, job.last_error)
+            for job in found
+        ],
+        empty="no jobs",
+    )
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@json_option
+@with_target
+def jobs_show(target: Target, job_id: int, as_json: bool) -> None:
+    """One job with its result and its attempt history."""
+    job = target.client().get(job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id}")
+    if as_json:
+        emit_json(job.to_dict())
+        return
+    fields = job.to_dict()
+    history = fields.pop("history")
+    width = max(len(key) for key in fields)
+    for key, value in fields.items():
+        click.echo(f"{key.ljust(width)}  {json.dumps(value) if isinstance(value, dict | list) else value}")
+    click.echo("")
+    emit_table(
+        ["attempt", "outcome", "owner", "started", "finished", "error"],
+        [
+            (a["attempt"], a["outcome"] or "running", a["owner"], a["started_at"], a["finished_at"], a["error"])
+            for a in history
+        ],
+        empty="no attempts yet",
+    )
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=int)
+@with_target
+def jobs_cancel(target: Target, job_id: int) -> None:
+    """Cancel a pending or running job."""
+    if not target.client().cancel(job_id):
+        raise NotFound(f"job {job_id} is not pending or running (or does not exist)")
+    click.echo(f"cancelled job {job_id}")
+
+
+@cli.group()
+def dead() -> None:
+    """Dead letters: jobs that used up their attempts or were discarded."""
+
+
+@dead.command("list")
+@click.option("--queue")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option
+@with_target
+def dead_list(target: Target, queue: str | None, limit: int, as_json: bool) -> None:
+    """Dead letters, newest first."""
+    show_jobs(target.client().dead_letters.list(queue=queue, limit=limit), as_json)
+
+
+@dead.command("retry")
+@click.argument("job_ids", type=int, nargs=-1)
+@click.option("--all", "everything", is_flag=True, help="Retry every dead letter.")
+@with_target
+def dead_retry(target: Target, job_ids: tuple[int, ...], everything: bool) -> None:
+    """Put dead letters back to pending with a fresh budget of attempts."""
+    if bool(job_ids) == everything:
+        raise click.UsageError("give job ids or --all (not both)")
+    letters = target.client().dead_letters
+    if everything:
+        click.echo(f"retried {letters.retry_all()} jobs")
+        return
+    missing = [job_id for job_id in job_ids if not letters.retry(job_id)]
+    click.echo(f"retried {len(job_ids) - len(missing)} jobs")
+    if missing:
+        raise NotFound(f"not dead-lettered: {', '.join(map(str, missing))}")
+
+
+@dead.command("purge")
+@click.option("--older-than", help="Only those that died longer ago than this (e.g. 30d).")
+@with_target
+def dead_purge(target: Target, older_than: str | None) -> None:
+    """Delete dead letters."""
+    click.echo(f"purged {target.client().dead_letters.purge(older_than=older_than)} jobs")

@@ -1,0 +1,84 @@
+"""`jobsup recurring add|list|remove|enable|disable`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from jobsup.cli import cli
+from jobsup.ops.options import NotFound, Target, json_option, parse_payload, with_target
+from jobsup.ops.tables import emit_json, emit_table
+
+
+@cli.group()
+def recurring() -> None:
+    """Recurring schedules."""
+
+
+@recurring.command("add")
+@click.argument("name")
+@click.option("--job", required=True, help="The job name to enqueue at each slot.")
+@click.option("--cron", required=True, help="Five cron fields, e.g. '*/5 * * * *', or @hourly.")
+@click.option("--payload", help="The job's payload as JSON.")
+@click.option("--queue")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA time zone of the cron times.")
+@click.option("--priority", type=int)
+@click.option("--allow-unknown", is_flag=True, help="Schedule a job name no definition knows.")
+@json_option
+@with_target
+def recurring_add(target: Target, name: str, payload: str | None, as_json: bool, **options: Any) -> None:
+    """Add or update schedule NAME."""
+    schedule = target.client().add_recurring(name, payload=parse_payload(payload), **options)
+    if as_json:
+        emit_json(schedule.to_dict())
+    else:
+        click.echo(f"schedule {schedule.name}: next run {schedule.next_run_at:%Y-%m-%d %H:%M:%S} UTC")
+
+
+@recurring.command("list")
+@json_option
+@with_target
+def recurring_list(target: Target, as_json: bool) -> None:
+    """Every schedule."""
+    schedules = target.client().list_recurring()
+    if as_json:
+        emit_json([schedule.to_dict() for schedule in schedules])
+        return
+    emit_table(
+        ["name", "job", "cron", "timezone", "queue", "enabled", "next run", "last fired"],
+        [(s.name, s.job, s.cron, s.timezone, s.queue, s.enabled, s.next_run_at, s.last_fired_at) for s in schedules],
+        empty="no schedules",
+    )
+
+
+@recurring.command("remove")
+@click.argument("name")
+@with_target
+def recurring_remove(target: Target, name: str) -> None:
+    """Delete schedule NAME."""
+    if not target.client().remove_recurring(name):
+        raise NotFound(f"no schedule named {name!r}")
+    click.echo(f"removed schedule {name}")
+
+
+def _set_enabled(target: Target, name: str, enabled: bool) -> None:
+    if not target.client().set_recurring_enabled(name, enabled):
+        raise NotFound(f"no schedule named {name!r}")
+    click.echo(f"{'enabled' if enabled else 'disabled'} schedule {name}")
+
+
+@recurring.command("enable")
+@click.argument("name")
+@with_target
+def recurring_enable(target: Target, name: str) -> None:
+    """Resume schedule NAME from now."""
+    _set_enabled(target, name, True)
+
+
+@recurring.command("disable")
+@click.argument("name")
+@with_target
+def recurring_disable(target: Target, name: str) -> None:
+    """Pause schedule NAME."""
+    _set_enabled(target, name, False)

@@ -1,0 +1,90 @@
+"""The job-row builder: every path that creates a job (`Client.enqueue`, `enqueue_many`, a
+recurring schedule's fire, and later batch children, workflow steps and triggers) builds its
+row here, from the job type and the caller's options. A new column is one edit: a key of
+`EnqueueOptions`, its check, and its `NewJob` field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
+
+from jobsup.clock import host_clock
+from jobsup.durations import parse_duration
+from jobsup.errors import BadInput
+from jobsup.jobtypes import JobType
+from jobsup.payload import encode_payload
+from jobsup.registry import check_attempts, check_name, check_priority
+from jobsup.store.rows import NewJob
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """What an enqueue may say about one job; what it leaves out comes from the job type."""
+
+    queue: str
+    priority: int
+    run_at: datetime  # timezone-aware; not with delay
+    delay: object  # a duration from now (the enqueuing host's clock)
+    max_attempts: int
+    timeout: object  # a duration
+    unique_key: str  # while a job with this key is pending or running, return that job instead
+    actor: str  # who enqueued it, as they say: shown, never used for authorisation
+
+
+OPTIONS = frozenset(EnqueueOptions.__annotations__)
+
+
+def build(
+    jobtype: JobType,
+    payload: Any,
+    options: Mapping[str, Any],
+    *,
+    recurring: tuple[str, datetime] | None = None,
+) -> NewJob:
+    """The row of one job of `jobtype`, or `BadInput` naming the first bad option."""
+    unknown = set(options) - OPTIONS
+    if unknown:
+        raise BadInput(f"unknown enqueue options {sorted(unknown)}; the options are {sorted(OPTIONS)}")
+    get = options.get
+    run_at, delay = get("run_at"), get("delay")
+    if run_at is not None and delay is not None:
+        raise BadInput("give run_at or delay, not both")
+    if run_at is not None:
+        _check_instant(run_at)
+    elif delay is not None and (seconds := parse_duration(delay, what="delay")):
+        run_at = host_clock() + timedelta(seconds=seconds)
+    for key in ("unique_key", "actor"):
+        text = get(key)
+        if text is not None and (not isinstance(text, str) or not 0 < len(text) <= 200):
+            raise BadInput(f"{key} must be a string of 1-200 characters")
+    timeout = get("timeout")
+    return NewJob(
+        name=jobtype.name,
+        queue=check_name(get("queue") or jobtype.queue, "queue"),
+        payload=encode_payload(payload),
+        priority=jobtype.priority if get("priority") is None else check_priority(get("priority")),
+        run_at=run_at,
+        max_attempts=jobtype.max_attempts if get("max_attempts") is None else check_attempts(get("max_attempts")),
+        timeout=jobtype.timeout if timeout is None else parse_duration(timeout, what="timeout"),
+        unique_key=get("unique_key"),
+        actor=get("actor"),
+        recurring_name=None if recurring is None else recurring[0],
+        scheduled_slot=None if recurring is None else recurring[1],
+    )
+
+
+def insert_params(new: NewJob) -> dict[str, Any]:
+    """The bound parameters of `Statements.insert` for `new`: its fields are columns, and
+    `run_at` goes through `p_run_at` (None: the reference clock's now)."""
+    params = {field.name: getattr(new, field.name) for field in fields(new)}
+    params["p_run_at"] = params.pop("run_at")
+    return params
+
+
+def _check_instant(run_at: object) -> None:
+    if not isinstance(run_at, datetime):
+        raise BadInput(f"run_at must be a datetime, not {type(run_at).__name__}")
+    if run_at.tzinfo is None or run_at.utcoffset() is None:
+        raise BadInput("run_at is a naive datetime: pass a timezone-aware one, e.g. datetime(..., tzinfo=UTC)")

@@ -1,0 +1,148 @@
+"""Published job definitions: every statement about `jobsup_job_definition`, written once.
+
+A process that registers job types publishes them (`publish`): `jobsup start` at boot, and
+`jobsup definitions sync --app MODULE` as a deploy step. The newest declaration wins; when
+it differs from the one it replaces and that one came from another instance, the replaced
+one is kept as the row's `disagreement`, so two deployments that declare one name
+differently are visible (`jobsup definitions list`) instead of flapping silently. A
+disagreement is forgotten once nobody has repeated it for `FORGET_AFTER`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import insert, select, update
+
+from jobsup.clock import host_clock
+from jobsup.errors import ConstraintViolation
+from jobsup.jobtypes import JobType, RetryPolicy
+from jobsup.store.database import Database
+from jobsup.store.rows import Definition
+from jobsup.store.schema import job_definition
+
+FORGET_AFTER = timedelta(days=1)
+
+
+class Definitions:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def publish(self, types: Sequence[JobType], *, instance: str, now: datetime | None = None) -> list[str]:
+        """Declare `types` as `instance`'s; return the names whose settings changed."""
+        at = now or host_clock()
+        existing = {d.name: d for d in self.list()}
+        changed = []
+        for jobtype in types:
+            settings = jobtype.settings()
+            current = existing.get(jobtype.name)
+            if current is None and self._insert(jobtype, settings, instance, at):
+                changed.append(jobtype.name)
+                continue
+            current = current or self.get(jobtype.name)
+            assert current is not None
+            same = _settings(current) == settings
+            disagreement = current.disagreement
+            if not same and current.declared_by != instance:
+                disagreement = {"by": current.declared_by, "at": _iso(current.declared_at), **_settings(current)}
+            elif disagreement is not None and _older_than(disagreement.get("at"), at - FORGET_AFTER):
+                disagreement = None
+            values = {**_columns(settings), "declared_by": instance, "declared_at": at}
+            values["disagreement"] = None if disagreement is None else json.dumps(disagreement)
+            with self.db.statement("definitions") as conn:
+                conn.execute(update(job_definition).where(job_definition.c.name == jobtype.name).values(values))
+            if not same:
+                changed.append(jobtype.name)
+        return changed
+
+    def _insert(self, jobtype: JobType, settings: dict[str, Any], instance: str, at: datetime) -> bool:
+        values = {**_columns(settings), "declared_by": instance, "declared_at": at, "first_seen_at": at}
+        try:
+            with self.db.statement("definitions") as conn:
+                conn.execute(insert(job_definition).values(name=jobtype.name, **values))
+        except ConstraintViolation:
+            return False  # another instance published it first: update theirs
+        return True
+
+    def get(self, name: str) -> Definition | None:
+        with self.db.read("definitions") as conn:
+            row = conn.execute(select(job_definition).where(job_definition.c.name == name)).first()
+        return None if row is None else _definition(row)
+
+    def list(self) -> list[Definition]:
+        with self.db.read("definitions") as conn:
+            rows = conn.execute(select(job_definition).order_by(job_definition.c.name)).all()
+        return [_definition(row) for row in rows]
+
+    def load(self) -> dict[str, JobType]:
+        """Every published job type, for `jobsup.jobtypes.Resolver`."""
+        return {d.name: as_jobtype(d) for d in self.list()}
+
+
+def as_jobtype(definition: Definition) -> JobType:
+    return JobType(
+        definition.name,
+        definition.queue,
+        definition.priority,
+        definition.max_attempts,
+        definition.timeout,
+        RetryPolicy.from_description(definition.retry),
+    )
+
+
+def _columns(settings: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "queue": settings["queue"],
+        "priority": settings["priority"],
+        "max_attempts": settings["max_attempts"],
+        "timeout": settings["timeout"],
+        "retry_policy": json.dumps(settings["retry"], sort_keys=True),
+    }
+
+
+def _settings(definition: Definition) -> dict[str, Any]:
+    return {
+        "queue": definition.queue,
+        "priority": definition.priority,
+        "max_attempts": definition.max_attempts,
+        "timeout": definition.timeout,
+        "retry": definition.retry,
+    }
+
+
+def _definition(row: Any) -> Definition:
+    return Definition(
+        name=row.name,
+        queue=row.queue,
+        priority=row.priority,
+        max_attempts=row.max_attempts,
+        timeout=row.timeout,
+        retry=_json(row.retry_policy) or {},
+        declared_by=row.declared_by,
+        declared_at=row.declared_at,
+        first_seen_at=row.first_seen_at,
+        disagreement=_json(row.disagreement),
+    )
+
+
+def _json(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None  # a hand-edited row: treated as absent rather than breaking every read
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _older_than(text: object, cutoff: datetime) -> bool:
+    try:
+        return isinstance(text, str) and datetime.fromisoformat(text) < cutoff
+    except ValueError:
+        return True

@@ -1,0 +1,128 @@
+"""The operator's reads: jobs with their history, lists, counts and throughput. The CLI, the
+client and the HTTP endpoints read through here; nothing here writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, func, select
+
+from jobsup.store.claim import status_is
+from jobsup.store.database import Database
+from jobsup.store.rows import Attempt, Job, decode_stored
+from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt
+
+BATCH = 1000
+
+
+class Reads:
+    def __init__(self, db: Database) -> None:
+        self.db, self.dialect = db, db.dialect
+
+    def job_get(self, job_id: int) -> Job | None:
+        with self.db.read("inspect") as conn:
+            row = conn.execute(select(job).where(job.c.id == job_id)).first()
+            if row is None:
+                return None
+            attempts = conn.execute(
+                select(job_attempt).where(job_attempt.c.job_id == job_id).order_by(job_attempt.c.id)
+            ).all()
+        history = tuple(Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error) for a in attempts)
+        return _job(row, history)
+
+    def job_list(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+        order_by: Iterable[Any] = (job.c.id.desc(),),
+    ) -> list[Job]:
+        stmt = select(job).order_by(*order_by).limit(limit)
+        if status is not None:
+            stmt = stmt.where(status_is(status))
+        if queue is not None:
+            stmt = stmt.where(job.c.queue == queue)
+        with self.db.read("inspect") as conn:
+            return [_job(row, ()) for row in conn.execute(stmt)]
+
+    def job_statuses(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """The status of each of `job_ids` that exists."""
+        stmt = select(job.c.id, job.c.status).where(job.c.id.in_(bindparam("p_ids", expanding=True)))
+        with self.db.read("inspect") as conn:
+            return {int(i): str(s) for i, s in conn.execute(stmt, {"p_ids": list(job_ids)})}
+
+    def job_counts(
+        self, statuses: Sequence[str], *, now: datetime | None = None
+    ) -> tuple[dict[tuple[str, str], int], dict[str, datetime | None]]:
+        """Jobs per (queue, status) among `statuses`, and each queue's oldest due pending run_at."""
+        counts = select(job.c.queue, job.c.status, func.count()).where(job.c.status.in_(statuses))
+        oldest = (
+            select(job.c.queue, func.min(job.c.run_at))
+            .where(status_is(PENDING), job.c.run_at <= self.dialect.clock())
+            .group_by(job.c.queue)
+        )
+        with self.db.read("stats") as conn:
+            by_status = {(q, st): int(n) for q, st, n in conn.execute(counts.group_by(job.c.queue, job.c.status))}
+            first_due = {q: first for q, first in conn.execute(oldest, self.dialect.clock_params(now))}
+        return by_status, first_due
+
+    def job_held_by(self) -> dict[str, int]:
+        """Running jobs by lease owner (a worker holds one at a time, or a batch)."""
+        stmt = select(job.c.lease_owner, func.min(job.c.id)).where(status_is(RUNNING)).group_by(job.c.lease_owner)
+        with self.db.read("inspect") as conn:
+            return {owner: int(job_id) for owner, job_id in conn.execute(stmt)}
+
+    def job_finished_since(self, seconds: float, *, now: datetime | None = None) -> dict[str, int]:
+        """Jobs per queue that succeeded in the last `seconds` (throughput)."""
+        stmt = (
+            select(job.c.queue, func.count())
+            .where(status_is(SUCCEEDED), job.c.finished_at >= self.dialect.clock("since"))
+            .group_by(job.c.queue)
+        )
+        with self.db.read("stats") as conn:
+            params = self.dialect.clock_params(now, since=-seconds)
+            return {queue: int(count) for queue, count in conn.execute(stmt, params)}
+
+    def job_finished_ids(
+        self,
+        status: str,
+        *,
+        older_than: float | None = None,
+        limit: int = BATCH,
+        now: datetime | None = None,
+    ) -> list[int]:
+        """Ids of jobs that finished in `status` (oldest first): all of them, or those that
+        finished more than `older_than` seconds ago."""
+        stmt = select(job.c.id).where(status_is(status)).order_by(job.c.finished_at).limit(limit)
+        if older_than is not None:
+            stmt = stmt.where(job.c.finished_at < self.dialect.clock("cutoff"))
+        with self.db.read("inspect") as conn:
+            return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-(older_than or 0.0))).scalars())
+
+
+def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
+    return Job(
+        id=row.id,
+        name=row.name,
+        queue=row.queue,
+        status=row.status,
+        priority=row.priority,
+        payload=decode_stored(row.payload),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        run_at=row.run_at,
+        last_error=row.last_error,
+        actor=row.actor,
+        unique_key=row.unique_key,
+        timeout=row.timeout,
+        lease_owner=row.lease_owner,
+        lease_expires_at=row.lease_expires_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        finished_at=row.finished_at,
+        result=decode_stored(row.result),
+        history=history,
+    )

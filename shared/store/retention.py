@@ -1,0 +1,54 @@
+"""Deleting finished jobs and their attempts: dead letters an operator purges, and finished
+jobs past their retention age. In bounded batches, so a purge never holds long locks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import delete
+
+from jobsup.store.claim import status_is
+from jobsup.store.database import Database
+from jobsup.store.reads import BATCH, Reads
+from jobsup.store.schema import job, job_attempt
+
+
+class Retention:
+    def __init__(self, db: Database, reads: Reads) -> None:
+        self.db, self.reads = db, reads
+
+    def job_delete(self, job_ids: Sequence[int], *, status: str, operation: str = "dead_letters") -> int:
+        """Delete jobs (and their attempts) that are still in `status`; return how many."""
+        if not job_ids:
+            return 0
+        with self.db.transaction(operation) as conn:
+            gone = (
+                conn.execute(delete(job).where(job.c.id.in_(job_ids), status_is(status)).returning(job.c.id))
+                .scalars()
+                .all()
+            )
+            if gone:
+                conn.execute(delete(job_attempt).where(job_attempt.c.job_id.in_(gone)))
+        return len(gone)
+
+    def purge(
+        self,
+        status: str,
+        *,
+        older_than: float | None = None,
+        batch: int = BATCH,
+        max_batches: int | None = None,
+        operation: str = "dead_letters",
+        now: datetime | None = None,
+    ) -> int:
+        """Delete finished jobs in `status` (all, or those finished more than `older_than`
+        seconds ago), `batch` at a time, at most `max_batches` batches; return how many."""
+        purged, batches = 0, 0
+        while max_batches is None or batches < max_batches:
+            ids = self.reads.job_finished_ids(status, older_than=older_than, limit=batch, now=now)
+            if not ids:
+                break
+            purged += self.job_delete(ids, status=status, operation=operation)
+            batches += 1
+        return purged

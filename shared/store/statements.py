@@ -1,0 +1,259 @@
+"""The SQL of every transition, written once, dialect-neutral, and built once per dialect.
+
+Each transition out of `running` is a compare-and-set fenced on the lease (`fence`): still
+held by the bound owner `p_owner`, at the bound attempts. Its second half closes the job's
+open attempt row (`close_attempts`); the dialect decides how the two are made one unit
+(`jobsup.store.chain`). Statements take the clock as bound parameters (`Dialect.clock`), so
+a statement is compiled once and a test can fix the instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Insert,
+    Integer,
+    Select,
+    Update,
+    and_,
+    bindparam,
+    case,
+    func,
+    null,
+    or_,
+    select,
+    update,
+)
+
+from jobsup.store.chain import Chain, Sequential
+from jobsup.store.claim import status_is
+from jobsup.store.dialects import Dialect
+from jobsup.store.rows import Lease
+from jobsup.store.schema import (
+    CANCELLED,
+    DEAD_LETTERED,
+    LIVE_STATUSES,
+    PENDING,
+    RUNNING,
+    SUCCEEDED,
+    job,
+    job_attempt,
+)
+
+
+class Statements:
+    """The prepared statements of one dialect's transitions."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    # -- the lease fence -------------------------------------------------------------------
+
+    @cached_property
+    def fence(self) -> ColumnElement[bool]:
+        """The compare-and-set of every worker-side write: still held by the bound owner
+        `p_owner`, at the bound attempts (id, attempt pairs).
+
+        A lease owner is set exactly while a job is running (the claim sets it, every
+        transition out of running clears it; `test_a_lease_owner_is_set_exactly_while_running`
+        holds the store to it), so the owner match also says "still running". Leaving the
+        status out keeps PostgreSQL's planner on the primary key: with `status = 'running'`
+        it scans the lease index instead, dead entries and all."""
+        return and_(
+            job.c.lease_owner == bindparam("p_owner"),
+            job.c.id.in_(bindparam("p_fence_ids", expanding=True)),
+            self.dialect.attempt_match(),
+        )
+
+    def fence_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        owners = {lease.owner for lease in leases}
+        if len(owners) != 1:
+            raise ValueError("one fenced write covers the leases of one owner")
+        return {
+            "p_owner": owners.pop(),
+            "p_fence_ids": [lease.job_id for lease in leases],
+            **self.dialect.attempt_params(leases),
+        }
+
+    def close_attempts(self, job_ids: Any) -> Update:
+        """The second half of every transition out of `running`: close the job's open attempt."""
+        return (
+            update(job_attempt)
+            .where(job_attempt.c.job_id.in_(job_ids), job_attempt.c.finished_at.is_(None))
+            .values(finished_at=self.dialect.clock(), outcome=bindparam("p_outcome"), error=bindparam("p_error"))
+        )
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    @cached_property
+    def insert(self) -> Insert:
+        clock = self.dialect.clock()
+        return (
+            job.insert()
+            .values(
+                status=PENDING,
+                attempts=0,
+                run_at=func.coalesce(bindparam("p_run_at", type_=job.c.run_at.type), clock),
+                created_at=clock,
+                updated_at=clock,
+            )
+            .returning(job.c.id, sort_by_parameter_order=True)
+        )
+
+    @cached_property
+    def live_with_key(self) -> Select[Any]:
+        return select(job.c.id).where(job.c.unique_key == bindparam("p_key"), job.c.status.in_(LIVE_STATUSES))
+
+    # -- the worker's lease and settle -------------------------------------------------------
+
+    @cached_property
+    def renew(self) -> Update:
+        return (
+            update(job)
+            .where(self.fence)
+            .values(lease_expires_at=self.dialect.clock("lease"), updated_at=self.dialect.clock())
+            .returning(job.c.id)
+        )
+
+    @cached_property
+    def status_of(self) -> Select[Any]:
+        """Why leases were lost: the status of the jobs they were for."""
+        return select(job.c.id, job.c.status).where(job.c.id.in_(bindparam("p_ids", expanding=True)))
+
+    @cached_property
+    def complete(self) -> Chain:
+        clock = self.dialect.clock()
+        first = (
+            update(job)
+            .where(self.fence)
+            .values(
+                status=SUCCEEDED,
+                finished_at=clock,
+                updated_at=clock,
+                lease_owner=None,
+                lease_expires_at=None,
+                result=bindparam("p_result"),
+            )
+            .returning(job.c.id)
+        )
+        return self.dialect.chain(first, self.close_attempts)
+
+    def _fail(self, *, expired_only: bool) -> Chain:
+        clock = self.dialect.clock()
+        dead = or_(bindparam("p_discard", type_=Boolean), job.c.attempts >= job.c.max_attempts)
+        first = (
+            update(job)
+            .where(self.fence, *((job.c.lease_expires_at < clock,) if expired_only else ()))
+            .values(
+                status=case((dead, DEAD_LETTERED), else_=PENDING),
+                run_at=case((dead, job.c.run_at), else_=self.dialect.clock("retry")),
+                finished_at=case((dead, clock), else_=null()),
+                last_error=bindparam("p_error"),
+                updated_at=clock,
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            .returning(job.c.id, job.c.status)
+        )
+        return self.dialect.chain(first, self.close_attempts)
+
+    @cached_property
+    def fail(self) -> Chain:
+        return self._fail(expired_only=False)
+
+    @cached_property
+    def fail_expired(self) -> Chain:
+        """`fail` that also requires the lease to have lapsed (the sweep's compare-and-set)."""
+        return self._fail(expired_only=True)
+
+    @cached_property
+    def release(self) -> Chain:
+        first = (
+            update(job)
+            .where(self.fence)
+            .values(
+                status=PENDING,
+                attempts=job.c.attempts - 1,
+                updated_at=self.dialect.clock(),
+                lease_owner=None,
+                lease_expires_at=None,
+            )
+            .returning(job.c.id)
+        )
+        return self.dialect.chain(first, self.close_attempts)
+
+    # -- the sweep -----------------------------------------------------------------------------
+
+    @cached_property
+    def lapsed(self) -> Select[Any]:
+        """Running jobs whose lease lapsed, in claim order within each owner, each with the
+        time of the claim that took it (its open attempt's start)."""
+        attempt = job_attempt.alias("open_attempt")
+        opened = and_(
+            attempt.c.job_id == job.c.id, attempt.c.attempt == job.c.attempts, attempt.c.finished_at.is_(None)
+        )
+        return (
+            select(
+                job.c.id,
+                job.c.lease_owner,
+                job.c.attempts,
+                job.c.name,
+                job.c.queue,
+                func.coalesce(attempt.c.started_at, job.c.updated_at).label("started_at"),
+            )
+            .select_from(job.outerjoin(attempt, opened))
+            .where(status_is(RUNNING), job.c.lease_expires_at < self.dialect.clock())
+            .order_by(job.c.lease_owner, job.c.priority.desc(), job.c.run_at, job.c.id)
+            .limit(bindparam("p_limit", type_=Integer))
+        )
+
+    @cached_property
+    def held_by(self) -> Select[Any]:
+        """The leases one owner holds, in the order it claimed (and runs) them."""
+        return (
+            select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name, job.c.queue)
+            .where(status_is(RUNNING), job.c.lease_owner == bindparam("p_owner"))
+            .order_by(job.c.priority.desc(), job.c.run_at, job.c.id)
+        )
+
+    # -- operators -----------------------------------------------------------------------------
+
+    @cached_property
+    def cancel(self) -> Chain:
+        # Two statements on every dialect: a cancel may wait on the row lock of a claim that
+        # is committing; its attempt row is then only visible to a statement that starts
+        # after that commit (one fused statement would read its first snapshot and leave the
+        # attempt open forever).
+        clock = self.dialect.clock()
+        first = (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), job.c.status.in_(LIVE_STATUSES))
+            .values(status=CANCELLED, finished_at=clock, updated_at=clock, lease_owner=None, lease_expires_at=None)
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts)
+        )
+        return Sequential.of(first, self.close_attempts)
+
+    @cached_property
+    def retry(self) -> Update:
+        """Dead-lettered back to pending. Attempt numbers never go back: the job gets its
+        own budget of attempts again (its first max_attempts) on top of those it used."""
+        clock = self.dialect.clock()
+        budget = func.coalesce(job.c.budget, job.c.max_attempts)
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), status_is(DEAD_LETTERED))
+            .values(
+                status=PENDING,
+                max_attempts=job.c.attempts + budget,
+                budget=budget,
+                run_at=clock,
+                updated_at=clock,
+                finished_at=None,
+            )
+            .returning(job.c.id, job.c.name, job.c.queue)
+        )

@@ -1,0 +1,71 @@
+"""In-transaction steps: how a feature joins a state transition.
+
+A step runs on the transition's connection, inside its transaction, after its
+compare-and-set has matched: a workflow unblocks the dependents of a job that settled, a
+batch enqueues its callback when its last child ends, the outbox records the event. It sees
+what changed (`Change`) and may write with a few dialect-neutral statements; if it raises,
+the whole transition rolls back and the caller sees the error, as if the compare-and-set had
+failed with it.
+
+    from jobsup.store import steps
+
+    def unblock_dependents(conn, change):
+        ...
+
+    steps.register("complete", unblock_dependents)
+
+Register at import time, before the transitions run. A transition with no step registered
+runs as before: on PostgreSQL the claim and the completion stay single statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Row
+
+# The transitions a step can join: one per arrow of DESIGN section 4.
+TRANSITIONS = ("enqueue", "claim", "complete", "fail", "release", "cancel", "expire", "retry", "fire")
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a transition changed, as its steps see it.
+
+    `rows` are the rows its compare-and-set matched (for `enqueue`, the inserted ids; for
+    `claim`, the claimed rows; for `fail` and `expire`, each row's id and new status);
+    `params` are its bound parameters, clock included, so a step's statements use the same
+    instant."""
+
+    transition: str
+    rows: Sequence[Row[Any]] | Sequence[Any]
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+Step = Callable[[Connection, Change], None]
+
+_steps: dict[str, list[Step]] = {name: [] for name in TRANSITIONS}
+
+
+def register(transition: str, step: Step) -> Step:
+    """Run `step` inside every `transition` from now on; returns it (usable as a decorator
+    through `functools.partial`)."""
+    if transition not in _steps:
+        raise ValueError(f"no transition named {transition!r}; the transitions are {', '.join(TRANSITIONS)}")
+    _steps[transition].append(step)
+    return step
+
+
+def unregister(transition: str, step: Step) -> None:
+    _steps[transition].remove(step)
+
+
+def of(transition: str) -> tuple[Step, ...]:
+    return tuple(_steps[transition])
+
+
+def run(conn: Connection, change: Change) -> None:
+    for step in _steps[change.transition]:
+        step(conn, change)

@@ -1,0 +1,368 @@
+"""The named transitions of the job state machine (DESIGN section 4), the only writers of
+`jobsup_job`.
+
+One method per arrow: enqueue, claim, complete, fail, release, cancel, expire, retry, fire
+(and renew, which extends a lease and changes no state). Each is one transaction and a
+compare-and-set: the statement names the state it expects and the rows it returns say
+whether it happened. Inside the transaction, after the compare-and-set has matched, run the
+in-transaction steps that features registered (`jobsup.store.steps`); after the commit, the
+events (`jobsup.observe.events`), never before the write they announce. Every
+time-dependent transition takes an optional `now`; without it the reference clock is used.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row
+from sqlalchemy.exc import IntegrityError
+
+from jobsup.cron import latest_slot, next_slot
+from jobsup.errors import ConstraintViolation, DuplicateJob
+from jobsup.jobtypes import Resolver
+from jobsup.observe.events import emit
+from jobsup.store import steps
+from jobsup.store.builder import build, insert_params
+from jobsup.store.chain import Chain
+from jobsup.store.claim import claim_params, claimed_job
+from jobsup.store.database import Database, after_commit
+from jobsup.store.recurring import RecurringStore
+from jobsup.store.rows import (
+    DISCARDED,
+    LEASE_EXPIRED,
+    RELEASED,
+    SUCCEEDED,
+    ClaimedJob,
+    Held,
+    Lease,
+    NewJob,
+    Outcome,
+    RecurringSchedule,
+)
+from jobsup.store.schema import DEAD_LETTERED
+from jobsup.store.statements import Statements
+
+FIRED, ALREADY_FIRED = "fired", "already_fired"
+LAPSED = "lease expired: the worker died or stopped renewing"
+
+
+class Transitions:
+    """The state machine's writes on one database."""
+
+    def __init__(self, db: Database, resolver: Resolver) -> None:
+        self.db, self.dialect, self.resolver = db, db.dialect, resolver
+        self.sql = Statements(db.dialect)
+
+    # -- enqueue: (nothing) -> pending -------------------------------------------------------
+
+    def enqueue(
+        self, jobs: Sequence[NewJob], *, connection: Connection | None = None, now: datetime | None = None
+    ) -> list[int]:
+        """Insert `jobs`; return their ids in order. A job whose unique key belongs to a live
+        job is not inserted: the live job's id is returned in its place. With `connection`
+        the jobs are written in the caller's transaction and announced when it commits."""
+        if connection is not None:
+            with self.db.errors():
+                ids, inserted = self._insert(connection, jobs, now)
+            after_commit(connection, lambda: _announce_enqueued(jobs, ids, inserted))
+            return ids
+        with self.db.transaction("enqueue") as conn:
+            ids, inserted = self._insert(conn, jobs, now)
+        _announce_enqueued(jobs, ids, inserted)
+        return ids
+
+    def _insert(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> tuple[list[int], list[int]]:
+        clock = self.dialect.clock_params(now)
+        params = [{**insert_params(new), **clock} for new in jobs]
+        ids: list[int] = [0] * len(jobs)
+        inserted: list[int] = []  # positions of the jobs really inserted
+        plain = [i for i, new in enumerate(jobs) if new.unique_key is None]
+        if plain:
+            found = conn.execute(self.sql.insert, [params[i] for i in plain]).scalars().all()
+            for i, job_id in zip(plain, found, strict=True):
+                ids[i] = job_id
+            inserted.extend(plain)
+        for i, new in enumerate(jobs):
+            if new.unique_key is not None:
+                ids[i], is_new = self._insert_unique(conn, params[i], new.unique_key)
+                if is_new:
+                    inserted.append(i)
+        if inserted:
+            steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock))
+            self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted})
+        return ids, inserted
+
+    def _insert_unique(self, conn: Connection, params: dict[str, Any], key: str) -> tuple[int, bool]:
+        # The filtered unique index decides, so this holds across processes. The insert
+        # runs in a savepoint so that losing the race does not abort the caller's transaction.
+        for _ in range(5):
+            try:
+                with conn.begin_nested():
+                    return int(conn.execute(self.sql.insert, params).scalar_one()), True
+            except IntegrityError:
+                existing = conn.execute(self.sql.live_with_key, {"p_key": key}).scalar()
+                if existing is not None:
+                    return int(existing), False
+                # The live job finished between our insert and our look: insert again.
+        raise DuplicateJob(f"unique key {key!r} is contended; try again")
+
+    # -- claim: pending -> running -------------------------------------------------------------
+
+    def claim(
+        self, queue: str, owner: str, *, limit: int = 1, lease: float, now: datetime | None = None
+    ) -> list[ClaimedJob]:
+        """Claim up to `limit` due jobs of `queue` for `owner`, each for `lease` seconds, in
+        the order they should run."""
+        params = claim_params(self.dialect, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+
+        def after(conn: Connection, rows: Sequence[Row[Any]]) -> None:
+            steps.run(conn, steps.Change("claim", rows, params))
+
+        rows = self.dialect.claim(self.db, params, after if steps.of("claim") else None)
+        return [claimed_job(row) for row in rows]
+
+    def renew(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> set[int]:
+        """Extend the leases still held; return the ids renewed (missing ones were lost).
+        Changes no state."""
+        if not leases:
+            return set()
+        params = {**self.dialect.clock_params(now, lease=lease), **self.sql.fence_params(leases)}
+        with self.db.statement("renew") as conn:
+            return set(conn.execute(self.sql.renew, params).scalars())
+
+    # -- settle: running -> succeeded | pending | dead_lettered -----------------------------------
+
+    def settle(self, outcomes: Sequence[Outcome], *, now: datetime | None = None) -> set[int]:
+        """Write how attempts of one owner ended; return the ids whose lease still held."""
+        settled = self.complete([o for o in outcomes if o.kind == SUCCEEDED], now=now)
+        settled |= self.release([o.held for o in outcomes if o.kind == RELEASED], now=now)
+        for outcome in outcomes:
+            if outcome.kind not in (SUCCEEDED, RELEASED) and self.fail(outcome, now=now) is not None:
+                settled.add(outcome.held.id)
+        return settled
+
+    def complete(self, outcomes: Sequence[Outcome], *, now: datetime | None = None) -> set[int]:
+        """running -> succeeded, storing each result. Jobs with the same result (most often
+        none) settle in one statement."""
+        by_result: dict[str | None, list[Outcome]] = defaultdict(list)
+        for outcome in outcomes:
+            by_result[outcome.result].append(outcome)
+        settled: set[int] = set()
+        for result, group in by_result.items():
+            params = {
+                **self.dialect.clock_params(now),
+                **self.sql.fence_params([o.held.lease for o in group]),
+                "p_result": result,
+                "p_outcome": SUCCEEDED,
+                "p_error": None,
+            }
+            settled |= {row[0] for row in self._run("complete", self.sql.complete, params, "settle")}
+        for outcome in outcomes:
+            if outcome.held.id in settled:
+                emit("job.succeeded", **_fields(outcome.held, outcome))
+            else:
+                emit("job.settle_stale", **_fields(outcome.held, outcome), outcome=SUCCEEDED)
+        return settled
+
+    def fail(
+        self,
+        outcome: Outcome,
+        *,
+        now: datetime | None = None,
+        expired_only: bool = False,
+        operation: str = "settle",
+    ) -> str | None:
+        """End an attempt that did not succeed (`failed`, `discarded`, `timed_out`,
+        `lease_expired`). The job goes back to pending after its retry delay, or is
+        dead-lettered when it has no attempts left or was discarded. `expired_only` also
+        requires the lease to have lapsed (the sweep's compare-and-set). Returns the new
+        status, or None when the lease was no longer held (nothing changed)."""
+        held = outcome.held
+        delay = outcome.retry_in
+        if delay is None:
+            delay = self.resolver.retry_in(held.name, held.lease.attempt)
+        params = {
+            **self.dialect.clock_params(now, retry=delay),
+            **self.sql.fence_params([held.lease]),
+            "p_discard": outcome.kind == DISCARDED,
+            "p_error": outcome.error,
+            "p_outcome": "failed" if outcome.kind == DISCARDED else outcome.kind,
+        }
+        chain = self.sql.fail_expired if expired_only else self.sql.fail
+        rows = self._run("fail", chain, params, operation)
+        status = str(rows[0].status) if rows else None
+        kind = "failed" if outcome.kind == DISCARDED else outcome.kind
+        fields = {**_fields(held, outcome), "outcome": kind, "error": outcome.error}
+        if status is None:
+            emit("job.settle_stale", **fields)
+        elif outcome.kind == LEASE_EXPIRED:
+            emit("lease.expired", **fields, status=status)
+        elif status == DEAD_LETTERED:
+            emit("job.dead_lettered", **fields)
+        else:
+            emit("job.failed", **fields, retry_in=round(delay, 3))
+        return status
+
+    def release(self, held: Sequence[Held], *, now: datetime | None = None, operation: str = "release") -> set[int]:
+        """running -> pending without using up the attempt (shutdown, or a claimed job that
+        never started); returns the ids released."""
+        released: set[int] = set()
+        for owner in {h.lease.owner for h in held}:
+            mine = [h for h in held if h.lease.owner == owner]
+            params = {
+                **self.dialect.clock_params(now),
+                **self.sql.fence_params([h.lease for h in mine]),
+                "p_outcome": RELEASED,
+                "p_error": None,
+            }
+            released |= {row[0] for row in self._run("release", self.sql.release, params, operation)}
+        for h in held:
+            emit("job.released", **_fields(h), stale=h.id not in released)
+        return released
+
+    # -- expire: running (lease lapsed or owner dead) -> pending | dead_lettered ------------------
+
+    def expire(self, *, now: datetime | None = None, limit: int = 1000) -> int:
+        """The sweep: close leases that lapsed; returns how many.
+
+        An owner that let its leases lapse is gone (a live worker ends itself before its
+        lease can lapse). Of its leases, the first in the order of its latest claim is the
+        job it was running: that attempt ends `lease_expired` (retried, or dead-lettered if it
+        was the last). Its other leases were jobs waiting in a claimed batch, or successes not
+        yet written; they never used an attempt and are released. Owners the dialect knows
+        are alive (SQLite, where the clock is the host's) are left alone."""
+        with self.db.read("maintenance") as conn:
+            rows = conn.execute(self.sql.lapsed, {**self.dialect.clock_params(now), "p_limit": limit}).all()
+        by_owner: dict[str, list[Row[Any]]] = defaultdict(list)
+        for row in rows:
+            by_owner[row.lease_owner].append(row)
+        alive = self.dialect.owners_alive(self.db, set(by_owner))
+        closed = 0
+        for owner, held in by_owner.items():
+            if owner in alive:
+                continue
+            latest = max(row.started_at for row in held)
+            running = next(row for row in held if row.started_at == latest)
+            outcome = Outcome(_held(running), LEASE_EXPIRED, LAPSED)
+            closed += self.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
+            rest = [_held(row) for row in held if row is not running]
+            closed += len(self.release(rest, now=now, operation="maintenance"))
+        return closed
+
+    def expire_owner(
+        self, owner: str, running: Mapping[int, int], *, kind: str = LEASE_EXPIRED, error: str = LAPSED
+    ) -> int:
+        """Close every lease of an owner known dead (its supervisor reaped it): the attempts
+        it was running (`running`: job id -> attempt) end as `kind` (`lease_expired`,
+        `timed_out`, or `released` for a job that ignored shutdown); every other lease it
+        held was a job that never started, or a success it had not written: released.
+        Returns how many were closed."""
+        with self.db.read("maintenance") as conn:
+            held = [_held(row) for row in conn.execute(self.sql.held_by, {"p_owner": owner})]
+        started = [h for h in held if running.get(h.id) == h.lease.attempt]
+        rest = [h for h in held if h not in started]
+        if kind == RELEASED:
+            rest, started = rest + started, []
+        closed = len(self.release(rest, operation="maintenance"))
+        for h in started:
+            closed += self.fail(Outcome(h, kind, error), operation="maintenance") is not None
+        return closed
+
+    # -- operators ---------------------------------------------------------------------------------
+
+    def cancel(self, job_id: int, *, now: datetime | None = None) -> bool:
+        """pending or running -> cancelled. A running job's worker sees its lease gone and
+        sets the job's cancel event. False when the job was not live."""
+        params = {**self.dialect.clock_params(now), "p_job": job_id, "p_outcome": "cancelled", "p_error": None}
+        rows = self._run("cancel", self.sql.cancel, params, "cancel")
+        for row in rows:
+            emit("job.cancelled", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
+        return bool(rows)
+
+    def retry(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
+        """dead_lettered -> pending, with the job's own budget of attempts again on top of
+        those it used: attempt numbers only go up. Returns the ids retried. A job whose
+        unique key a live job now holds raises `DuplicateJob`."""
+        retried: list[int] = []
+        for job_id in job_ids:
+            params = {**self.dialect.clock_params(now), "p_job": job_id}
+            try:
+                with self.db.transaction("dead_letters") as conn:
+                    rows = conn.execute(self.sql.retry, params).all()
+                    if rows:
+                        steps.run(conn, steps.Change("retry", rows, params))
+            except ConstraintViolation:
+                raise DuplicateJob(
+                    f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None
+                ) from None
+            for row in rows:
+                retried.append(row.id)
+                emit("job.retried", job=row.id, name=row.name, queue=row.queue)
+        return retried
+
+    # -- fire: a recurring schedule's slot -> a pending job -----------------------------------------
+
+    def fire(self, recurring: RecurringStore, schedule: RecurringSchedule, *, now: datetime | None = None) -> str:
+        """Fire the schedule's latest due slot once; returns FIRED or ALREADY_FIRED. The
+        schedule moves on by compare-and-set on its next run, and the job carries (schedule,
+        slot) under a unique index, so no slot fires twice however many instances try. A bad
+        cron or time zone raises `BadInput` (the caller logs it and moves on)."""
+        at = now or recurring.clock()
+        assert schedule.next_run_at is not None
+        slot = latest_slot(schedule.cron, schedule.timezone, schedule.next_run_at, at)
+        following = next_slot(schedule.cron, schedule.timezone, slot)
+        jobtype = self.resolver.settings_of(schedule.job)
+        options = {"queue": schedule.queue, "priority": schedule.priority}
+        new = build(jobtype, schedule.payload, options, recurring=(schedule.name, slot))
+        try:
+            with self.db.transaction("recurring") as conn:
+                if not recurring.advance(conn, schedule, following, at):
+                    emit("recurring.already_fired", schedule=schedule.name)
+                    return ALREADY_FIRED
+                ids, _ = self._insert(conn, [new], now)
+                steps.run(conn, steps.Change("fire", [(schedule.name, slot, ids[0])], {}))
+        except ConstraintViolation:
+            emit("recurring.already_fired", schedule=schedule.name)
+            return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held
+        _announce_enqueued([new], ids, [0])
+        emit("recurring.fired", schedule=schedule.name, job=ids[0], name=schedule.job, slot=slot.isoformat())
+        return FIRED
+
+    # -- the unit of every transition ------------------------------------------------------------
+
+    def _run(self, transition: str, chain: Chain, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
+        """Run a compare-and-set and its in-transaction steps as one unit. With no step
+        registered, a single-statement chain runs alone (PostgreSQL: one round trip)."""
+        if chain.single and not steps.of(transition):
+            with self.db.statement(operation) as conn:
+                return chain.run(conn, params)
+        with self.db.transaction(operation) as conn:
+            rows = chain.run(conn, params)
+            if rows:
+                steps.run(conn, steps.Change(transition, rows, params))
+            return rows
+
+
+def _held(row: Any) -> Held:
+    return Held(Lease(row.id, row.lease_owner, row.attempts), row.name, row.queue)
+
+
+def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
+    """What every job event names: the job, its attempt, queue and worker, and its run time."""
+    fields: dict[str, Any] = {"job": held.id, "name": held.name, "attempt": held.lease.attempt, "queue": held.queue}
+    if outcome is not None:
+        fields["worker"] = outcome.worker
+        fields["seconds"] = None if outcome.seconds is None else round(outcome.seconds, 6)
+    return fields
+
+
+def _announce_enqueued(jobs: Sequence[NewJob], ids: Sequence[int], inserted: Sequence[int]) -> None:
+    if len(inserted) == 1:
+        new = jobs[inserted[0]]
+        emit("job.enqueued", job=ids[inserted[0]], name=new.name, queue=new.queue)
+        return
+    for (queue, name), count in Counter((jobs[i].queue, jobs[i].name) for i in inserted).items():
+        emit("job.enqueued", name=name, queue=queue, count=count)

@@ -1,0 +1,85 @@
+"""What the supervisor writes after a worker died: the worker's leases, closed at once so its
+jobs do not wait out the lease (a compare-and-set on owner and attempt, so a job it already
+settled or released is not touched).
+
+The worker's slot says which jobs it was running; the exit says how their attempts end:
+
+- it ended itself because its job ignored the timeout's cancellation: `timed_out`, retried
+  like a failure;
+- it ended itself because its job ignored shutdown: released (the attempt does not count);
+- anything else (killed, crashed, out of memory, lease lost): `lease_expired`.
+
+Every other lease it held was a job waiting in its claimed batch, or an outcome it had not
+written yet: released. Written only now that the process is dead, so the job's row never
+changes while its function may still run. If the database cannot be reached, the burial is
+retried with backoff until it is written or the lease lapses (then the sweep of any instance
+closes it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from jobsup import exits
+from jobsup.observe.events import emit
+from jobsup.store.rows import LEASE_EXPIRED, RELEASED, TIMED_OUT
+from jobsup.store.transitions import Transitions
+from jobsup.supervisor.children import Death
+from jobsup.supervisor.guard import guarded
+
+MAX_DELAY = 10.0
+
+
+@dataclass
+class Burial:
+    owner: str
+    worker: str
+    running: dict[int, int]
+    kind: str
+    error: str
+    lapses_at: float  # monotonic: after this the sweep does it
+    next_try: float = 0.0
+    delay: float = 0.5
+
+
+def burial_of(death: Death, lease: float) -> Burial:
+    child = death.child
+    if death.code == exits.TIMED_OUT:
+        timeouts = [f"{t:g}s" for _, _, t in death.running if t is not None]
+        after = f" after {timeouts[0]}" if timeouts else ""
+        kind, error = TIMED_OUT, f"timed out{after} and ignored cancellation; its worker was ended"
+    elif death.code == exits.SHUTDOWN_FORCED:
+        kind, error = RELEASED, ""
+    else:
+        kind, error = LEASE_EXPIRED, f"lease expired: its worker {exits.describe(death.status)}"
+    renewed = child.slot.memory.renewed_at or child.started
+    running = {job_id: attempt for job_id, attempt, _ in death.running}
+    return Burial(child.worker_id, child.slot.label, running, kind, error, lapses_at=renewed + lease)
+
+
+class Burials:
+    def __init__(self, transitions: Transitions) -> None:
+        self.transitions = transitions
+        self.pending: list[Burial] = []
+
+    def add(self, burial: Burial) -> None:
+        self.pending.append(burial)
+        self.run_due()
+
+    def run_due(self) -> None:
+        now = time.monotonic()
+        for burial in list(self.pending):
+            if now < burial.next_try:
+                continue
+            closed = guarded("expire_lease", lambda b=burial: self._write(b), worker=burial.worker)  # type: ignore[misc]
+            if closed is not None:
+                self.pending.remove(burial)
+            elif now >= burial.lapses_at:
+                self.pending.remove(burial)
+                emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="its lease lapsed")
+            else:
+                burial.next_try, burial.delay = now + burial.delay, min(burial.delay * 2, MAX_DELAY)
+
+    def _write(self, burial: Burial) -> int:
+        return self.transitions.expire_owner(burial.owner, burial.running, kind=burial.kind, error=burial.error)

@@ -1,0 +1,119 @@
+"""SQL Server without a server: the store's transitions run against a recording connection
+that compiles every statement with SQLAlchemy's real SQL Server dialect (pyodbc flavour),
+with its parameters expanded as the driver would receive them, and keeps the SQL. An INSERT
+... RETURNING returns one id per row it was given and an UPDATE ... RETURNING one row (job 7,
+attempt 2), so the code that follows a compare-and-set runs to the end; a SELECT returns
+nothing.
+
+This is a test double for the one database that cannot run here, not for any that can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from sqlalchemy import Insert, Update
+from sqlalchemy.dialects.mssql import pyodbc
+from sqlalchemy.engine import make_url
+
+from jobsup.store.dialects.mssql import SQLServerDialect
+
+MSSQL = pyodbc.dialect()  # the dialect class only; the driver is not imported
+
+
+class Result:
+    def __init__(self, rows: list[Any]) -> None:
+        self.rows = rows
+        self.rowcount = len(rows)
+
+    def all(self) -> list[Any]:
+        return self.rows
+
+    def first(self) -> Any:
+        return self.rows[0] if self.rows else None
+
+    def scalar(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+    def scalar_one(self) -> Any:
+        assert self.rows, "no row"
+        return self.rows[0][0]
+
+    def scalars(self) -> Result:
+        return Result([(row[0],) for row in self.rows]) if self.rows else self
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows)
+
+    def tuples(self) -> Result:
+        return self
+
+
+class _Row(tuple):  # type: ignore[type-arg]
+    """A returned row: its first column is the id; the rest read as a running job of "a"."""
+
+    def __getattr__(self, name: str) -> Any:
+        values = {"id": self[0], "status": "pending", "name": "a", "queue": "default", "attempts": 2}
+        values.update(lease_owner="w", payload="null", max_attempts=5, timeout=None, actor=None, due_at=None)
+        values.update(priority=0)
+        if name not in values:
+            raise AttributeError(name)
+        return values[name]
+
+
+class Recording:
+    """A Connection stand-in: compiles and keeps each statement."""
+
+    def __init__(self) -> None:
+        self.sql: list[str] = []
+        self.params: list[dict[str, Any]] = []
+
+    def execute(self, statement: Any, params: Any = None) -> Result:
+        sets = params if isinstance(params, list) else [params or {}]
+        values = sets[0]
+        compiled = statement.compile(dialect=MSSQL, column_keys=list(values))
+        state = compiled.construct_expanded_state(values)
+        self.sql.append(str(state.statement))
+        self.params.append(dict(state.parameters))
+        if isinstance(statement, Insert) and statement._returning:
+            return Result([_Row((n,)) for n, _ in enumerate(sets, start=1)])
+        if isinstance(statement, Update) and statement._returning:
+            return Result([_Row((7,))])
+        return Result([])
+
+    @contextlib.contextmanager
+    def begin_nested(self) -> Iterator[None]:
+        yield
+
+    def in_transaction(self) -> bool:
+        return False
+
+
+class OfflineDatabase:
+    """What the store needs of a `Database`, for SQL Server, recording instead of running."""
+
+    def __init__(self) -> None:
+        self.dialect = SQLServerDialect()
+        self.url = make_url("mssql+pyodbc://jobsup:secret@dsn")
+        self.safe_url = self.url.render_as_string(hide_password=True)
+        self.recording = Recording()
+
+    @property
+    def sql(self) -> list[str]:
+        return self.recording.sql
+
+    @property
+    def params(self) -> list[dict[str, Any]]:
+        return self.recording.params
+
+    @contextlib.contextmanager
+    def read(self, operation: str = "read") -> Iterator[Recording]:
+        yield self.recording
+
+    statement = transaction = read
+
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        yield

@@ -1,0 +1,113 @@
+"""A worker's slot: a few words of memory the worker writes and its supervisor reads.
+
+The supervisor maps one shared anonymous region before it forks anything; each worker slot
+(``default#1``) owns a fixed part of it, reused by the worker that replaces a dead one. The
+worker records that it booted, when its leases were last known good (a claim or a renewal,
+on the monotonic clock, which every process of a host shares), how many leases it holds,
+and which jobs it is running right now (job id, attempt, timeout).
+
+The supervisor uses this for what the worker's own interpreter may fail to do: it kills a
+worker whose renewal is overdue (a job holding the GIL starves the lease threads), and when
+it buries a dead worker it knows which of its leases were running jobs (their attempt ends
+as the exit says) and which were jobs that never started (released, the attempt not used).
+
+Every field is one aligned 8-byte word written with a single store, so a reader never sees
+half of one. A running entry is written job id and timeout first and attempt last; attempt 0
+marks a free entry (real attempts start at 1).
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+
+_HEADER = 4  # words: booted, renewed_at, holding, capacity
+_ENTRY = 3  # words: job id, attempt, timeout (NaN: none)
+_WORD = 8
+
+
+class Slot:
+    """One worker's view (or its supervisor's) of its slot."""
+
+    def __init__(self, memory: memoryview, capacity: int) -> None:
+        self._ints = memory.cast("q")
+        self._floats = memory.cast("d")
+        self.capacity = capacity
+
+    # -- the worker writes -----------------------------------------------------------------
+
+    def reset(self) -> None:
+        self._ints[0:_HEADER] = _zeros(_HEADER)
+        self._ints[3] = self.capacity
+        self._ints[_HEADER : _HEADER + _ENTRY * self.capacity] = _zeros(_ENTRY * self.capacity)
+
+    def mark_booted(self) -> None:
+        self._ints[0] = 1
+
+    def renewed(self, at: float, holding: int) -> None:
+        """Leases known good as of the monotonic instant `at`; `holding` leases held."""
+        self._floats[1] = at
+        self._ints[2] = holding
+
+    def start(self, job_id: int, attempt: int, timeout: float | None) -> None:
+        for entry in range(self.capacity):
+            base = _HEADER + _ENTRY * entry
+            if self._ints[base + 1] == 0:
+                self._ints[base] = job_id
+                self._floats[base + 2] = math.nan if timeout is None else timeout
+                self._ints[base + 1] = attempt
+                return
+        raise RuntimeError("more jobs running than the worker's slot can hold")
+
+    def finish(self, job_id: int) -> None:
+        for entry in range(self.capacity):
+            base = _HEADER + _ENTRY * entry
+            if self._ints[base + 1] != 0 and self._ints[base] == job_id:
+                self._ints[base + 1] = 0
+                return
+
+    # -- the supervisor reads --------------------------------------------------------------
+
+    @property
+    def booted(self) -> bool:
+        return self._ints[0] == 1
+
+    @property
+    def renewed_at(self) -> float:
+        return float(self._floats[1])
+
+    @property
+    def holding(self) -> int:
+        return int(self._ints[2])
+
+    def running(self) -> dict[int, int]:
+        """The jobs running now: job id -> attempt."""
+        return {job_id: attempt for job_id, attempt, _ in self.entries()}
+
+    def entries(self) -> list[tuple[int, int, float | None]]:
+        """The jobs running now: (job id, attempt, timeout)."""
+        found = []
+        for entry in range(self.capacity):
+            base = _HEADER + _ENTRY * entry
+            attempt = self._ints[base + 1]
+            if attempt != 0:
+                timeout = float(self._floats[base + 2])
+                found.append((int(self._ints[base]), int(attempt), None if math.isnan(timeout) else timeout))
+        return found
+
+
+class SlotTable:
+    """The supervisor's shared region: `count` slots of `capacity` running entries each."""
+
+    def __init__(self, count: int, capacity: int) -> None:
+        self.capacity = max(1, capacity)
+        self.size = (_HEADER + _ENTRY * self.capacity) * _WORD
+        self._memory = mmap.mmap(-1, max(1, count) * self.size)  # anonymous and shared: inherited by fork
+        self._view = memoryview(self._memory)
+
+    def slot(self, index: int) -> Slot:
+        return Slot(self._view[index * self.size : (index + 1) * self.size], self.capacity)
+
+
+def _zeros(count: int) -> memoryview:
+    return memoryview(bytes(count * _WORD)).cast("q")
