@@ -9,6 +9,11 @@ Slots are the cron expression's *local* wall-clock times in the schedule's time 
   fires once, at its first occurrence.
 
 Every slot is returned as an aware UTC instant.
+
+Finding the slot to fire after downtime costs the same for a minute or a year of it: it is
+searched backwards from now (`latest_slot`), never stepped forwards from the last fired
+slot. Expressions with a seconds field (six fields) are refused: schedules fire at minute
+resolution, on a tick of about a second.
 """
 
 from __future__ import annotations
@@ -24,12 +29,23 @@ _LONGEST_GAP = timedelta(hours=3)
 
 
 def check_cron(cron: object) -> str:
+    """`cron`, or `BadInput` saying what is wrong with it."""
+    _check_syntax(cron)
+    assert isinstance(cron, str)
+    next_slot(cron, "UTC", datetime(2000, 1, 1, tzinfo=UTC))  # valid fields can still never match
+    return cron
+
+
+def _check_syntax(cron: object) -> None:
     if not isinstance(cron, str) or not croniter.is_valid(cron):
         raise BadInput(
             f"cron {cron!r} is not a valid cron expression; write five fields like '*/5 * * * *' or '@hourly'"
         )
-    next_slot(cron, "UTC", datetime(2000, 1, 1, tzinfo=UTC))  # valid fields can still never match
-    return cron
+    if not cron.strip().startswith("@") and len(cron.split()) != 5:
+        raise BadInput(
+            f"cron {cron!r} has {len(cron.split())} fields; jobsup takes five (minute hour day month weekday): "
+            "schedules fire at minute resolution, so a seconds field is not supported"
+        )
 
 
 def zone(name: object) -> ZoneInfo:
@@ -46,9 +62,7 @@ def next_slot(cron: str, timezone: str, after: datetime) -> datetime:
     tz = zone(timezone)
     local = after.astimezone(tz).replace(tzinfo=None)
     # Start an hour early: in an overlap, local times before `after`'s may map to later instants.
-    if not croniter.is_valid(cron):
-        raise BadInput(f"cron {cron!r} is not a valid cron expression")
-    candidates = croniter(cron, local - timedelta(hours=1))
+    candidates = _croniter(cron, local - timedelta(hours=1))
     try:
         while True:
             instant = _instant(candidates.get_next(datetime), tz)
@@ -59,12 +73,25 @@ def next_slot(cron: str, timezone: str, after: datetime) -> datetime:
 
 
 def latest_slot(cron: str, timezone: str, since: datetime, now: datetime) -> datetime:
-    """The last slot at or before `now`, starting from the due slot `since` (missed slots
-    collapse into this one)."""
-    slot = since
-    while (following := next_slot(cron, timezone, slot)) <= now:
-        slot = following
-    return slot
+    """The last slot at or before `now`, and not before the due slot `since` (missed slots
+    collapse into this one). Searched backwards from now: its cost does not grow with the
+    downtime."""
+    tz = zone(timezone)
+    local = now.astimezone(tz).replace(tzinfo=None)
+    # Start an hour late: in an overlap, local times after now's may map to earlier instants.
+    candidates = _croniter(cron, local + timedelta(hours=1))
+    try:
+        while True:
+            instant = _instant(candidates.get_prev(datetime), tz)
+            if instant <= now:
+                return max(instant, since)
+    except CroniterError:
+        return since  # no slot before now at all: the due one is the latest
+
+
+def _croniter(cron: str, start: datetime) -> croniter:
+    _check_syntax(cron)  # a row may have been edited to anything
+    return croniter(cron, start)
 
 
 def _instant(local: datetime, tz: ZoneInfo) -> datetime:

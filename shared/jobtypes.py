@@ -11,6 +11,7 @@ queue, attempts and timeout. A name that neither knows is `UnknownJob`.
 from __future__ import annotations
 
 import difflib
+import functools
 import random
 import threading
 import time
@@ -84,9 +85,20 @@ _known_names: set[str] = set()
 
 
 def is_defined(name: str) -> bool:
-    from jobsup.registry import lookup
+    return name in _known_names or _registered(name) is not None
 
-    return name in _known_names or lookup(name) is not None
+
+def _registered(name: str) -> JobType | None:
+    registered = _registry().get(name)
+    return None if registered is None else registered.type
+
+
+@functools.cache
+def _registry() -> dict[str, Any]:
+    # The registry imports this module, so its table is fetched when first needed.
+    from jobsup.registry import table
+
+    return table()
 
 
 class Resolver:
@@ -101,11 +113,9 @@ class Resolver:
         self.loaded_at = -float("inf")
 
     def find(self, name: str) -> JobType | None:
-        from jobsup.registry import lookup
-
-        registered = lookup(name)
+        registered = _registered(name)
         if registered is not None:
-            return registered.type
+            return registered
         if self.load is None:
             return None
         now = time.monotonic()
@@ -133,7 +143,7 @@ class Resolver:
         raise UnknownJob(
             f"no job type named {name!r} is registered in this process or published in the database{hint}; "
             "publish definitions with `jobsup start --app MODULE` or `jobsup definitions sync --app MODULE`, "
-            "or pass allow_unknown=True to enqueue it anyway"
+            "or enqueue it anyway with allow_unknown=True (on the command line: --allow-unknown)"
         )
 
     def settings_of(self, name: str) -> JobType:

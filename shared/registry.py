@@ -75,6 +75,11 @@ def lookup(name: str) -> Registered | None:
     return _registry.get(name)
 
 
+def table() -> dict[str, Registered]:
+    """The registry itself (read-only by convention), for lookups on the hot path."""
+    return _registry
+
+
 def registered_names() -> list[str]:
     return sorted(_registry)
 

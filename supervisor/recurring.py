@@ -1,7 +1,8 @@
 """The cron tick: fire every due schedule once, on whichever instance gets there first.
 
-A tick is bounded in time (`BUDGET`): schedules still due when it runs out wait for the next
-tick, so firing never delays the supervisor's reaping and heartbeats for long."""
+A tick is bounded in time (`BUDGET`, at least one fire): schedules still due when it runs
+out wait for the next tick, so firing never delays the supervisor's reaping and heartbeats
+for long."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class CronTick:
         fired = 0
         due = self.store.recurring.recurring_due(now=now)
         for position, schedule in enumerate(due):
-            if time.monotonic() > deadline:
+            if position and time.monotonic() > deadline:
                 emit("recurring.behind", due=len(due) - position)
                 break
             outcome = guarded("recurring", lambda s=schedule: self.fire(s, now), schedule=schedule.name)  # type: ignore[misc]

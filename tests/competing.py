@@ -19,6 +19,7 @@ import signal
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from jobsup.store import migrate
 from jobsup.store.database import Database
 from jobsup.store.rows import SUCCEEDED, Outcome
 
-from helpers import create_pg_database, drop_pg_database, pg_error, pg_url
+from helpers import alive, create_pg_database, drop_pg_database, pg_error, pg_url
 
 JOBS = 2000
 QUEUE = "competition"
@@ -43,6 +44,11 @@ CREATE TABLE IF NOT EXISTS competition_claim (job_id bigint NOT NULL, worker tex
 CREATE TABLE IF NOT EXISTS competition_supervisor (pid int PRIMARY KEY);
 """
 SUPERVISORS = 2
+# The jobs are seeded not yet due, and made due once every competitor is up, so that none
+# gets a head start.
+HELD_BACK = datetime(2100, 1, 1, tzinfo=UTC)
+RELEASE = "UPDATE jobsup_job SET run_at = now() WHERE queue = :queue AND status = 'pending' AND run_at > now()"
+SUPERVISOR_WORKERS = 2  # each supervisor runs this many workers on the competition queue
 
 
 def database_name(run_id: str) -> str:
@@ -117,19 +123,11 @@ def stop_supervisors(name: str) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
         time.sleep(0.05)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "State:\tZ" not in state
 
 
 def _participate(name: str, records: Path) -> None:
@@ -174,7 +172,10 @@ def _join(name: str, records: Path) -> None:
                     run.exec_driver_sql(_TABLES)
                 db.dispose()
                 client = Client(pg_url(name))
-                client.enqueue_many([{"name": "compete", "payload": n, "queue": QUEUE} for n in range(JOBS)])
+                held_back = [
+                    {"name": "compete", "payload": n, "queue": QUEUE, "run_at": HELD_BACK} for n in range(JOBS)
+                ]
+                client.enqueue_many(held_back)
                 client.close()
                 _start_supervisors(name, records)
         finally:
@@ -188,21 +189,34 @@ def _start_supervisors(name: str, records: Path) -> None:
     records.mkdir(parents=True, exist_ok=True)
     db = Database(pg_url(name))
     for n in range(SUPERVISORS):
-        supervisor = Supervisor(pg_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}=2")
+        supervisor = Supervisor(
+            pg_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}={SUPERVISOR_WORKERS}"
+        )
         with db.engine.begin() as conn:
             conn.execute(text("INSERT INTO competition_supervisor (pid) VALUES (:pid)"), {"pid": supervisor.pid})
     db.dispose()
 
 
 def _barrier(engine: Any) -> None:
-    """Wait (bounded) until every xdist worker has joined, so that the claims overlap."""
+    """Wait until every xdist worker has joined and the supervisors' workers are up, so that
+    every competitor claims from the start; a barrier that times out is an error (the
+    checking test then names it), never a silent head start."""
     deadline = time.monotonic() + BARRIER_SECONDS
+    joined = workers = 0
     while time.monotonic() < deadline:
         with engine.connect() as conn:
             joined = conn.execute(text("SELECT count(*) FROM competition_participant")).scalar_one()
-        if joined >= worker_count():
+            workers = conn.execute(text("SELECT count(*) FROM jobsup_process WHERE kind = 'worker'")).scalar_one()
+        if joined >= worker_count() and workers >= SUPERVISORS * SUPERVISOR_WORKERS:
+            # Everyone is up: make the jobs due for all competitors at once.
+            with engine.begin() as conn:
+                conn.execute(text(RELEASE), {"queue": QUEUE})
             return
         time.sleep(0.02)
+    raise TimeoutError(
+        f"the competition's barrier timed out after {BARRIER_SECONDS:g}s: {joined} of {worker_count()} "
+        f"xdist workers joined, {workers} of {SUPERVISORS * SUPERVISOR_WORKERS} supervisor workers up"
+    )
 
 
 def _record_error(name: str, error: str) -> None:

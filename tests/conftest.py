@@ -23,6 +23,7 @@ from jobsup.store.schema import metadata
 
 import competing
 import jobapps  # noqa: F401 - registers the job types the tests enqueue
+from harness import Supervisor
 from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url
 
 
@@ -100,3 +101,26 @@ def postgres_url(pg_session_url: str) -> str:
 def url(request: pytest.FixtureRequest) -> str:
     """An empty, migrated jobsup database of each kind."""
     return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'postgres')}_url"))
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Path:
+    """The folder the test jobs record their runs in (see jobapps.py)."""
+    folder = tmp_path / "record"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def start(url: str, record: Path, tmp_path: Path) -> Iterator[object]:
+    """Start real `jobsup start` supervisors on `url` (stopped after the test)."""
+    started: list[Supervisor] = []
+
+    def start(*args: str, **options: str) -> Supervisor:
+        supervisor = Supervisor(url, record, tmp_path / f"supervisor-{len(started)}.log", *args, **options)
+        started.append(supervisor)
+        return supervisor
+
+    yield start
+    for supervisor in started:
+        supervisor.stop()

@@ -6,11 +6,16 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+import jobsup
 
 from helpers import wait_until
 
@@ -105,3 +110,52 @@ def assert_no_overlap(record: Path, job_id: int) -> None:
     spans = sorted(attempt_spans(record, job_id).values())
     for (_, end), (start, _) in itertools.pairwise(spans):
         assert end < start, f"attempts of job {job_id} overlapped: {spans}"
+
+
+def status_of(client: jobsup.Client, job_id: int) -> str:
+    job = client.get(job_id)
+    assert job is not None
+    return job.status
+
+
+def history(client: jobsup.Client, job_id: int) -> list[tuple[int, str | None]]:
+    job = client.get(job_id)
+    assert job is not None
+    return [(a.attempt, a.outcome) for a in job.history]
+
+
+def started_by(record: Path, job_id: int, attempt: int = 1) -> int:
+    entries = wait_until(
+        lambda: [e for e in records(record, job_id) if e["what"] == "start" and e["attempt"] == attempt],
+        timeout=30,
+        what=f"attempt {attempt} of job {job_id} to start",
+    )
+    return int(entries[0]["pid"])
+
+
+# -- the HTTP endpoints of a running supervisor ----------------------------------------------
+
+
+def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def port_of(supervisor: Supervisor) -> int:
+    found = wait_until(
+        lambda: re.search(r"metrics.serving url=\S+ port=(\d+)", supervisor.output()), timeout=30, what="metrics port"
+    )
+    return int(found.group(1))
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample, 0 when absent."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+            if all(found.get(key) == value for key, value in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0

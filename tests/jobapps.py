@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -15,31 +17,47 @@ from typing import Any
 import jobsup
 
 
-def record(ctx: jobsup.JobContext, what: str) -> None:
+def record(ctx: jobsup.JobContext, what: str, **extra: Any) -> None:
     folder = Path(os.environ["JOBSUP_TEST_RECORD"])
-    line = json.dumps({"what": what, "attempt": ctx.attempt, "pid": os.getpid(), "at": time.time()})
+    line = json.dumps({"what": what, "attempt": ctx.attempt, "pid": os.getpid(), "at": time.time(), **extra})
     with open(folder / str(ctx.job_id), "a") as file:
         file.write(line + "\n")
 
 
 @jobsup.job("work", retry_in=lambda attempt: 0.5)
-def work(ctx: jobsup.JobContext, payload: Any) -> None:
-    """Runs `seconds` (on the attempts listed in `slow_attempts`, default all), ticking;
-    stops when cancelled if `honour` is set, raises if `fail` is set."""
+def work(ctx: jobsup.JobContext, payload: Any) -> Any:
+    """Runs `seconds` (on the attempts listed in `slow_attempts`, default all), ticking.
+    When cancelled: raises if `honour` is set, returns early if `return_on_cancel` is set,
+    raises `jobsup.Cancelled` from `ctx.raise_if_cancelled()` if `raise_if_cancelled` is
+    set, else goes on. `gil` holds the GIL for a long time instead of ticking (a catastrophic
+    regular expression); `child` starts a subprocess first and records its pid. Raises if
+    `fail` is set; returns `result`."""
     payload = payload or {}
     record(ctx, "start")
     slow = payload.get("slow_attempts")
-    seconds = float(payload.get("seconds", 0)) if slow is None or ctx.attempt in slow else 0.0
+    chosen = slow is None or ctx.attempt in slow
+    if payload.get("child") and chosen:
+        child = subprocess.Popen(["sleep", "600"])
+        record(ctx, "child", pid=child.pid)
+    if payload.get("gil") and chosen:
+        re.match(r"(a+)+$", "a" * 31 + "b")  # about a minute without releasing the GIL
+    seconds = float(payload.get("seconds", 0)) if chosen else 0.0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if payload.get("honour") and ctx.cancelled.is_set():
+        if ctx.cancelled.is_set() and payload.get("honour"):
             record(ctx, "cancelled")
             raise RuntimeError("stopped on cancellation")
+        if ctx.cancelled.is_set() and payload.get("return_on_cancel"):
+            record(ctx, "returned")
+            return "stopped early"
+        if payload.get("raise_if_cancelled"):
+            ctx.raise_if_cancelled()
         record(ctx, "tick")
         time.sleep(0.05)
     record(ctx, "end")
     if payload.get("fail"):
         raise RuntimeError("failing as asked")
+    return payload.get("result")
 
 
 @jobsup.job("compete")

@@ -51,16 +51,21 @@ class Result:
         return self
 
 
+_CLAIMED = ("id", "name", "queue", "payload", "attempts", "max_attempts", "timeout", "actor", "lease_owner", "due_at")
+
+
 class _Row(tuple):  # type: ignore[type-arg]
-    """A returned row: its first column is the id; the rest read as a running job of "a"."""
+    """A returned row: a running job of "a" with the given id, in a claim's column order."""
+
+    def __new__(cls, job_id: int) -> _Row:
+        return super().__new__(cls, (job_id, "a", "default", "null", 2, 5, None, None, "w", None, 0))
 
     def __getattr__(self, name: str) -> Any:
-        values = {"id": self[0], "status": "pending", "name": "a", "queue": "default", "attempts": 2}
-        values.update(lease_owner="w", payload="null", max_attempts=5, timeout=None, actor=None, due_at=None)
-        values.update(priority=0)
-        if name not in values:
-            raise AttributeError(name)
-        return values[name]
+        if name in _CLAIMED:
+            return self[_CLAIMED.index(name)]
+        if name in ("status", "priority"):
+            return "pending" if name == "status" else 0
+        raise AttributeError(name)
 
 
 class Recording:
@@ -78,9 +83,9 @@ class Recording:
         self.sql.append(str(state.statement))
         self.params.append(dict(state.parameters))
         if isinstance(statement, Insert) and statement._returning:
-            return Result([_Row((n,)) for n, _ in enumerate(sets, start=1)])
+            return Result([_Row(n) for n, _ in enumerate(sets, start=1)])
         if isinstance(statement, Update) and statement._returning:
-            return Result([_Row((7,))])
+            return Result([_Row(7)])
         return Result([])
 
     @contextlib.contextmanager

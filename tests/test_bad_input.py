@@ -16,7 +16,7 @@ from jobsup.payload import encode_payload
 from jobsup.settings import load
 from jobsup.store.schema import job
 
-JOBSUP = [sys.executable, "-m", "jobsup"]
+from helpers import run_jobsup
 
 
 @pytest.mark.parametrize(
@@ -113,12 +113,8 @@ def test_unreachable_database_names_host_and_port_and_hides_the_password() -> No
     assert "s3cret" not in message and "***" in message
 
 
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*JOBSUP, *args], capture_output=True, text=True, cwd=cwd, timeout=60)
-
-
 def test_cli_unreachable_database_exits_1_with_one_line() -> None:
-    result = run_cli("db", "upgrade", "--database-url", "postgresql://app:s3cret@127.0.0.1:1/app")
+    result = run_jobsup("db", "upgrade", "--database-url", "postgresql://app:s3cret@127.0.0.1:1/app")
     assert result.returncode == 1
     assert result.stderr.startswith("jobsup: cannot reach the database")
     assert "s3cret" not in result.stderr and "Traceback" not in result.stderr
@@ -126,18 +122,18 @@ def test_cli_unreachable_database_exits_1_with_one_line() -> None:
 
 
 def test_cli_bad_url_exits_2_with_one_line() -> None:
-    result = run_cli("db", "upgrade", "--database-url", "oracle://x@y/z")
+    result = run_jobsup("db", "upgrade", "--database-url", "oracle://x@y/z")
     assert result.returncode == 2
     assert "unsupported database URL scheme 'oracle'" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_cli_upgrade_creates_the_schema_and_prints_offline_sql(tmp_path: Path) -> None:
-    result = run_cli("db", "upgrade", cwd=tmp_path)  # the default URL: sqlite:///jobsup.db
+    result = run_jobsup("db", "upgrade", cwd=tmp_path)  # the default URL: sqlite:///jobsup.db
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "jobsup.db").exists()
     assert "revision 0003" in result.stdout
-    offline = run_cli("db", "upgrade", "--sql", "--dialect", "postgresql", cwd=tmp_path)
+    offline = run_jobsup("db", "upgrade", "--sql", "--dialect", "postgresql", cwd=tmp_path)
     assert offline.returncode == 0 and "CREATE TABLE jobsup_job" in offline.stdout
 
 

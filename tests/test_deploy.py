@@ -21,7 +21,7 @@ import yaml
 
 import jobsup
 
-from harness import Supervisor
+from harness import Supervisor, scrape
 from helpers import wait_until
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
@@ -64,9 +64,10 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[jobsup.C
     supervisor.stop()
 
 
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        return response.read().decode()
+def scrape_metrics(port: int) -> str:
+    status, text = scrape(port)
+    assert status == 200, text
+    return text
 
 
 def test_alert_rules_are_valid_and_their_unit_tests_pass() -> None:
@@ -84,7 +85,7 @@ def test_alert_rules_are_valid_and_their_unit_tests_pass() -> None:
 
 def test_a_real_scrape_passes_promtool_check_metrics(running: tuple[jobsup.Client, int]) -> None:
     promtool = tool("promtool")
-    text = scrape(running[1])
+    text = scrape_metrics(running[1])
     result = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -93,7 +94,7 @@ def test_every_metric_the_alerts_and_dashboard_use_is_declared(running: tuple[jo
     from jobsup.observe.metrics import declared_names
 
     declared = declared_names()
-    lines = scrape(running[1]).splitlines()
+    lines = scrape_metrics(running[1]).splitlines()
     exported = {line.split("{")[0].split(" ")[0] for line in lines if line.startswith("jobsup_")}
     assert exported <= declared
     assert {"jobsup_worker_restarts_total", "jobsup_maintenance_errors_total", "jobsup_queue_jobs"} <= exported

@@ -3,45 +3,17 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 import jobsup
 
-from harness import Supervisor, records
+from harness import Supervisor, port_of, records, sample, scrape
 from helpers import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def port_of(supervisor: Supervisor) -> int:
-    found = wait_until(
-        lambda: re.search(r"metrics.serving url=\S+ port=(\d+)", supervisor.output()), timeout=30, what="metrics port"
-    )
-    return int(found.group(1))
-
-
-def sample(text: str, name: str, **labels: str) -> float:
-    """The value of one sample, 0 when absent."""
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
-            if all(found.get(key) == value for key, value in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: Path) -> None:

@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).parent
+from helpers import TESTS, run_jobsup
 
 
-def start(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    command = [sys.executable, "-m", "jobsup", "start", *args]
-    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+def start(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return run_jobsup("start", *args, cwd=cwd)
 
 
 def test_an_app_that_does_not_import_stops_start_without_forking(tmp_path: Path) -> None:
     (tmp_path / "brokenapp.py").write_text("import jobsup\nraise ImportError('no module named payments')\n")
     env_path = f"{tmp_path}{os.pathsep}{TESTS}"
-    result = subprocess.run(
-        [sys.executable, "-m", "jobsup", "start", "--app", "brokenapp"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": env_path},
-        timeout=60,
-    )
+    result = run_jobsup("start", "--app", "brokenapp", cwd=tmp_path, env={"PYTHONPATH": env_path})
     assert result.returncode == 2
     assert "cannot import app 'brokenapp': ImportError: no module named payments" in result.stderr
     assert "worker.spawned" not in result.stderr

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from jobsup import exits
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
-from jobsup.store.rows import RELEASED, ClaimedJob, Held, Outcome
+from jobsup.store.rows import RELEASED, ClaimedJob, Outcome
 from jobsup.store.schema import CANCELLED as CANCELLED_STATUS
 from jobsup.worker.execute import CANCELLED, LEASE_LOST, SHUTDOWN, TIMEOUT
 
@@ -63,7 +63,7 @@ class LeaseKeeper:
         self.cancel_grace = min(5.0, self.heartbeat)
         self.tick = min(0.25, self.heartbeat / 4)
         self.lock = threading.Lock()
-        self.held: dict[int, Held] = {}  # every lease this worker holds
+        self.held: dict[int, ClaimedJob] = {}  # the jobs of every lease this worker holds
         self.waiting: dict[int, ClaimedJob] = {}  # claimed, not started, in claim order
         self.running: dict[int, Running] = {}
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
@@ -77,7 +77,7 @@ class LeaseKeeper:
 
     def hold(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         with self.lock:
-            self.held.update({job.id: job.held for job in jobs})
+            self.held.update({job.id: job for job in jobs})
             self.waiting.update({job.id: job for job in jobs})
             self.renewed_at = claimed_at
             self.next_renewal = claimed_at + self.heartbeat
@@ -143,7 +143,7 @@ class LeaseKeeper:
 
     def _renew(self, now: float) -> None:
         with self.lock:
-            leases = [held.lease for held in self.held.values()]
+            leases = [job.lease for job in self.held.values()]
         if not leases:
             self.next_renewal = now + self.heartbeat
             return

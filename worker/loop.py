@@ -105,7 +105,10 @@ class Worker:
                 continue
             self.run_one(running)
         self.release(self.keeper.take_waiting())
-        self.settler.flush_soon()
+        if self.db.dialect.one_writer:
+            self.settler.write_here()
+        else:
+            self.settler.flush_soon()
 
     def run_one(self, running: Running) -> None:
         job = running.job

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from jobsup.worker.loop import Worker
 
 FLUSH_EVERY = 0.5  # seconds an outcome may wait to be written with others
+TICK = 0.1  # how often the writer looks at the age of what waits (adding does not wake it)
 
 
 class Settler:
@@ -40,16 +41,25 @@ class Settler:
         threading.Thread(target=self._write_forever, name="jobsup-settle", daemon=True).start()
 
     def add(self, outcome: Outcome) -> None:
+        # Not woken here: a thread switch per job would cost more than the write; the writer
+        # looks every TICK and writes what has waited long enough.
         with self.cond:
             if not self.pending:
                 self.oldest = time.monotonic()
             self.pending.append(outcome)
-            self.cond.notify_all()
 
     def flush_soon(self) -> None:
         with self.cond:
             self.urgent = True
             self.cond.notify_all()
+
+    def write_here(self) -> None:
+        """Write what is pending in the calling thread, now (one writer at a time, SQLite:
+        a hand-over to the settler's thread would only add a thread switch)."""
+        with self.cond:
+            batch, self.pending = self.pending, []
+        if batch:
+            self._write(batch)
 
     def drain(self, timeout: float | None = None) -> bool:
         """Write everything pending now; wait (up to `timeout`) until it is written."""
@@ -67,8 +77,8 @@ class Settler:
     def _write_forever(self) -> None:
         while True:
             with self.cond:
-                while not self.pending or not (self.urgent or time.monotonic() >= self.oldest + FLUSH_EVERY):
-                    self.cond.wait(None if not self.pending else max(0.0, self.oldest + FLUSH_EVERY - time.monotonic()))
+                while not self.pending or not (self.urgent or time.monotonic() >= self.oldest + FLUSH_EVERY - TICK):
+                    self.cond.wait(TICK)
                 batch, self.pending, self.urgent, self.writing = self.pending, [], False, True
             try:
                 self._write(batch)

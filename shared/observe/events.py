@@ -19,26 +19,27 @@ from typing import Any
 
 Subscriber = Callable[[str, dict[str, Any]], None]
 
-_subscribers: list[Subscriber] = []
+_subscribers: tuple[Subscriber, ...] = ()
 _log = logging.getLogger("jobsup.events")
 
 
 def subscribe(subscriber: Subscriber) -> Subscriber:
     """Call `subscriber(kind, fields)` for every event from now on; returns it."""
+    global _subscribers
     if subscriber not in _subscribers:
-        _subscribers.append(subscriber)
+        _subscribers = (*_subscribers, subscriber)
     return subscriber
 
 
 def unsubscribe(subscriber: Subscriber) -> None:
-    if subscriber in _subscribers:
-        _subscribers.remove(subscriber)
+    global _subscribers
+    _subscribers = tuple(s for s in _subscribers if s is not subscriber)
 
 
 def emit(kind: str, /, *, exc: BaseException | None = None, **fields: Any) -> None:
     if exc is not None:
         fields["exc"] = exc
-    for subscriber in list(_subscribers):
+    for subscriber in _subscribers:
         try:
             subscriber(kind, fields)
         except Exception:

@@ -31,11 +31,12 @@ def record(kind: str, fields: dict[str, Any]) -> None:
     level = logging.ERROR if kind in _ERRORS else logging.WARNING if kind in _WARNINGS else logging.INFO
     if not log.isEnabledFor(level):
         return
-    exc = fields.get("exc")
-    present = {key: value for key, value in fields.items() if value is not None and key != "exc"}
-    text = " ".join(f"{key}={_value(value)}" for key, value in present.items() if key != "traceback")
-    if "traceback" in present:
-        text += "\n" + str(present["traceback"])
+    present = {key: value for key, value in fields.items() if value is not None}
+    exc = present.pop("exc", None)
+    trace = present.get("traceback")
+    text = " ".join(f"{key}={_value(value)}" for key, value in present.items() if value is not trace)
+    if trace is not None:
+        text += "\n" + str(trace)
     exc_info = (type(exc), exc, exc.__traceback__) if isinstance(exc, BaseException) else None
     log.log(level, "%s %s", kind, text, exc_info=exc_info, extra={"event": kind, "fields": present})
 

@@ -135,16 +135,9 @@ def attempt_rows(rows: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def claimed_job(row: Any) -> ClaimedJob:
-    """A claim's row (CLAIM_COLUMNS, then `due_at`) as the worker holds it."""
-    return ClaimedJob(
-        id=row.id,
-        name=row.name,
-        queue=row.queue,
-        payload=row.payload,
-        attempt=row.attempts,
-        max_attempts=row.max_attempts,
-        timeout=row.timeout,
-        actor=row.actor,
-        owner=row.lease_owner,
-        due_at=row.due_at,
-    )
+    """A claim's row as the worker holds it: every dialect returns CLAIM_COLUMNS, then
+    `due_at`, in `ClaimedJob`'s order (anything after is the dialect's own)."""
+    return ClaimedJob(*row[:_CLAIMED_FIELDS])
+
+
+_CLAIMED_FIELDS = len(CLAIM_COLUMNS) + 1

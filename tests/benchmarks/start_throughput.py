@@ -498,7 +498,7 @@ def enqueue_noops(url: str, jobs: int, *, analyze: bool) -> None:
     try:
         for start in range(0, jobs, 5000):
             count = min(5000, jobs - start)
-            client.enqueue_many([{"name": "noop", "queue": QUEUE}] * count)
+            client.enqueue_many([{"name": "noop", "queue": QUEUE}] * count, allow_unknown=True)
     finally:
         client.close()
     if analyze:
@@ -613,7 +613,7 @@ def measure_latency(space: Workspace, database: str, count: int, seed: int) -> L
                     time.sleep(0.05 + gaps.random() * (poll if database == "sqlite" else 0.05))
                     running.check_alive()
                     enqueued = time.time()
-                    job_id = client.enqueue("latency", queue=QUEUE)
+                    job_id = client.enqueue("latency", queue=QUEUE, allow_unknown=True)
                     returned = time.time()
                     started = wait_for_mark(running.marks / str(job_id), running)
                     wait_for_success(db, job_id, running)

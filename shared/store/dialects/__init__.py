@@ -63,6 +63,9 @@ class Dialect(Protocol):
     migration_options: Mapping[str, Any]
     # How often an idle worker looks for work when nothing wakes it sooner.
     default_poll_interval: float
+    # One writer at a time (SQLite): a worker writes its outcomes before it claims again,
+    # rather than beside the claim, which would only queue the two on the write lock.
+    one_writer: bool
 
     def create_engine(self, url: URL) -> Engine:
         """An engine configured for jobsup's transaction discipline on this database."""

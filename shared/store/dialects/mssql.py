@@ -53,6 +53,7 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks):
     name = "mssql"
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
+    one_writer = False
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {}
 
@@ -102,7 +103,7 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks):
             update(job)
             .where(job.c.id.in_(candidates.scalar_subquery()))
             .values(claim_values(clock, self.clock("lease")))
-            .returning(*CLAIM_COLUMNS, job.c.priority, job.c.run_at.label("due_at"))
+            .returning(*CLAIM_COLUMNS, job.c.run_at.label("due_at"), job.c.priority)
         )
 
     @cached_property

@@ -122,6 +122,7 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
     migration_options: Mapping[str, Any] = {}
+    one_writer = False
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def create_engine(self, url: URL) -> Engine:

@@ -145,15 +145,12 @@ class SQLiteDialect(SequentialChain, RowValueFence):
 
             raise ConfigurationError(f"synchronous={synchronous!r}: use one of {sorted(_SYNCHRONOUS)}")
         path = database_path(url)
+        if path is not None:
+            _create_private(path)
         engine = create_engine(
             url.difference_update_query(["journal_mode", "synchronous"]),
             connect_args={"timeout": 30.0},
         )
-
-        @event.listens_for(engine, "do_connect")
-        def create_private(*_args: Any) -> None:
-            if path is not None:
-                _create_private(path)
 
         @event.listens_for(engine, "connect")
         def connect(dbapi_connection: Any, _record: Any) -> None:
@@ -263,6 +260,7 @@ class SQLiteDialect(SequentialChain, RowValueFence):
     def migration_lock(self, conn: Connection) -> None:
         """Nothing more to do: the migration's transaction began with BEGIN EXCLUSIVE."""
 
+    one_writer = True
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {_BEGIN: "BEGIN EXCLUSIVE"}
 

@@ -1,0 +1,117 @@
+"""What the supervisor enforces and repairs for its workers: a worker its own lease threads
+cannot stop, a dead worker's leases while the database is away, the processes a job left
+behind, a worker that fails at boot after the first, and the lease sweep on SQLite when
+the wall clock jumps. Real `jobsup start` supervisors, real signals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import jobsup
+from jobsup.store.dialects.sqlite import owners_folder
+
+from harness import assert_no_overlap, history, port_of, records, sample, scrape, started_by, status_of
+from helpers import alive, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_job_that_holds_the_gil_is_killed_before_its_lease_lapses(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    """Item 4: enforcement does not depend on the worker's own interpreter."""
+    client = jobsup.Client(url)
+    job_id = client.enqueue("work", {"gil": True, "slow_attempts": [1]})
+    supervisor = start(lease="4s", heartbeat="1s")
+    worker = started_by(record, job_id)
+    killed_at = time.monotonic()
+    wait_until(lambda: not alive(worker), timeout=30, what="the GIL-holding worker to be killed")
+    assert time.monotonic() - killed_at < 4, "killed only after its lease could have lapsed"
+    wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=30, what="the retry to succeed")
+    assert history(client, job_id) == [(1, "lease_expired"), (2, "succeeded")]
+    assert "worker.killed_overdue" in supervisor.output()
+    assert started_by(record, job_id, attempt=2) != worker
+
+
+def test_a_killed_workers_subprocesses_die_with_it(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    """Item 4: each worker leads a process group; what its job started dies with it."""
+    client = jobsup.Client(url)
+    job_id = client.enqueue("work", {"child": True, "seconds": 60, "slow_attempts": [1]})
+    start()
+    child = wait_until(
+        lambda: [e["pid"] for e in records(record, job_id) if e["what"] == "child"], timeout=30, what="the child"
+    )[0]
+    assert alive(child)
+    os.kill(started_by(record, job_id), signal.SIGKILL)
+    wait_until(lambda: not alive(child), timeout=15, what="the job's subprocess to die with its worker")
+
+
+def test_a_dead_workers_leases_are_closed_once_the_database_is_back(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    """Item 8: the immediate expiry after a worker dies is retried, not dropped."""
+    client = jobsup.Client(url)
+    job_id = client.enqueue("work", {"seconds": 60, "slow_attempts": [1]})
+    # The supervisor's maintenance statements (its burials) fail from 0 s to 6 s after it starts.
+    start(lease="60s", faults="supervisor:maintenance@0s+6s")
+    victim = started_by(record, job_id)
+    killed_at = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=45, what="the job to come back")
+    assert time.monotonic() - killed_at < 30, "the job waited out its 60 s lease"
+    assert history(client, job_id) == [(1, "lease_expired"), (2, "succeeded")]
+
+
+def test_a_replacement_worker_that_fails_at_boot_is_retried(sqlite_url: str, record: Path, tmp_path: Path) -> None:
+    """Item 14: only a failure at the first boot is fatal; later ones back off and retry."""
+    from harness import Supervisor
+
+    client = jobsup.Client(sqlite_url)
+    supervisor = Supervisor(sqlite_url, record, tmp_path / "supervisor.log")
+    try:
+        [worker] = supervisor.wait_for_workers(1)
+        wait_until(lambda: "worker.started" in supervisor.output(), timeout=30, what="the first worker's boot")
+        # Break the boot of the next worker: its lease-owner lock file cannot be made.
+        owners = owners_folder(client.database.url)
+        assert owners is not None
+        shutil.rmtree(owners)
+        owners.write_text("not a folder")
+        os.kill(worker, signal.SIGKILL)
+        wait_until(lambda: "worker.boot_failed" in supervisor.output(), timeout=30, what="a boot failure")
+        port = port_of(supervisor)
+        _, body = wait_until(lambda: (r := scrape(port, "/healthz"))[0] == 503 and r, timeout=30, what="503")
+        assert "worker default#1 failed at boot" in body
+        assert sample(scrape(port)[1], "jobsup_worker_boot_failures_total", queue="default") >= 1
+        assert supervisor.process.poll() is None, "the supervisor gave up after one boot failure"
+        owners.unlink()
+        job_id = client.enqueue("work")
+        wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=60, what="a worker to boot again")
+        wait_until(lambda: scrape(port, "/healthz")[0] == 200, timeout=30, what="healthz to recover")
+    finally:
+        supervisor.stop()
+
+
+def test_on_sqlite_a_clock_jump_never_expires_a_live_workers_lease(
+    sqlite_url: str, record: Path, tmp_path: Path
+) -> None:
+    """Item 5: the sweep asks whether the lease owner lives, not only the wall clock."""
+    from harness import Supervisor
+
+    client = jobsup.Client(sqlite_url)
+    job_id = client.enqueue("work", {"seconds": 60, "slow_attempts": [1]})
+    supervisor = Supervisor(sqlite_url, record, tmp_path / "supervisor.log", lease="30s")
+    request_stop = supervisor.stop
+    worker = started_by(record, job_id)
+    an_hour_later = datetime.now(UTC) + timedelta(hours=1)  # as if NTP stepped the clock forward
+    assert client.store.transitions.expire(now=an_hour_later) == 0
+    assert status_of(client, job_id) == "running"
+    try:
+        os.kill(worker, signal.SIGKILL)  # now its owner is dead: its lease may go (the supervisor closes it)
+        wait_until(lambda: status_of(client, job_id) == "succeeded", timeout=45, what="the job to come back")
+    finally:
+        request_stop()
+    assert history(client, job_id) == [(1, "lease_expired"), (2, "succeeded")]
+    assert_no_overlap(record, job_id)
