@@ -124,6 +124,10 @@ def run(command: Callable[..., Any], argv: list[str] | None) -> None:
         sys.exit(EXIT_FAILURE)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        where = f"; see `{exc.ctx.command_path} --help`" if exc.ctx is not None else ""
+        click.echo(f"jobsup: {exc.format_message()}{where}", err=True)
+        sys.exit(EXIT_USAGE)
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_USAGE)

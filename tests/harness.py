@@ -34,15 +34,19 @@ FAST = {
 class Supervisor:
     """One `jobsup start` in its own session (so a lost host is one killpg away)."""
 
-    def __init__(self, url: str, record: Path, log: Path, *args: str, **options: str) -> None:
+    def __init__(
+        self, url: str, record: Path, log: Path, *args: str, env: dict[str, str] | None = None, **options: str
+    ) -> None:
         settings = {**FAST, **{f"--{k.replace('_', '-')}": v for k, v in options.items()}}
         self.log_path = log
         command = [sys.executable, "-m", "jobsup", "start", "--app", "jobapps", "--database-url", url]
         command += [part for pair in settings.items() for part in pair] + list(args)
-        env = {**os.environ, "PYTHONPATH": str(TESTS), "JOBSUP_TEST_RECORD": str(record)}
-        env.pop("JOBSUP_FAULTS", None)
+        environment = {**os.environ, "PYTHONPATH": str(TESTS), "JOBSUP_TEST_RECORD": str(record), **(env or {})}
+        environment.pop("JOBSUP_FAULTS", None)
         self.log = open(log, "ab")  # noqa: SIM115 - open for the supervisor's whole life
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env, start_new_session=True)
+        self.process = subprocess.Popen(
+            command, stdout=self.log, stderr=self.log, env=environment, start_new_session=True
+        )
 
     @property
     def pid(self) -> int:

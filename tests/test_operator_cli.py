@@ -16,7 +16,10 @@ from helpers import claim, fail, run_jobsup, succeed
 @pytest.fixture(autouse=True)
 def published(request: pytest.FixtureRequest) -> None:
     """The tests' job types published, as a deploy step would (`jobsup definitions sync`)."""
-    url = request.getfixturevalue("sqlite_url" if "sqlite_url" in request.fixturenames else "url")
+    names = [name for name in ("url", "sqlite_url") if name in request.fixturenames]
+    if not names:
+        return
+    url = request.getfixturevalue(names[0])
     result = run_jobsup("definitions", "sync", "--app", "jobapps", "--database-url", url)
     assert result.returncode == 0 and "published" in result.stdout, result.stderr
 
@@ -142,3 +145,99 @@ def test_stats_and_workers(url: str) -> None:
     assert rows["host:default#1:abc"]["state"] == "running" and rows["host:default#1:abc"]["job"] is not None
     assert rows["host:supervisor:1"]["state"] == "supervising"
     assert "heartbeat" in ok(url, "workers").splitlines()[0].lower()
+
+
+def test_database_url_and_config_go_before_or_after_the_subcommand(sqlite_url: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Item 24, as most command lines do."""
+    before = run_jobsup("--database-url", sqlite_url, "enqueue", "a")
+    after = run_jobsup("enqueue", "a", "--database-url", sqlite_url)
+    assert before.returncode == after.returncode == 0, before.stderr + after.stderr
+    config = tmp_path / "settings.toml"
+    config.write_text(f'database_url = "{sqlite_url}"\n')
+    listed = run_jobsup("--config", str(config), "jobs", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 2
+    assert len(json.loads(run_jobsup("jobs", "list", "--json", "--config", str(config)).stdout)) == 2
+    missing = run_jobsup("--config", str(tmp_path / "nope.toml"), "jobs", "list")
+    assert missing.returncode == 2 and "config file" in missing.stderr and "does not exist" in missing.stderr
+
+
+def test_version_prints_the_version() -> None:
+    result = run_jobsup("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"jobsup {jobsup_version()}"
+
+
+def jobsup_version() -> str:
+    from importlib.metadata import version
+
+    return version("jobsup")
+
+
+UNREACHABLE = "postgresql://app:s3cret@127.0.0.1:1/app"
+COMMANDS = [
+    ["enqueue", "a"],
+    ["jobs", "list"],
+    ["jobs", "show", "1"],
+    ["jobs", "cancel", "1"],
+    ["dead", "list"],
+    ["dead", "retry", "--all"],
+    ["dead", "purge"],
+    ["recurring", "add", "r", "--job", "a", "--cron", "* * * * *"],
+    ["recurring", "list"],
+    ["recurring", "remove", "r"],
+    ["recurring", "enable", "r"],
+    ["recurring", "disable", "r"],
+    ["definitions", "list"],
+    ["definitions", "show", "a"],
+    ["definitions", "sync", "--app", "jobapps"],
+    ["workers"],
+    ["stats"],
+    ["db", "upgrade"],
+]
+
+
+def one_line_without_traceback(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode in (1, 2), result
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr and "s3cret" not in result.stderr
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_every_command_says_in_one_line_that_the_database_is_unreachable(command: list[str]) -> None:
+    """Item 25: a wrong URL."""
+    result = run_jobsup(*command, "--database-url", UNREACHABLE)
+    one_line_without_traceback(result)
+    assert result.returncode == 1 and "cannot reach the database" in result.stderr
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c[:2] != ["db", "upgrade"]], ids=lambda c: " ".join(c[:2]))
+def test_every_command_says_in_one_line_that_the_schema_is_missing(command: list[str], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Item 25: a database without the jobsup schema."""
+    result = run_jobsup(*command, "--database-url", f"sqlite:///{tmp_path / 'empty.db'}")
+    one_line_without_traceback(result)
+    assert "run `jobsup db upgrade`" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["jobs", "show", "1"], "no job with id 1"),
+        (["jobs", "cancel", "1"], "job 1 is not pending or running"),
+        (["dead", "retry", "1"], "not dead-lettered: 1"),
+        (["recurring", "remove", "r"], "no schedule named 'r'"),
+        (["enqueue", "a", "--timeout", "forever"], "timeout: 'forever' is not a duration"),
+        (["dead", "purge", "--older-than", "ages"], "older_than: 'ages' is not a duration"),
+        (["stats", "--window", "0"], "window must be longer than zero"),
+        (["recurring", "add", "r", "--job", "a", "--cron", "* * *"], "is not a valid cron expression"),
+        (["recurring", "add", "r", "--job", "a", "--cron", "* * * * * *"], "a seconds field is not supported"),
+        (["recurring", "add", "r", "--job", "a", "--cron", "@daily", "--payload", "{x"], "--payload is not valid JSON"),
+        (["enqueue", "a", "--payload", "[1,"], "--payload is not valid JSON"),
+        (["jobs", "list", "--limit", "0"], "Invalid value for '--limit'"),
+        (["definitions", "sync", "--app", "no_such_module"], "cannot import app 'no_such_module'"),
+    ],
+)
+def test_bad_input_to_any_command_is_one_line(sqlite_url: str, args: list[str], message: str) -> None:
+    """Item 25: a wrong job id, a bad duration, a bad cron, bad JSON."""
+    result = run_jobsup(*args, "--database-url", sqlite_url)
+    one_line_without_traceback(result)
+    assert message in result.stderr

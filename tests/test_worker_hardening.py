@@ -62,7 +62,9 @@ def test_a_job_waiting_behind_a_long_one_runs_elsewhere_meanwhile(url: str, star
     """Item 2: a claimed batch does not hold its waiting jobs for the whole long job."""
     client = jobsup.Client(url)
     long, quick = client.enqueue_many([{"name": "work", "payload": {"seconds": 6}}, {"name": "work"}])
-    start("--queue", "default=2", claim_batch="2")
+    start(claim_batch="2")  # its one worker claims both
+    started_by(record, long)
+    start()  # then an idle worker elsewhere
     wait_until(lambda: succeeded(client, long, quick), timeout=60, what="both jobs to succeed")
     quick_start = min(e["at"] for e in records(record, quick))
     long_end = max(e["at"] for e in records(record, long))
