@@ -78,10 +78,9 @@ def test_jobsup_start_publishes_its_apps_job_types(url: str, record: Path, tmp_p
     supervisor = Supervisor(url, record, tmp_path / "supervisor.log")
     try:
         client = jobsup.Client(url)
-        published = wait_until(
-            lambda: {d.name: d for d in client.definitions()}, timeout=30, what="the definitions to be published"
+        work = wait_until(
+            lambda: {d.name: d for d in client.definitions()}.get("work"), timeout=30, what="`work` to be published"
         )
-        work = published["work"]
         assert (work.queue, work.max_attempts, work.retry["custom"]) == ("default", 5, "jobapps.<lambda>")
         assert ":supervisor:" in work.declared_by and work.disagreement is None
     finally:

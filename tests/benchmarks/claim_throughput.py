@@ -4,13 +4,13 @@ What it measures:
 
 1. Throughput. For each (processes, batch) cell, `processes` real OS processes (forked; each
    opens its own `Database` after the fork) wait on a start barrier, then loop: claim up to
-   `batch` jobs with `Store.job_claim`, settle them with one `Store.job_complete`, until the
-   queue is empty or the time budget (`--seconds`) ends. jobs/s = jobs settled / wall
-   seconds from the start to the last process stopping; the table shows the median of
-   `--repeat` runs. The runs go round the cells in turn, so a burst of load from anything
-   else on the machine spreads over all cells. After each run the database is checked:
-   every job claimed was settled, no job was claimed twice, and the succeeded rows number
-   exactly the jobs settled.
+   `batch` jobs with `Store.transitions.claim`, settle them with one
+   `Store.transitions.complete`, until the queue is empty or the time budget (`--seconds`)
+   ends. jobs/s = jobs settled / wall seconds from the start to the last process stopping;
+   the table shows the median of `--repeat` runs. The runs go round the cells in turn, so a
+   burst of load from anything else on the machine spreads over all cells. After each run
+   the database is checked: every job claimed was settled, no job was claimed twice, and the
+   succeeded rows number exactly the jobs settled.
 2. The database's ceiling. On PostgreSQL each run is followed by ``../shared/bench/pg_limit.sh
    BATCH CLIENTS SECONDS`` (pgbench doing the least work a claim and a settle need), and the
    table shows jobsup's median as a ratio of pg_limit's median. Target: ratio >= 0.5 with 4
@@ -49,26 +49,17 @@ from typing import Any
 
 from sqlalchemy import CTE, create_engine, delete, func, insert, literal, literal_column, select, text, true
 
-from jobsup.store import Store, migrate
+from jobsup.jobtypes import JobType
+from jobsup.store import Database, Store, migrate
+from jobsup.store.builder import build
 from jobsup.store.claim import status_is
-from jobsup.store.database import Database
-from jobsup.store.rows import NewJob
+from jobsup.store.rows import SUCCEEDED as SUCCESS
+from jobsup.store.rows import Outcome
 from jobsup.store.schema import PENDING, SUCCEEDED, job, job_attempt
 
 QUEUE = "default"
 LEASE = 300.0
-NOOP = NewJob(
-    name="noop",
-    queue=QUEUE,
-    payload="null",
-    priority=0,
-    run_at=None,
-    delay=0.0,
-    max_attempts=5,
-    timeout=None,
-    unique_key=None,
-    actor=None,
-)
+NOOP = build(JobType("noop", queue=QUEUE), None, {"priority": 0, "max_attempts": 5})
 PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
 PG_LIMIT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "pg_limit.sh"
 TARGET_RATIO = 0.5  # of pg_limit, with 4 processes at batch 1 and 10
@@ -180,7 +171,7 @@ def load(db: Database, target: Target, *, pending: int, finished: int = 0) -> No
 def copy_job(db: Database, count: int, *, finished: bool) -> None:
     """Insert `count` copies of a job enqueued through the store, in one INSERT ... SELECT,
     so each row has exactly the stored format of a real job (timestamps on SQLite)."""
-    [template_id] = Store(db).job_enqueue([NOOP])
+    [template_id] = Store(db).transitions.enqueue([NOOP])
     template = job.alias("template")
     columns = copied_columns(template, finished=finished)
     rows = (
@@ -316,13 +307,13 @@ def drain(url: str, batch: int, seconds: float, ready: Any, start: Any, tallies:
     deadline = time.monotonic() + seconds
     claimed = settled = 0
     while time.monotonic() < deadline:
-        jobs = store.job_claim(QUEUE, owner, limit=batch, lease=LEASE)
+        jobs = store.transitions.claim(QUEUE, owner, limit=batch, lease=LEASE)
         # An empty claim can mean that other processes hold (PostgreSQL) or have just taken
         # (SQLite) the rows it wanted: stop only once nothing is pending.
         if not jobs and not has_pending(store):
             break
         claimed += len(jobs)
-        settled += len(store.job_complete([claimed_job.lease for claimed_job in jobs]))
+        settled += len(store.transitions.complete([Outcome(claimed_job.held, SUCCESS) for claimed_job in jobs]))
     tallies.put(Tally(claimed, settled, time.monotonic()))
 
 
@@ -399,11 +390,11 @@ def loaded_store(target: Target, finished: int) -> Store:
 def timed_claim(store: Store) -> float:
     """Seconds one claim of one job took; the job is then settled (not timed)."""
     began = time.perf_counter()
-    claimed = store.job_claim(QUEUE, "bench-latency", limit=1, lease=LEASE)
+    claimed = store.transitions.claim(QUEUE, "bench-latency", limit=1, lease=LEASE)
     elapsed = time.perf_counter() - began
     if len(claimed) != 1:
         raise RuntimeError(f"a claim returned {len(claimed)} jobs with jobs pending")
-    store.job_complete([claimed[0].lease])
+    store.transitions.complete([Outcome(claimed[0].held, SUCCESS)])
     return elapsed
 
 

@@ -8,9 +8,9 @@ What it measures:
    of `--pending` due jobs, then VACUUM ANALYZE. The rows are copies of one job enqueued
    through the store, so they are in the format the store writes.
 2. Baseline. `--claimers` real OS processes (forked; each opens its own `Database` after the
-   fork) loop: claim one job (`Store.job_claim`, batch 1, lease 300 s), settle it with
-   `Store.job_complete`. Each claim is timed with time.perf_counter. After `--warmup`
-   seconds the claims of the next `--seconds` seconds are kept. No purge runs.
+   fork) loop: claim one job (`Store.transitions.claim`, batch 1, lease 300 s), settle it
+   with `Store.transitions.complete`. Each claim is timed with time.perf_counter. After
+   `--warmup` seconds the claims of the next `--seconds` seconds are kept. No purge runs.
 3. With purge. The same claimers again; after the same warmup another process loops
    `PurgeFinished(store, {"succeeded": 7 days}, batch=--batch, max_batches=--max-batches)
    .run_once()` (with `--pause` seconds between ticks) until a tick purges nothing or
@@ -62,9 +62,10 @@ from sqlalchemy import (
     true,
 )
 
-from jobsup.store import Store, migrate
+from jobsup.store import Database, Store, migrate
 from jobsup.store.claim import status_is
-from jobsup.store.database import Database
+from jobsup.store.rows import SUCCEEDED as SUCCESS
+from jobsup.store.rows import Outcome
 from jobsup.store.schema import SUCCEEDED, job, job_attempt
 from jobsup.supervisor.maintenance import PurgeFinished
 
@@ -123,7 +124,7 @@ def load(db: Database, *, finished: int, pending: int) -> None:
 def copy_job(db: Database, count: int, *, finished: bool) -> None:
     """Insert `count` copies of a job enqueued through the store in one INSERT ... SELECT over
     generate_series. Finished copies succeeded 30 days ago, one millisecond apart in id order."""
-    [template_id] = Store(db).job_enqueue([NOOP])
+    [template_id] = Store(db).transitions.enqueue([NOOP])
     template = job.alias("template")
     numbers = func.generate_series(1, count).table_valued("i").render_derived()
     names = ("name", "queue", "priority", "payload", "status", "run_at", "attempts", "max_attempts")
@@ -195,7 +196,7 @@ def claimer(url: str, ready: Any, start: Any, stop: Any, results: Any) -> None:
     while not stop.is_set():
         at = time.monotonic()
         began = time.perf_counter()
-        jobs = store.job_claim(QUEUE, owner, limit=1, lease=LEASE)
+        jobs = store.transitions.claim(QUEUE, owner, limit=1, lease=LEASE)
         elapsed = time.perf_counter() - began
         if not jobs:
             if not has_pending(store):
@@ -205,7 +206,7 @@ def claimer(url: str, ready: Any, start: Any, stop: Any, results: Any) -> None:
         started.append(at)
         seconds.append(elapsed)
         claimed += len(jobs)
-        settled += len(store.job_complete([claimed_job.lease for claimed_job in jobs]))
+        settled += len(store.transitions.complete([Outcome(claimed_job.held, SUCCESS) for claimed_job in jobs]))
     results.put(Claims(started, seconds, claimed, settled, ran_dry))
     store.db.dispose()
 
