@@ -153,20 +153,17 @@ def test_a_cron_with_a_seconds_field_is_refused() -> None:
     assert cron.check_cron("@hourly") == "@hourly"
 
 
+def every_minute(client: jobsup.Client, name: str) -> None:
+    client.store.recurring.recurring_upsert(
+        name=name, job_name="a", cron="* * * * *", timezone="UTC", payload="null", queue="default", priority=0, now=T0
+    )
+
+
 def test_a_long_catch_up_fires_once_and_moves_on(client: jobsup.Client) -> None:
     """Item 10: a year of missed every-minute slots is one fire, then the next slot."""
     from jobsup.supervisor.recurring import CronTick
 
-    client.store.recurring.recurring_upsert(
-        name="minutely",
-        job_name="a",
-        cron="* * * * *",
-        timezone="UTC",
-        payload="null",
-        queue="default",
-        priority=0,
-        now=T0,
-    )
+    every_minute(client, "minutely")
     a_year_later = T0 + timedelta(days=365, seconds=30)
     assert CronTick(client.store).run_once(now=a_year_later) == 1
     schedule = client.store.recurring.recurring_get("minutely")
@@ -178,16 +175,7 @@ def test_the_cron_tick_stops_when_its_time_budget_is_spent(client: jobsup.Client
     from jobsup.supervisor.recurring import CronTick
 
     for n in range(30):
-        client.store.recurring.recurring_upsert(
-            name=f"s{n}",
-            job_name="a",
-            cron="* * * * *",
-            timezone="UTC",
-            payload="null",
-            queue="default",
-            priority=0,
-            now=T0,
-        )
+        every_minute(client, f"s{n}")
     tick = CronTick(client.store, budget=0.0)  # room for one fire per tick
     at = T0 + timedelta(minutes=1)
     assert tick.run_once(now=at) == 1
