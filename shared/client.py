@@ -9,8 +9,9 @@ from sqlalchemy import Connection
 
 from jobsup.cron import check_cron, zone
 from jobsup.durations import parse_duration
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, DuplicateJob
 from jobsup.jobtypes import JobType
+from jobsup.observe.events import emit
 from jobsup.payload import encode_payload
 from jobsup.registry import check_name, check_priority
 from jobsup.store import Database, Store
@@ -238,12 +239,18 @@ class DeadLetters:
         return bool(self._client.store.transitions.retry([_job_id(job_id)]))
 
     def retry_all(self) -> int:
-        """Retry every dead letter; return how many."""
+        """Retry every dead letter; return how many. One whose unique key a live job holds
+        is left dead-lettered (and said so in the log), and the others are still retried."""
         store = self._client.store
         self._client._ready()
-        retried = 0
-        while ids := store.reads.job_finished_ids(DEAD_LETTERED):
-            retried += len(store.transitions.retry(ids))
+        retried, after = 0, None
+        while ids := store.reads.job_ids_after(DEAD_LETTERED, after):
+            for job_id in ids:
+                try:
+                    retried += len(store.transitions.retry([job_id]))
+                except DuplicateJob as exc:
+                    emit("dead_letter.retry_skipped", job=job_id, reason=str(exc))
+            after = ids[-1]
         return retried
 
     def purge(self, *, older_than: object = None) -> int:

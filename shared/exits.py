@@ -29,7 +29,11 @@ NAMES = {
 def describe(status: int) -> str:
     """A waitpid status in words: ``exited 4 (ended itself: lease lost)`` or ``killed by SIGKILL``."""
     if os.WIFSIGNALED(status):
-        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:  # a real-time signal has no name
+            return f"killed by signal {number}"
     code = os.WEXITSTATUS(status)
     return f"exited {code} ({NAMES.get(code, 'unknown')})"
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobsup.errors import UnknownJob
+from jobsup.errors import DatabaseError, UnknownJob
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
@@ -84,6 +84,13 @@ class JobType:
 _known_names: set[str] = set()
 
 
+def emit_event(kind: str, **fields: Any) -> None:
+    # Events import the metrics, which import this module: looked up when first needed.
+    from jobsup.observe.events import emit
+
+    emit(kind, **fields)
+
+
 def is_defined(name: str) -> bool:
     return name in _known_names or _registered(name) is not None
 
@@ -125,7 +132,13 @@ class Resolver:
 
     def refresh(self, now: float | None = None) -> None:
         assert self.load is not None
-        published = self.load()
+        try:
+            published = self.load()
+        except DatabaseError as exc:
+            # What was read before still serves; the next miss tries again a second later.
+            emit_event("db.error", operation="definitions", error=exc)
+            self.loaded_at = time.monotonic() if now is None else now
+            return
         with self.lock:
             self.published, self.loaded_at = published, time.monotonic() if now is None else now
         _known_names.update(published)

@@ -62,10 +62,10 @@ class Settings:
     retain_cancelled: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
-        if self.heartbeat <= 0 or 3 * self.heartbeat > self.lease:
+        if self.heartbeat <= 0 or 4 * self.heartbeat > self.lease:
             raise ConfigurationError(
-                f"heartbeat ({self.heartbeat:g}s) must be at most a third of the lease ({self.lease:g}s): a job is "
-                "cancelled when its lease would lapse within two heartbeats"
+                f"heartbeat ({self.heartbeat:g}s) must be at most a quarter of the lease ({self.lease:g}s): a job is "
+                "cancelled when its lease would lapse within two heartbeats, and a renewal needs a heartbeat of slack"
             )
         if self.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ConfigurationError(f"log_level must be DEBUG, INFO, WARNING or ERROR, not {self.log_level!r}")

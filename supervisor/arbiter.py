@@ -1,10 +1,10 @@
 """The supervisor process: the arbiter loop.
 
 Signal handlers only put the signal on a `queue.SimpleQueue` (reentrant, so safe inside a
-handler) and the loop does the rest: reap dead workers and close their leases, kill workers
-whose lease renewal is overdue, refill empty slots with backoff, heartbeat the process
-table, run maintenance and the cron tick. The order of boot and of shutdown is written out
-once, in `boot()` and `shutdown()`.
+handler) and the loop does the rest: reap dead workers and close their leases, refill empty
+slots with backoff, heartbeat the process table, run maintenance and the cron tick. Workers
+whose lease renewal is overdue are killed from a thread of its own (`enforce`). The order of
+boot and of shutdown is written out once, in `boot()` and `shutdown()`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from jobsup.store import Database, Store, migrate
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
 from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
+from jobsup.supervisor.enforce import Enforcer
 from jobsup.supervisor.guard import guarded
 from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses, PurgeFinished, QueueGauges
@@ -69,8 +70,8 @@ class Arbiter:
     # -- boot ------------------------------------------------------------------------------
 
     def boot(self) -> None:
-        """Metrics directory, apps, database, schema, definitions, registration, children,
-        HTTP endpoints, signals."""
+        """Metrics directory, apps, database, schema, definitions, registration, children
+        and their lease enforcement, HTTP endpoints, signals."""
         self.metrics_dir = metrics.prepare_multiprocess()  # before anything imports prometheus_client
         self.import_apps()
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
@@ -94,6 +95,7 @@ class Arbiter:
         metrics.start_series(list(self.settings.queues), [step.name for step in self.maintenance.steps])
         self.store.processes.process_register(id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid())
         self.children = Children(self.settings, self.fork_worker)
+        Enforcer(self.children, self.settings.lease, self.settings.heartbeat).start()
         self.health = Health(self.ping)
         self.endpoints = self.serve()
         for signum in HANDLED:
@@ -149,7 +151,6 @@ class Arbiter:
                 self.burials.run_due()
                 if self.stopping is None:
                     self.spawn()
-                    self.enforce()
                     self.tick()
                 elif time.monotonic() > self.stopping + self.shutdown_deadline():
                     self.kill_stragglers()
@@ -205,14 +206,6 @@ class Arbiter:
                     queue=child.slot.queue,
                 ),
             )
-
-    def enforce(self) -> None:
-        """Kill workers whose lease renewal is overdue: what their own lease threads failed
-        to do (a job holding the GIL starves them). Reaping them closes their leases."""
-        assert self.children is not None
-        for child in self.children.overdue(time.monotonic(), self.settings.lease, self.settings.heartbeat):
-            emit("worker.killed_overdue", worker=child.slot.label, pid=child.pid, queue=child.slot.queue)
-            self.children.kill(child)
 
     def reap(self) -> None:
         assert self.children is not None
@@ -317,6 +310,9 @@ class Arbiter:
             from jobsup.worker.boot import main
 
             sockets = [self.endpoints.fileno()] if self.endpoints is not None else []
-            main(spec, slot, inherited=[self.db], inherited_fds=sockets, signal_mask=mask)
+            try:
+                main(spec, slot, inherited=[self.db], inherited_fds=sockets, signal_mask=mask)
+            finally:
+                os._exit(exits.CRASHED)  # never return into the supervisor's loop
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         return pid

@@ -35,9 +35,7 @@ MAX_DELAY = 10.0
 class Burial:
     owner: str
     worker: str
-    running: dict[int, int]
-    kind: str
-    error: str
+    charged: dict[int, tuple[int, str, str]]  # job id -> (attempt, how it ends, error)
     lapses_at: float  # monotonic: after this the sweep does it
     next_try: float = 0.0
     delay: float = 0.5
@@ -54,8 +52,8 @@ def burial_of(death: Death, lease: float) -> Burial:
     else:
         kind, error = LEASE_EXPIRED, f"lease expired: its worker {exits.describe(death.status)}"
     renewed = child.slot.memory.renewed_at or child.started
-    running = {job_id: attempt for job_id, attempt, _ in death.running}
-    return Burial(child.worker_id, child.slot.label, running, kind, error, lapses_at=renewed + lease)
+    charged = {job_id: (attempt, kind, error) for job_id, attempt, _ in death.running}
+    return Burial(child.worker_id, child.slot.label, charged, lapses_at=renewed + lease)
 
 
 class Burials:
@@ -82,4 +80,4 @@ class Burials:
                 burial.next_try, burial.delay = now + burial.delay, min(burial.delay * 2, MAX_DELAY)
 
     def _write(self, burial: Burial) -> int:
-        return self.transitions.expire_owner(burial.owner, burial.running, kind=burial.kind, error=burial.error)
+        return self.transitions.expire_owner(burial.owner, burial.charged)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from jobsup import exits
+from jobsup.observe.events import emit
 from jobsup.settings import Settings
 from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.slot import SlotTable
@@ -95,7 +96,11 @@ class Children:
         now, spawned = time.monotonic(), []
         for slot in self.slots:
             if slot.label not in busy and now >= slot.restart_at:
-                spawned.append(self.spawn(slot))
+                try:
+                    spawned.append(self.spawn(slot))
+                except OSError as exc:  # fork refused (EAGAIN, ENOMEM): try again later
+                    emit("worker.spawn_failed", worker=slot.label, error=exc)
+                    slot.restart_at = now + MAX_RESTART_DELAY / 10
         return spawned
 
     def spawn(self, slot: Slot) -> Child:
@@ -156,7 +161,7 @@ class Children:
         late = lease - heartbeat / 2
         return [
             child
-            for child in self.alive.values()
+            for child in list(self.alive.values())  # a snapshot: the loop's thread reaps meanwhile
             if not child.killed and child.slot.memory.running() and now - child.slot.memory.renewed_at > late
         ]
 

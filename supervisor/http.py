@@ -5,9 +5,10 @@ Routes are registered on a `Router`, so later endpoints are one line each; nothi
 touches the loop's state but what `Health` is told.
 
 A connection that sends nothing cannot hold a thread: a request must arrive within
-`READ_TIMEOUT`, at most `MAX_CONNECTIONS` are served at once, and when that many are open a
-new connection evicts the one that has waited longest without sending its request, so a
-scrape gets through however many idle connections someone opens.
+`READ_TIMEOUT`, at most `MAX_CONNECTIONS` are open at once, and when that many are open a
+new connection evicts the one that has waited longest without sending its request (or is
+refused when every one of them is being served), so a scrape gets through however many idle
+connections someone opens.
 """
 
 from __future__ import annotations
@@ -78,19 +79,23 @@ class Endpoints(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.lock:
-            if len(self.open) >= self.max_connections:
-                self._evict_idlest()
-            self.open[request] = time.monotonic()
+            full = len(self.open) >= self.max_connections and not self._evict_idlest()
+            if not full:
+                self.open[request] = time.monotonic()
+        if full:  # every slot serves a request: this one is refused, not queued behind them
+            super().shutdown_request(request)
+            return
         super().process_request(request, client_address)
 
-    def _evict_idlest(self) -> None:
+    def _evict_idlest(self) -> bool:
         waiting = [(since, conn) for conn, since in self.open.items() if since is not None]
         if not waiting:
-            return
+            return False
         _, conn = min(waiting, key=lambda item: item[0])
         self.open.pop(conn, None)
         with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_RDWR)  # its thread's read returns at once and the thread ends
+        return True
 
     def request_arrived(self, conn: socket.socket) -> None:
         with self.lock:
@@ -132,7 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 class Health:
     """The loop reports each turn and what is wrong with the workers; /healthz also asks the
-    database, at most once a second."""
+    database, at most once a second and one request at a time: while one asks, the others
+    get the last answer, or hear that the database has not answered for a while."""
 
     def __init__(self, ping: Callable[[], None], stale_after: float = 10.0) -> None:
         self.ping, self.stale_after = ping, stale_after
@@ -140,6 +146,7 @@ class Health:
         self.problems: list[str] = []
         self.lock = threading.Lock()
         self.checked, self.answer = 0.0, (False, "not checked yet")
+        self.asking_since: float | None = None
 
     def tick(self, problems: list[str]) -> None:
         self.ticked, self.problems = time.monotonic(), problems
@@ -150,15 +157,25 @@ class Health:
             return False, f"supervisor loop has not ticked for {now - self.ticked:.0f}s"
         if self.problems:
             return False, "; ".join(self.problems)
-        with self.lock:
+        if not self.lock.acquire(blocking=False):
+            since = self.asking_since
+            if since is not None and now - since > 2.0:
+                return False, f"database: no answer for {now - since:.0f}s"
+            return self.answer
+        try:
             if now - self.checked >= 1.0:
+                self.asking_since = now
                 try:
                     self.ping()
                     self.answer = (True, "ok")
                 except Exception as exc:
                     self.answer = (False, f"database: {exc}")
-                self.checked = now
+                finally:
+                    self.asking_since = None
+                self.checked = time.monotonic()
             return self.answer
+        finally:
+            self.lock.release()
 
 
 def supervisor_routes(health: Health) -> Router:

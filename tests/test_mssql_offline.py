@@ -22,7 +22,7 @@ from jobsup.store import migrate
 from jobsup.store.builder import build
 from jobsup.store.dialects.mssql import SQLServerDialect
 from jobsup.store.reads import Reads
-from jobsup.store.rows import FAILED, RELEASED, SUCCEEDED, Held, Lease, Outcome
+from jobsup.store.rows import FAILED, SUCCEEDED, Held, Lease, Outcome
 from jobsup.store.transitions import Transitions
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -77,7 +77,7 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
         {"p_error": "boom", "p_off_s_retry": 90, "p_off_ms_retry": 500, "p_discard": False},
     ),
     "release": (
-        lambda t: t.settle([Outcome(HELD, RELEASED)]),
+        lambda t: t.release([HELD]),
         ["attempts=(jobsup_job.attempts - :attempts_1)"],
         {"status": "pending", "p_outcome": "released"},
     ),
@@ -88,11 +88,11 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
     ),
     "expire": (
         lambda t: t.expire(now=T0),
-        ["LEFT OUTER JOIN jobsup_job_attempt AS open_attempt", "jobsup_job.lease_expires_at < coalesce(:p_now"],
+        ["GROUP BY jobsup_job.lease_owner", "jobsup_job.lease_expires_at < coalesce(:p_now"],
         {"p_now": T0},
     ),
     "expire_owner": (
-        lambda t: t.expire_owner("w", {7: 2}),
+        lambda t: t.expire_owner("w", {7: (2, "lease_expired", "killed")}),
         ["jobsup_job.lease_owner = :p_owner ORDER BY jobsup_job.priority DESC"],
         {"p_owner": "w"},
     ),

@@ -36,8 +36,8 @@ def test_an_unreachable_database_exits_1_with_host_and_port(tmp_path: Path) -> N
     ("args", "message"),
     [
         (["--queue", "default=zero"], "workers of queue 'default': 'zero' is not a whole number"),
-        (["--lease", "10s", "--heartbeat", "20s"], "heartbeat (20s) must be at most a third of the lease (10s)"),
-        (["--lease", "2m", "--heartbeat", "1m"], "heartbeat (60s) must be at most a third of the lease (120s)"),
+        (["--lease", "10s", "--heartbeat", "20s"], "heartbeat (20s) must be at most a quarter of the lease (10s)"),
+        (["--lease", "3m", "--heartbeat", "1m"], "heartbeat (60s) must be at most a quarter of the lease (180s)"),
         (["--log-level", "verbose"], "log_level must be DEBUG, INFO, WARNING or ERROR"),
         (["--metrics-port", "70000"], "metrics_port must be 0-65535"),
         (["--claim-batch", "0"], "claim_batch must be at least 1"),

@@ -188,7 +188,7 @@ def test_expire_owner_closes_a_dead_workers_leases_by_what_it_was_running(client
     claimed = claim(client, "dead-worker", limit=2)
     claim_one(client, "live-worker")
     expire_owner = client.store.transitions.expire_owner
-    assert expire_owner("dead-worker", {claimed[0].id: claimed[0].attempt}, kind=LEASE_EXPIRED, error="killed") == 2
+    assert expire_owner("dead-worker", {claimed[0].id: (claimed[0].attempt, LEASE_EXPIRED, "killed")}) == 2
     assert client.get(running).status == "dead_lettered"  # type: ignore[union-attr]  # its one attempt: used
     assert client.get(waiting).status == "pending"  # type: ignore[union-attr]  # never started: released
     assert client.get(waiting).attempts == 0  # type: ignore[union-attr]

@@ -115,3 +115,32 @@ def test_on_sqlite_a_clock_jump_never_expires_a_live_workers_lease(
         request_stop()
     assert history(client, job_id) == [(1, "lease_expired"), (2, "succeeded")]
     assert_no_overlap(record, job_id)
+
+
+def test_a_gil_holding_job_is_killed_during_a_long_shutdown_too(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    """The enforcement keeps watching while the supervisor waits out the shutdown grace."""
+    client = jobsup.Client(url)
+    job_id = client.enqueue("work", {"gil": True, "slow_attempts": [1]})
+    supervisor = start(lease="4s", heartbeat="1s", shutdown_grace="60s")
+    worker = started_by(record, job_id)
+    supervisor.signal(signal.SIGTERM)
+    stopped_at = time.monotonic()
+    wait_until(lambda: not alive(worker), timeout=30, what="the GIL-holding worker to be killed")
+    assert time.monotonic() - stopped_at < 4, "not killed before its lease could lapse"
+    assert supervisor.wait(timeout=30) == 0
+    assert history(client, job_id) == [(1, "lease_expired")]
+
+
+def test_a_cleanly_stopped_worker_leaves_no_owner_lock(sqlite_url: str, record: Path, tmp_path: Path) -> None:
+    from harness import Supervisor
+
+    client = jobsup.Client(sqlite_url)
+    supervisor = Supervisor(sqlite_url, record, tmp_path / "supervisor.log", "--queue", "default=2")
+    supervisor.wait_for_workers(2)
+    owners = owners_folder(client.database.url)
+    assert owners is not None
+    wait_until(lambda: owners.is_dir() and len(list(owners.iterdir())) == 2, timeout=30, what="two owner locks")
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(timeout=30) == 0
+    supervisor.stop()
+    assert list(owners.iterdir()) == []

@@ -46,3 +46,68 @@ def test_every_payload_value_and_key_is_masked_in_stored_errors_short_ones_as_wo
 
 def test_stored_errors_are_capped() -> None:
     assert len(error_text(RuntimeError("x" * 5000), [])) == 2000
+
+
+def test_a_worker_killed_by_a_signal_without_a_name_is_described() -> None:
+    import signal
+
+    from jobsup.exits import describe
+
+    realtime = signal.SIGRTMIN + 2
+    assert describe(realtime) == f"killed by signal {realtime}"  # a wait status for that signal
+    assert describe(signal.SIGKILL) == "killed by SIGKILL"
+
+
+def test_waiting_for_a_commit_adds_one_listener_per_connection() -> None:
+    from sqlalchemy import create_engine
+
+    from jobsup.store.database import after_commit
+
+    fired: list[int] = []
+    with create_engine("sqlite://").connect() as conn:
+        for n in range(100):
+            with conn.begin():
+                after_commit(conn, lambda n=n: fired.append(n))  # type: ignore[misc]
+        transaction = conn.begin()
+        after_commit(conn, lambda: fired.append(-1))
+        transaction.rollback()
+        with conn.begin():
+            pass
+        assert len(conn.dispatch.commit) == 1
+    assert fired == list(range(100))
+
+
+def test_a_database_error_while_reading_definitions_leaves_the_cached_ones() -> None:
+    from jobsup.jobtypes import JobType, Resolver
+
+    calls = {"n": 0}
+
+    def load() -> dict[str, JobType]:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise jobsup.DatabaseUnavailable("the database went away")
+        return {"published-elsewhere": JobType("published-elsewhere", queue="mail")}
+
+    resolver = Resolver(load, ttl=0.0)
+    assert resolver.find("published-elsewhere").queue == "mail"  # type: ignore[union-attr]
+    assert resolver.find("published-elsewhere").queue == "mail"  # type: ignore[union-attr]  # reload failed
+    assert resolver.find("nobody") is None and calls["n"] >= 2
+
+
+def test_healthz_does_not_queue_behind_a_database_that_hangs() -> None:
+    import time
+
+    from jobsup.supervisor.http import Health
+
+    release = threading.Event()
+    health = Health(lambda: release.wait(10) and None)
+    health.tick([])
+    first = threading.Thread(target=health)
+    first.start()
+    time.sleep(0.05)  # let it start asking the database (the assertion below does not depend on it)
+    started = time.monotonic()
+    answer = health()
+    assert time.monotonic() - started < 1.0, "a second probe waited for the first one's database call"
+    assert answer[0] is False
+    release.set()
+    first.join(5)

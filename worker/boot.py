@@ -67,8 +67,8 @@ def boot(
     setproctitle(f"jobsup: worker {spec.label} booting")
     # 4. Our own engine, created after the fork, and proof of life for the lease sweep.
     db = Database(spec.settings.database_url, role="worker")
-    db.dialect.hold_owner(db, spec.worker_id)
+    owner_lock = db.dialect.hold_owner(db, spec.worker_id)
     slot.reset()
-    worker = Worker(spec, db, stop, slot)
+    worker = Worker(spec, db, stop, slot, owner_lock)
     slot.mark_booted()
     return worker

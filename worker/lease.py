@@ -17,6 +17,11 @@ is dead may its row change (the supervisor writes it after reaping).
   exit code that tells the supervisor what to write.
 - Waiting jobs: once a job has run for `HOLD_WAITING`, the jobs waiting behind it in its
   claimed batch are released, so idle workers elsewhere can take them.
+
+The bookkeeping is keyed by job id, but an entry is only ever removed by the claim that made
+it (compared by identity): a job this worker released can be claimed by it again, with the
+same lease, before the release's own bookkeeping has caught up, and that new claim must not
+be forgotten.
 """
 
 from __future__ import annotations
@@ -77,27 +82,37 @@ class LeaseKeeper:
 
     def hold(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         with self.lock:
+            if not self.held:
+                # Otherwise older leases (outcomes not yet written) set when all are renewed.
+                self.renewed_at, self.next_renewal = claimed_at, claimed_at + self.heartbeat
+                self.worker.slot.renewed(claimed_at)
             self.held.update({job.id: job for job in jobs})
             self.waiting.update({job.id: job for job in jobs})
-            self.renewed_at = claimed_at
-            self.next_renewal = claimed_at + self.heartbeat
-            self.worker.slot.renewed(claimed_at, len(self.held))
 
     def begin(self, job: ClaimedJob, timeout: float | None) -> Running | None:
-        """Start `job` if it may still start: it was not released or lost while it waited,
-        and its lease is not about to lapse (during an outage a batch's later leases run out
-        while nothing renews them). None when it may not."""
+        """Start `job` if it may still start. None when it may not: it was released or lost
+        while it waited, the worker is ending, or its lease is about to lapse (during an
+        outage a batch's later leases run out while nothing renews them; such a job is
+        released)."""
         with self.lock:
-            fresh = time.monotonic() < self.renewed_at + self.lease - 2 * self.heartbeat
-            if self.waiting.pop(job.id, None) is None or not fresh:
+            if self.waiting.get(job.id) is not job or self.worker.ending.is_set():
                 return None
-            running = self.running[job.id] = Running(job, timeout)
-            self.worker.slot.start(job.id, job.attempt, timeout)
-            return running
+            del self.waiting[job.id]
+            if time.monotonic() >= self.renewed_at + self.lease - 2 * self.heartbeat:
+                stale = True
+            else:
+                stale = False
+                running = self.running[job.id] = Running(job, timeout)
+                self.worker.slot.start(job.id, job.attempt, timeout)
+        if stale:
+            self.worker.settler.add(job, Outcome(job.held, RELEASED, worker=self.worker.spec.label))
+            return None
+        return running
 
     def end(self, running: Running) -> None:
         with self.lock:
-            self.running.pop(running.job.id, None)
+            if self.running.get(running.job.id) is running:
+                del self.running[running.job.id]
             self.worker.slot.finish(running.job.id)
 
     def take_waiting(self) -> list[ClaimedJob]:
@@ -106,13 +121,14 @@ class LeaseKeeper:
             jobs, self.waiting = list(self.waiting.values()), {}
         return jobs
 
-    def drop(self, job_ids: set[int]) -> None:
-        """Forget leases whose outcome was written (or lost)."""
+    def drop(self, jobs: list[ClaimedJob]) -> None:
+        """Forget the leases of these claims: their outcome was written, or they were lost."""
         with self.lock:
-            for job_id in job_ids:
-                self.held.pop(job_id, None)
-                self.waiting.pop(job_id, None)
-            self.worker.slot.renewed(self.renewed_at, len(self.held))
+            for job in jobs:
+                if self.held.get(job.id) is job:
+                    del self.held[job.id]
+                if self.waiting.get(job.id) is job:
+                    del self.waiting[job.id]
 
     # -- the threads ------------------------------------------------------------------------
 
@@ -143,26 +159,24 @@ class LeaseKeeper:
 
     def _renew(self, now: float) -> None:
         with self.lock:
-            leases = [job.lease for job in self.held.values()]
-        if not leases:
+            jobs = list(self.held.values())
+        if not jobs:
             self.next_renewal = now + self.heartbeat
             return
         store = self.worker.store
         try:
-            renewed = store.transitions.renew(leases, lease=self.lease)
-            lost = {lease.job_id for lease in leases} - renewed
-            statuses = store.reads.job_statuses(sorted(lost)) if lost else {}
+            renewed = store.transitions.renew([job.lease for job in jobs], lease=self.lease)
+            lost = [job for job in jobs if job.id not in renewed]
+            statuses = store.reads.job_statuses([job.id for job in lost]) if lost else {}
         except DatabaseError as exc:
             emit("db.error", operation="renew", worker=self.worker.spec.label, error=exc)
             self.next_renewal = now + min(1.0, self.heartbeat)
             return
+        self.drop(lost)
         with self.lock:
             self.renewed_at = now
-            for job_id in lost:
-                self.held.pop(job_id, None)
-                self.waiting.pop(job_id, None)
-            running = [self.running[job_id] for job_id in lost if job_id in self.running]
-            self.worker.slot.renewed(now, len(self.held))
+            running = [r for job in lost if (r := self.running.get(job.id)) is not None and r.job is job]
+            self.worker.slot.renewed(now)
         self.next_renewal = now + self.heartbeat
         for job in running:
             reason = CANCELLED if statuses.get(job.job.id) == CANCELLED_STATUS else LEASE_LOST
@@ -191,6 +205,5 @@ class LeaseKeeper:
             emit("job.cancelling", job=running.job.id, name=running.job.name, reason=reason)
 
     def _release_waiting(self) -> None:
-        for job in self.take_waiting():
-            self.worker.settler.add(Outcome(job.held, RELEASED, worker=self.worker.spec.label))
+        self.worker.release(self.take_waiting())
         self.worker.settler.flush_soon()

@@ -2,15 +2,17 @@
 
 A claim may take a batch (``claim_batch``); its jobs run one by one, each under its own
 lease, and the jobs still waiting are released if the one running takes long (see
-`jobsup.worker.lease`). Outcomes go to the settler, which writes them in the background
-(`jobsup.worker.settler`). Between jobs the loop stops when asked to, or when its supervisor
-is gone; on the way out it releases what it has not started and waits for its writes.
+`jobsup.worker.lease`). Every write goes through the settler (`jobsup.worker.settler`):
+a failure at once, successes and releases in the background or before the next claim.
+Between jobs the loop stops when asked to, or when its supervisor is gone; on the way out it
+releases what it has not started and waits for its writes.
 """
 
 from __future__ import annotations
 
 import os
 import select
+import threading
 import time
 from typing import NoReturn
 
@@ -21,8 +23,8 @@ from jobsup.clock import host_clock
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
 from jobsup.store import Database, Store
-from jobsup.store.dialects import Listener
-from jobsup.store.rows import RELEASED, ClaimedJob, Outcome
+from jobsup.store.dialects import Listener, OwnerLock
+from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
 from jobsup.worker.execute import execute, outcome_of
 from jobsup.worker.lease import LeaseKeeper, Running
 from jobsup.worker.settler import Settler
@@ -32,33 +34,53 @@ from jobsup.worker.stop import StopRequest
 
 
 class Worker:
-    def __init__(self, spec: WorkerSpec, db: Database, stop: StopRequest, slot: Slot) -> None:
+    def __init__(
+        self, spec: WorkerSpec, db: Database, stop: StopRequest, slot: Slot, owner_lock: OwnerLock | None
+    ) -> None:
         self.spec, self.db, self.stop, self.slot = spec, db, stop, slot
+        self.owner_lock = owner_lock  # proof of life for the lease sweep (SQLite), held until we exit
         self.store = Store(db)
         self.settings = spec.settings
         self.poll_interval = self.settings.poll_interval or db.dialect.default_poll_interval
         self.batch = self.settings.claim_batch_of(spec.queue)
+        # Where a batch's outcomes are written. One job at a time on a database of many
+        # writers: handed to the settler, so the next claim overlaps the write (its round trip
+        # is most of a job's cost). A batch, or one writer at a time (SQLite): here, before the
+        # next claim; the write is amortised over the batch, and a second thread running
+        # Python beside this one costs more in GIL hand-offs than it saves (measured: the
+        # benchmark figures are in the README's performance section).
+        self.write_before_claim = db.dialect.one_writer or self.batch > 1
         self.keeper = LeaseKeeper(self)
         self.settler = Settler(self)
         self.listener: Listener | None = None
         self.idle_backoff = 0.0
+        self.ending = threading.Event()  # set by the lease thread when it ends the process
 
     def run(self) -> int:
         self.keeper.start()
         self.settler.start()
         self.title("idle")
         emit("worker.started", worker=self.spec.label, pid=os.getpid(), owner=self.spec.worker_id)
-        while True:
-            if self.stop.requested:
-                return self.finish(exits.STOPPED)
-            if os.getppid() != self.spec.supervisor_pid:
-                return self.finish(exits.PARENT_GONE)
-            claimed_at = time.monotonic()
-            jobs = self.claim()
-            if jobs:
-                self.run_batch(jobs, claimed_at)
-            else:
-                self.idle()
+        try:
+            while True:
+                if self.stop.requested:
+                    return self.finish(exits.STOPPED)
+                if os.getppid() != self.spec.supervisor_pid:
+                    return self.finish(exits.PARENT_GONE)
+                if self.ending.is_set():
+                    self.ending.wait(3600)  # the lease thread is ending the process: claim nothing
+                    continue
+                claimed_at = time.monotonic()
+                jobs = self.claim()
+                if jobs:
+                    self.run_batch(jobs, claimed_at)
+                else:
+                    self.idle()
+        except BaseException:
+            # A crash: what was already finished is still written, for a bounded time.
+            self.release(self.keeper.take_waiting())
+            self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
+            raise
 
     def claim(self) -> list[ClaimedJob]:
         try:
@@ -105,7 +127,7 @@ class Worker:
                 continue
             self.run_one(running)
         self.release(self.keeper.take_waiting())
-        if self.db.dialect.one_writer:
+        if self.write_before_claim:
             self.settler.write_here()
         else:
             self.settler.flush_soon()
@@ -124,21 +146,27 @@ class Worker:
             waited=waited,
         )
         ran = execute(job, running.cancelled)
-        self.keeper.end(running)
         seconds = time.monotonic() - running.started
         outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.spec.label)
         if outcome is None:
-            self.keeper.drop({job.id})  # its row already moved on: cancelled, or the lease lost
+            self.keeper.end(running)
+            self.keeper.drop([job])  # its row already moved on: an operator cancelled it
+        elif outcome.kind in (SUCCEEDED, RELEASED):
+            self.keeper.end(running)  # should the worker die now, the job is released, not charged
+            self.settler.add(job, outcome)
         else:
-            self.settler.add(outcome)
+            self.settler.write_now(job, outcome)  # the slot says "running" until it is written
+            self.keeper.end(running)
 
     def release(self, jobs: list[ClaimedJob]) -> None:
         for job in jobs:
-            self.settler.add(Outcome(job.held, RELEASED, worker=self.spec.label))
+            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.spec.label))
 
     def finish(self, code: int) -> int:
         """On the way out: everything handed over is written (for up to one lease)."""
         self.settler.drain()
+        if self.owner_lock is not None:
+            self.owner_lock.release()  # no lease left to protect
         return code
 
     def end_now(self, running: Running, code: int) -> NoReturn:
@@ -147,6 +175,7 @@ class Worker:
         supervisor writes it once it has reaped this process (the exit code says what). The
         jobs still waiting are released and finished outcomes written, for a bounded time:
         the database may be why we are here."""
+        self.ending.set()
         self.release(self.keeper.take_waiting())
         self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
         emit("worker.ending", worker=self.spec.label, job=running.job.id, reason=exits.NAMES[code])

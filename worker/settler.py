@@ -1,25 +1,31 @@
-"""The worker's writer: settles outcomes from a thread of its own, so the main thread can
-claim and run the next job while the last ones are written.
+"""The worker's writer: settles outcomes, from a thread of its own or from the main thread.
 
-Outcomes wait at most `FLUSH_EVERY` (or less, when the main thread finishes a batch and
-asks for it), whatever the job running meanwhile does; successes of one flush settle in one
-statement. A write is retried through a brief outage for up to one lease, so an outage does
-not turn a success into a rerun; the leases of outcomes not yet written stay held (and
-renewed) until they are. A worker that could not write an outcome for a whole lease ends
-itself: it holds leases it can neither renew nor settle, and only its death lets its
-supervisor, or the sweep, give them back.
+Successes and releases wait at most `FLUSH_EVERY` (or less, when the main thread finishes a
+batch and asks for it), whatever the job running meanwhile does; the successes of one flush
+settle in one statement. A failure is written by the main thread at once (`write_now`),
+before the job leaves the worker's slot, so a worker that dies first is still charged for
+the attempt.
+
+Each write is retried through a brief outage for up to one lease, so an outage does not turn
+a success into a rerun; the leases of outcomes not yet written stay held (and renewed) until
+they are. The parts of a batch are written and retried one by one, and a part that was
+written is never written again: a release written twice could release the same lease again
+after this worker had claimed the job anew. A worker that could not write an outcome for a
+whole lease ends itself: it holds leases it can neither renew nor settle, and only its death
+lets its supervisor, or the sweep, give them back.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobsup import exits
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
-from jobsup.store.rows import Outcome
+from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
 
 if TYPE_CHECKING:
     from jobsup.worker.loop import Worker
@@ -27,26 +33,28 @@ if TYPE_CHECKING:
 FLUSH_EVERY = 0.5  # seconds an outcome may wait to be written with others
 TICK = 0.1  # how often the writer looks at the age of what waits (adding does not wake it)
 
+Pending = tuple[ClaimedJob, Outcome]
+
 
 class Settler:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.cond = threading.Condition()
-        self.pending: list[Outcome] = []
+        self.pending: list[Pending] = []
         self.oldest = 0.0  # monotonic time the oldest pending outcome arrived
         self.urgent = False
-        self.writing = False
+        self.writing = 0  # writes under way, in any thread
 
     def start(self) -> None:
-        threading.Thread(target=self._write_forever, name="jobsup-settle", daemon=True).start()
+        threading.Thread(target=self._guarded, name="jobsup-settle", daemon=True).start()
 
-    def add(self, outcome: Outcome) -> None:
+    def add(self, job: ClaimedJob, outcome: Outcome) -> None:
         # Not woken here: a thread switch per job would cost more than the write; the writer
         # looks every TICK and writes what has waited long enough.
         with self.cond:
             if not self.pending:
                 self.oldest = time.monotonic()
-            self.pending.append(outcome)
+            self.pending.append((job, outcome))
 
     def flush_soon(self) -> None:
         with self.cond:
@@ -54,15 +62,27 @@ class Settler:
             self.cond.notify_all()
 
     def write_here(self) -> None:
-        """Write what is pending in the calling thread, now (one writer at a time, SQLite:
-        a hand-over to the settler's thread would only add a thread switch)."""
+        """Write what is pending in the calling thread, now (with one writer at a time, or a
+        batch, a hand-over to the settler's thread would only add a thread switch)."""
         with self.cond:
             batch, self.pending = self.pending, []
-        if batch:
+            self.writing += 1
+        try:
             self._write(batch)
+        finally:
+            self._written()
+
+    def write_now(self, job: ClaimedJob, outcome: Outcome) -> None:
+        """Write one outcome in the calling thread, now."""
+        with self.cond:
+            self.writing += 1
+        try:
+            self._write([(job, outcome)])
+        finally:
+            self._written()
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Write everything pending now; wait (up to `timeout`) until it is written."""
+        """Write everything pending now; wait (up to `timeout`) until all writes are done."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             self.urgent = True
@@ -74,26 +94,54 @@ class Settler:
                 self.cond.wait(left)
         return True
 
+    def _guarded(self) -> None:
+        try:
+            self._write_forever()
+        except BaseException as exc:
+            # Without this thread nothing would be settled again: end the worker, so that
+            # its supervisor gives the jobs back.
+            emit("worker.crashed", worker=self.worker.spec.label, thread="settle", exc=exc)
+            exits.now(exits.CRASHED)
+
     def _write_forever(self) -> None:
         while True:
             with self.cond:
                 while not self.pending or not (self.urgent or time.monotonic() >= self.oldest + FLUSH_EVERY - TICK):
                     self.cond.wait(TICK)
-                batch, self.pending, self.urgent, self.writing = self.pending, [], False, True
+                batch, self.pending, self.urgent = self.pending, [], False
+                self.writing += 1
             try:
                 self._write(batch)
             finally:
-                with self.cond:
-                    self.writing = False
-                    self.cond.notify_all()
+                self._written()
 
-    def _write(self, batch: list[Outcome]) -> None:
+    def _written(self) -> None:
+        with self.cond:
+            self.writing -= 1
+            self.cond.notify_all()
+
+    def _write(self, batch: list[Pending]) -> None:
         transitions = self.worker.store.transitions
+        successes = [outcome for _, outcome in batch if outcome.kind == SUCCEEDED]
+        releases = [outcome.held for _, outcome in batch if outcome.kind == RELEASED]
+        parts: list[Callable[[], object]] = []
+        if successes:
+            parts.append(lambda: transitions.complete(successes))
+        if releases:
+            parts.append(lambda: transitions.release(releases))
+        for _, outcome in batch:
+            if outcome.kind not in (SUCCEEDED, RELEASED):
+                parts.append(lambda outcome=outcome: transitions.fail(outcome))  # type: ignore[misc]
+        for part in parts:
+            self._retrying(part)
+        self.worker.keeper.drop([job for job, _ in batch])
+
+    def _retrying(self, write: Callable[[], object]) -> None:
         deadline, delay = time.monotonic() + self.worker.settings.lease, 0.1
         while True:
             try:
-                transitions.settle(batch)
-                break
+                write()
+                return
             except DatabaseError as exc:
                 if time.monotonic() + delay > deadline:
                     emit("db.error", operation="settle", error=exc, gave_up=True)
@@ -101,4 +149,3 @@ class Settler:
                 emit("db.error", operation="settle", error=exc, retry_in=delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        self.worker.keeper.drop({outcome.held.id for outcome in batch})

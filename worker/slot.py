@@ -3,8 +3,10 @@
 The supervisor maps one shared anonymous region before it forks anything; each worker slot
 (``default#1``) owns a fixed part of it, reused by the worker that replaces a dead one. The
 worker records that it booted, when its leases were last known good (a claim or a renewal,
-on the monotonic clock, which every process of a host shares), how many leases it holds,
-and which jobs it is running right now (job id, attempt, timeout).
+on the monotonic clock, which every process of a host shares), and which jobs it is running
+right now (job id, attempt, timeout). A job stays "running" here until its outcome is
+written, or, for a success or a release, handed to the settler: a worker that dies before
+writing a failure is charged for it.
 
 The supervisor uses this for what the worker's own interpreter may fail to do: it kills a
 worker whose renewal is overdue (a job holding the GIL starves the lease threads), and when
@@ -21,7 +23,7 @@ from __future__ import annotations
 import math
 import mmap
 
-_HEADER = 4  # words: booted, renewed_at, holding, capacity
+_HEADER = 3  # words: booted, renewed_at, capacity
 _ENTRY = 3  # words: job id, attempt, timeout (NaN: none)
 _WORD = 8
 
@@ -38,16 +40,15 @@ class Slot:
 
     def reset(self) -> None:
         self._ints[0:_HEADER] = _zeros(_HEADER)
-        self._ints[3] = self.capacity
+        self._ints[2] = self.capacity
         self._ints[_HEADER : _HEADER + _ENTRY * self.capacity] = _zeros(_ENTRY * self.capacity)
 
     def mark_booted(self) -> None:
         self._ints[0] = 1
 
-    def renewed(self, at: float, holding: int) -> None:
-        """Leases known good as of the monotonic instant `at`; `holding` leases held."""
+    def renewed(self, at: float) -> None:
+        """Leases known good as of the monotonic instant `at`."""
         self._floats[1] = at
-        self._ints[2] = holding
 
     def start(self, job_id: int, attempt: int, timeout: float | None) -> None:
         for entry in range(self.capacity):
@@ -75,10 +76,6 @@ class Slot:
     @property
     def renewed_at(self) -> float:
         return float(self._floats[1])
-
-    @property
-    def holding(self) -> int:
-        return int(self._ints[2])
 
     def running(self) -> dict[int, int]:
         """The jobs running now: job id -> attempt."""

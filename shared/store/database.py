@@ -12,6 +12,7 @@ rules:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -86,24 +87,31 @@ class Database:
 
 def after_commit(conn: Connection, callback: Callable[[], None]) -> None:
     """Run `callback` when the caller's transaction on `conn` commits (at once when `conn`
-    has none open); never when it rolls back."""
+    has none open); never when it rolls back. One pair of listeners per connection serves
+    every callback, so a long-lived connection does not collect listeners."""
     if not conn.in_transaction():
         callback()
         return
-    done = False
+    waiting = _after_commit.get(conn)
+    if waiting is None:
+        waiting = _after_commit[conn] = []
+        event.listen(conn, "commit", _committed)
+        event.listen(conn, "rollback", _rolled_back)
+    waiting.append(callback)
 
-    def on_commit(_conn: Connection) -> None:
-        nonlocal done
-        if not done:
-            done = True
-            callback()
 
-    def on_rollback(_conn: Connection) -> None:
-        nonlocal done
-        done = True
+# Callbacks waiting for each connection's commit (the connection's own, so they go with it).
+_after_commit: weakref.WeakKeyDictionary[Connection, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
 
-    event.listen(conn, "commit", on_commit, once=True)
-    event.listen(conn, "rollback", on_rollback, once=True)
+
+def _committed(conn: Connection) -> None:
+    callbacks, _after_commit[conn] = _after_commit.get(conn, []), []
+    for callback in callbacks:
+        callback()
+
+
+def _rolled_back(conn: Connection) -> None:
+    _after_commit[conn] = []
 
 
 def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:

@@ -86,6 +86,15 @@ class Reads:
             params = self.dialect.clock_params(now, since=-seconds)
             return {queue: int(count) for queue, count in conn.execute(stmt, params)}
 
+    def job_ids_after(self, status: str, after: int | None, *, limit: int = BATCH) -> list[int]:
+        """Ids of jobs in `status` above `after`, in id order: a cursor over them that moves on
+        whatever happens to the ones already seen."""
+        stmt = select(job.c.id).where(status_is(status)).order_by(job.c.id).limit(limit)
+        if after is not None:
+            stmt = stmt.where(job.c.id > after)
+        with self.db.read("inspect") as conn:
+            return list(conn.execute(stmt).scalars())
+
     def job_finished_ids(
         self,
         status: str,

@@ -121,11 +121,6 @@ class Statements:
         )
 
     @cached_property
-    def status_of(self) -> Select[Any]:
-        """Why leases were lost: the status of the jobs they were for."""
-        return select(job.c.id, job.c.status).where(job.c.id.in_(bindparam("p_ids", expanding=True)))
-
-    @cached_property
     def complete(self) -> Chain:
         clock = self.dialect.clock()
         first = (
@@ -171,15 +166,15 @@ class Statements:
         """`fail` that also requires the lease to have lapsed (the sweep's compare-and-set)."""
         return self._fail(expired_only=True)
 
-    @cached_property
-    def release(self) -> Chain:
+    def _release(self, *, expired_only: bool) -> Chain:
+        clock = self.dialect.clock()
         first = (
             update(job)
-            .where(self.fence)
+            .where(self.fence, *((job.c.lease_expires_at < clock,) if expired_only else ()))
             .values(
                 status=PENDING,
                 attempts=job.c.attempts - 1,
-                updated_at=self.dialect.clock(),
+                updated_at=clock,
                 lease_owner=None,
                 lease_expires_at=None,
             )
@@ -187,12 +182,32 @@ class Statements:
         )
         return self.dialect.chain(first, self.close_attempts)
 
+    @cached_property
+    def release(self) -> Chain:
+        return self._release(expired_only=False)
+
+    @cached_property
+    def release_expired(self) -> Chain:
+        """`release` that also requires the lease to have lapsed (the sweep's)."""
+        return self._release(expired_only=True)
+
     # -- the sweep -----------------------------------------------------------------------------
 
     @cached_property
-    def lapsed(self) -> Select[Any]:
-        """Running jobs whose lease lapsed, in claim order within each owner, each with the
-        time of the claim that took it (its open attempt's start)."""
+    def lapsed_owners(self) -> Select[Any]:
+        """Owners holding a lease that lapsed."""
+        return (
+            select(job.c.lease_owner)
+            .where(status_is(RUNNING), job.c.lease_expires_at < self.dialect.clock())
+            .group_by(job.c.lease_owner)
+            .order_by(job.c.lease_owner)
+            .limit(bindparam("p_limit", type_=Integer))
+        )
+
+    @cached_property
+    def lapsed_of(self) -> Select[Any]:
+        """One owner's lapsed leases, each with the time of the claim that took it (its open
+        attempt's start), in the order the owner runs them."""
         attempt = job_attempt.alias("open_attempt")
         opened = and_(
             attempt.c.job_id == job.c.id, attempt.c.attempt == job.c.attempts, attempt.c.finished_at.is_(None)
@@ -207,9 +222,12 @@ class Statements:
                 func.coalesce(attempt.c.started_at, job.c.updated_at).label("started_at"),
             )
             .select_from(job.outerjoin(attempt, opened))
-            .where(status_is(RUNNING), job.c.lease_expires_at < self.dialect.clock())
-            .order_by(job.c.lease_owner, job.c.priority.desc(), job.c.run_at, job.c.id)
-            .limit(bindparam("p_limit", type_=Integer))
+            .where(
+                status_is(RUNNING),
+                job.c.lease_owner == bindparam("p_owner"),
+                job.c.lease_expires_at < self.dialect.clock(),
+            )
+            .order_by(job.c.priority.desc(), job.c.run_at, job.c.id)
         )
 
     @cached_property

@@ -15,7 +15,9 @@ failed with it.
     steps.register("complete", unblock_dependents)
 
 Register at import time, before the transitions run. A transition with no step registered
-runs as before: on PostgreSQL the claim and the completion stay single statements.
+runs as before: on PostgreSQL the claim and the completion stay single statements. (Retention
+deleting finished jobs is not a transition: a feature whose rows refer to jobs deletes or
+detaches them with its own retention step.)
 """
 
 from __future__ import annotations
@@ -56,10 +58,6 @@ def register(transition: str, step: Step) -> Step:
         raise ValueError(f"no transition named {transition!r}; the transitions are {', '.join(TRANSITIONS)}")
     _steps[transition].append(step)
     return step
-
-
-def unregister(transition: str, step: Step) -> None:
-    _steps[transition].remove(step)
 
 
 def of(transition: str) -> tuple[Step, ...]:

@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import ConstraintViolation, DuplicateJob
-from jobsup.jobtypes import Resolver
+from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
 from jobsup.store import steps
 from jobsup.store.builder import build, insert_params
@@ -135,31 +135,33 @@ class Transitions:
 
     # -- settle: running -> succeeded | pending | dead_lettered -----------------------------------
 
-    def settle(self, outcomes: Sequence[Outcome], *, now: datetime | None = None) -> set[int]:
-        """Write how attempts of one owner ended; return the ids whose lease still held."""
-        settled = self.complete([o for o in outcomes if o.kind == SUCCEEDED], now=now)
-        settled |= self.release([o.held for o in outcomes if o.kind == RELEASED], now=now)
-        for outcome in outcomes:
-            if outcome.kind not in (SUCCEEDED, RELEASED) and self.fail(outcome, now=now) is not None:
-                settled.add(outcome.held.id)
-        return settled
-
     def complete(self, outcomes: Sequence[Outcome], *, now: datetime | None = None) -> set[int]:
-        """running -> succeeded, storing each result. Jobs with the same result (most often
-        none) settle in one statement."""
+        """running -> succeeded, storing each result; one transaction. Jobs with the same
+        result (most often none) settle in one statement. Returns the ids settled (a stale
+        lease settles nothing)."""
         by_result: dict[str | None, list[Outcome]] = defaultdict(list)
         for outcome in outcomes:
             by_result[outcome.result].append(outcome)
-        settled: set[int] = set()
-        for result, group in by_result.items():
-            params = {
+        groups = [
+            {
                 **self.dialect.clock_params(now),
                 **self.sql.fence_params([o.held.lease for o in group]),
                 "p_result": result,
                 "p_outcome": SUCCEEDED,
                 "p_error": None,
             }
-            settled |= {row[0] for row in self._run("complete", self.sql.complete, params, "settle")}
+            for result, group in by_result.items()
+        ]
+        settled: set[int] = set()
+        if len(groups) == 1:
+            settled = {row[0] for row in self._run("complete", self.sql.complete, groups[0], "settle")}
+        elif groups:
+            with self.db.transaction("settle") as conn:
+                for params in groups:
+                    rows = self.sql.complete.run(conn, params)
+                    if rows:
+                        steps.run(conn, steps.Change("complete", rows, params))
+                    settled |= {row[0] for row in rows}
         for outcome in outcomes:
             if outcome.held.id in settled:
                 emit("job.succeeded", **_fields(outcome.held, outcome))
@@ -181,9 +183,7 @@ class Transitions:
         requires the lease to have lapsed (the sweep's compare-and-set). Returns the new
         status, or None when the lease was no longer held (nothing changed)."""
         held = outcome.held
-        delay = outcome.retry_in
-        if delay is None:
-            delay = self.resolver.retry_in(held.name, held.lease.attempt)
+        delay = outcome.retry_in if outcome.retry_in is not None else self._retry_delay(held)
         params = {
             **self.dialect.clock_params(now, retry=delay),
             **self.sql.fence_params([held.lease]),
@@ -192,7 +192,8 @@ class Transitions:
             "p_outcome": "failed" if outcome.kind == DISCARDED else outcome.kind,
         }
         chain = self.sql.fail_expired if expired_only else self.sql.fail
-        rows = self._run("fail", chain, params, operation)
+        transition = "expire" if outcome.kind == LEASE_EXPIRED else "fail"
+        rows = self._run(transition, chain, params, operation)
         status = str(rows[0].status) if rows else None
         kind = "failed" if outcome.kind == DISCARDED else outcome.kind
         fields = {**_fields(held, outcome), "outcome": kind, "error": outcome.error}
@@ -206,9 +207,24 @@ class Transitions:
             emit("job.failed", **fields, retry_in=round(delay, 3))
         return status
 
-    def release(self, held: Sequence[Held], *, now: datetime | None = None, operation: str = "release") -> set[int]:
+    def _retry_delay(self, held: Held) -> float:
+        try:
+            return self.resolver.retry_in(held.name, held.lease.attempt)
+        except Exception as exc:  # a job type's own retry_in is user code
+            emit("job.retry_in_failed", job=held.id, name=held.name, error=f"{type(exc).__name__}: {exc}")
+            return RetryPolicy().delay(held.lease.attempt)
+
+    def release(
+        self,
+        held: Sequence[Held],
+        *,
+        now: datetime | None = None,
+        expired_only: bool = False,
+        operation: str = "release",
+    ) -> set[int]:
         """running -> pending without using up the attempt (shutdown, or a claimed job that
-        never started); returns the ids released."""
+        never started); returns the ids released. `expired_only` also requires the lease to
+        have lapsed (the sweep's compare-and-set)."""
         released: set[int] = set()
         for owner in {h.lease.owner for h in held}:
             mine = [h for h in held if h.lease.owner == owner]
@@ -218,56 +234,57 @@ class Transitions:
                 "p_outcome": RELEASED,
                 "p_error": None,
             }
-            released |= {row[0] for row in self._run("release", self.sql.release, params, operation)}
+            chain = self.sql.release_expired if expired_only else self.sql.release
+            released |= {row[0] for row in self._run("release", chain, params, operation)}
         for h in held:
             emit("job.released", **_fields(h), stale=h.id not in released)
         return released
 
     # -- expire: running (lease lapsed or owner dead) -> pending | dead_lettered ------------------
 
-    def expire(self, *, now: datetime | None = None, limit: int = 1000) -> int:
-        """The sweep: close leases that lapsed; returns how many.
+    def expire(self, *, now: datetime | None = None, limit: int = 100) -> int:
+        """The sweep: close leases that lapsed, of at most `limit` owners; returns how many.
 
         An owner that let its leases lapse is gone (a live worker ends itself before its
         lease can lapse). Of its leases, the first in the order of its latest claim is the
         job it was running: that attempt ends `lease_expired` (retried, or dead-lettered if it
         was the last). Its other leases were jobs waiting in a claimed batch, or successes not
-        yet written; they never used an attempt and are released. Owners the dialect knows
-        are alive (SQLite, where the clock is the host's) are left alone."""
+        yet written; they never used an attempt and are released. Every write also requires
+        the lease to have lapsed still. Owners the dialect knows are alive (SQLite, where the
+        clock is the host's) are left alone."""
+        clock = self.dialect.clock_params(now)
         with self.db.read("maintenance") as conn:
-            rows = conn.execute(self.sql.lapsed, {**self.dialect.clock_params(now), "p_limit": limit}).all()
-        by_owner: dict[str, list[Row[Any]]] = defaultdict(list)
-        for row in rows:
-            by_owner[row.lease_owner].append(row)
-        alive = self.dialect.owners_alive(self.db, set(by_owner))
+            owners = list(conn.execute(self.sql.lapsed_owners, {**clock, "p_limit": limit}).scalars())
+        alive = self.dialect.owners_alive(self.db, set(owners))
         closed = 0
-        for owner, held in by_owner.items():
+        for owner in owners:
             if owner in alive:
+                continue
+            with self.db.read("maintenance") as conn:
+                held = conn.execute(self.sql.lapsed_of, {**clock, "p_owner": owner}).all()
+            if not held:
                 continue
             latest = max(row.started_at for row in held)
             running = next(row for row in held if row.started_at == latest)
             outcome = Outcome(_held(running), LEASE_EXPIRED, LAPSED)
             closed += self.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
             rest = [_held(row) for row in held if row is not running]
-            closed += len(self.release(rest, now=now, operation="maintenance"))
+            closed += len(self.release(rest, now=now, expired_only=True, operation="maintenance"))
         return closed
 
-    def expire_owner(
-        self, owner: str, running: Mapping[int, int], *, kind: str = LEASE_EXPIRED, error: str = LAPSED
-    ) -> int:
-        """Close every lease of an owner known dead (its supervisor reaped it): the attempts
-        it was running (`running`: job id -> attempt) end as `kind` (`lease_expired`,
-        `timed_out`, or `released` for a job that ignored shutdown); every other lease it
-        held was a job that never started, or a success it had not written: released.
-        Returns how many were closed."""
+    def expire_owner(self, owner: str, charged: Mapping[int, tuple[int, str, str]]) -> int:
+        """Close every lease of an owner known dead (its supervisor reaped it). `charged`
+        says how the attempts it was running end: job id -> (attempt, kind, error), where
+        kind is `lease_expired`, `timed_out`, or `released` (a job that ignored shutdown);
+        every other lease it held was a job that never started, or a success or release it
+        had not written: released. Returns how many were closed."""
         with self.db.read("maintenance") as conn:
             held = [_held(row) for row in conn.execute(self.sql.held_by, {"p_owner": owner})]
-        started = [h for h in held if running.get(h.id) == h.lease.attempt]
-        rest = [h for h in held if h not in started]
-        if kind == RELEASED:
-            rest, started = rest + started, []
-        closed = len(self.release(rest, operation="maintenance"))
-        for h in started:
+        ends = {h.id: charged[h.id] for h in held if h.id in charged and charged[h.id][0] == h.lease.attempt}
+        failing = [h for h in held if h.id in ends and ends[h.id][1] != RELEASED]
+        closed = len(self.release([h for h in held if h not in failing], operation="maintenance"))
+        for h in failing:
+            _, kind, error = ends[h.id]
             closed += self.fail(Outcome(h, kind, error), operation="maintenance") is not None
         return closed
 
@@ -323,7 +340,8 @@ class Transitions:
                     emit("recurring.already_fired", schedule=schedule.name)
                     return ALREADY_FIRED
                 ids, _ = self._insert(conn, [new], now)
-                steps.run(conn, steps.Change("fire", [(schedule.name, slot, ids[0])], {}))
+                fired = steps.Change("fire", [(schedule.name, slot, ids[0])], self.dialect.clock_params(now))
+                steps.run(conn, fired)
         except ConstraintViolation:
             emit("recurring.already_fired", schedule=schedule.name)
             return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held

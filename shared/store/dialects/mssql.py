@@ -14,7 +14,6 @@ Quirks and limits:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
@@ -60,6 +59,9 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks):
     # READPAST is refused under SNAPSHOT isolation.
     engine_options: Mapping[str, Any] = {"isolation_level": "READ COMMITTED"}
 
+    def __init__(self) -> None:
+        self._claims: dict[int, Update] = {}  # one claim statement per batch size
+
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, **self.engine_options)
 
@@ -90,7 +92,6 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks):
     def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         return {"p_fence_keys": [f"{lease.job_id}:{lease.attempt}" for lease in leases]}
 
-    @functools.cache  # noqa: B019 - one dialect per Database, a claim batch size or two each
     def claim_statement(self, limit: int) -> Update:
         """The claim of up to `limit` jobs. The limit is part of the statement, so SQLAlchemy
         renders TOP and keeps the subquery's ORDER BY; for a bound limit it would fall back

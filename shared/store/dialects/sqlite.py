@@ -89,8 +89,8 @@ def database_path(url: URL) -> Path | None:
     """The database file of a SQLite URL; None for an in-memory database."""
     name = url.database
     if not name or name == ":memory:" or name.startswith("file:"):
-        return None
-    return Path(name).absolute()
+        return None  # (a file: URI is not supported as a place for the owner locks)
+    return Path(name).resolve()  # every instance names one file the same, however it reached it
 
 
 def owners_folder(url: URL) -> Path | None:

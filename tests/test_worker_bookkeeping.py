@@ -1,0 +1,96 @@
+"""A worker's own bookkeeping, on a real database and a real `Worker` run in this process
+(no fork): the settler never writes a part of a batch twice, a claim is only forgotten by
+itself, a job whose lease is stale is released rather than held, a new claim does not put
+off the renewal of older leases, and a job type's broken `retry_in` cannot stop settling."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import jobsup
+from jobsup.settings import QueueConfig, Settings
+from jobsup.store import Database, faults
+from jobsup.store.rows import FAILED, RELEASED, Outcome
+from jobsup.worker.loop import Worker
+from jobsup.worker.slot import SlotTable
+from jobsup.worker.spec import WorkerSpec
+from jobsup.worker.stop import StopRequest
+
+from helpers import claim, wait_until
+
+OWNER = "test-host:default#1:bookkeeping"
+
+
+@pytest.fixture
+def worker(url: str) -> Iterator[Worker]:
+    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
+    spec = WorkerSpec(settings, "default", 1, OWNER, os.getppid())
+    slot = SlotTable(1, 1).slot(0)
+    slot.reset()
+    db = Database(url, role="worker")
+    yield Worker(spec, db, StopRequest(), slot, None)
+    db.dispose()
+
+
+def test_a_release_already_written_is_not_written_again_when_a_failure_is_retried(worker: Worker, url: str) -> None:
+    client = jobsup.Client(url)
+    failing, released = client.enqueue("a"), client.enqueue("a")
+    a, b = claim(client, OWNER, limit=2)
+    worker.keeper.hold([a, b], time.monotonic())
+    # The failure's statement fails for its first 0.3 s; the release goes through at once.
+    faults.install(worker.db.engine, "worker", "worker:settle@0s+0.3s")
+    faults.install(worker.db.single, "worker", "worker:settle@0s+0.3s")
+    worker.settler.add(a, Outcome(a.held, FAILED, "boom", retry_in=0.0))
+    worker.settler.add(b, Outcome(b.held, RELEASED))
+    writing = threading.Thread(target=worker.settler.write_here)
+    writing.start()
+    wait_until(lambda: client.get(released).status == "pending", timeout=10, what="the release")  # type: ignore[union-attr]
+    [again] = claim(client, OWNER, limit=1)  # this worker claims the job anew: the same lease
+    assert again.id == released and again.lease == b.lease
+    worker.keeper.hold([again], time.monotonic())
+    writing.join(10)
+    assert client.get(failing).status == "pending"  # type: ignore[union-attr]  # the failure was written, retried
+    assert client.get(released).status == "running"  # type: ignore[union-attr]  # the new claim was left alone
+    assert worker.keeper.held.get(released) is again  # and this worker still holds it
+
+
+def test_a_job_whose_lease_went_stale_while_it_waited_is_released(worker: Worker, url: str) -> None:
+    client = jobsup.Client(url)
+    job_id = client.enqueue("a")
+    [job] = claim(client, OWNER)
+    long_ago = time.monotonic() - worker.settings.lease  # as after an outage that stopped renewals
+    worker.keeper.hold([job], long_ago)
+    assert worker.keeper.begin(job, None) is None
+    worker.settler.write_here()
+    stored = client.get(job_id)
+    assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
+    assert job_id not in worker.keeper.held
+
+
+def test_a_new_claim_does_not_put_off_the_renewal_of_older_leases(worker: Worker, url: str) -> None:
+    client = jobsup.Client(url)
+    client.enqueue_many([{"name": "a"}, {"name": "a"}])
+    first, second = claim(client, OWNER), claim(client, OWNER)
+    t0 = time.monotonic()
+    worker.keeper.hold(first, t0)
+    worker.keeper.hold(second, t0 + 0.9 * worker.settings.heartbeat)
+    assert worker.keeper.next_renewal == t0 + worker.settings.heartbeat
+    assert worker.keeper.renewed_at == t0  # the older lease sets how fresh they all are
+
+
+def test_a_retry_in_that_raises_falls_back_to_the_default_backoff(url: str) -> None:
+    def broken(attempt: int) -> float:
+        raise ZeroDivisionError("the job type's own bug")
+
+    jobsup.job("retry-in-raises", retry_in=broken)(lambda ctx, payload: None)
+    client = jobsup.Client(url)
+    job_id = client.enqueue("retry-in-raises")
+    [job] = claim(client, "w", limit=1)
+    assert client.store.transitions.fail(Outcome(job.held, FAILED, "boom")) == "pending"
+    stored = client.get(job_id)
+    assert stored is not None and stored.run_at is not None and stored.status == "pending"
