@@ -50,6 +50,7 @@ class Worker:
         # Python beside this one costs more in GIL hand-offs than it saves (measured: the
         # benchmark figures are in the README's performance section).
         self.write_before_claim = db.dialect.one_writer or self.batch > 1
+        self.queue_timeout = self.settings.timeout_of(spec.queue)
         self.keeper = LeaseKeeper(self)
         self.settler = Settler(self)
         self.listener: Listener | None = None
@@ -185,7 +186,7 @@ class Worker:
         if job.timeout is not None:
             return job.timeout
         timeout = self.store.resolver.settings_of(job.name).timeout
-        return timeout if timeout is not None else self.settings.timeout_of(self.spec.queue)
+        return timeout if timeout is not None else self.queue_timeout
 
     def title(self, doing: str) -> None:
         setproctitle(f"jobsup: worker {self.spec.label} {doing}")

@@ -89,7 +89,15 @@ def _m() -> dict[str, Any]:
 
 
 def job_label(name: Any) -> str:
-    return name if isinstance(name, str) and is_defined(name) else OTHER_JOB
+    if name in _defined_labels:
+        return str(name)
+    if isinstance(name, str) and is_defined(name):
+        _defined_labels.add(name)  # a defined name stays defined
+        return name
+    return OTHER_JOB
+
+
+_defined_labels: set[str] = set()
 
 
 _OUTCOMES = {
