@@ -119,10 +119,18 @@ class _Handler(BaseHTTPRequestHandler):
         return parsed
 
     def do_GET(self) -> None:
-        self._reply(self.server.router.dispatch("GET", self.path))
+        self._answer("GET")
 
     def do_POST(self) -> None:
-        self._reply(self.server.router.dispatch("POST", self.path))
+        self._answer("POST")
+
+    def _answer(self, method: str) -> None:
+        try:
+            reply = self.server.router.dispatch(method, self.path)
+        except Exception as exc:  # a scraper must hear why, not see the connection drop
+            emit("http.failed", path=self.path, exc=exc)
+            reply = Reply.text(500, f"{self.path} failed: {type(exc).__name__}: {exc}")
+        self._reply(reply)
 
     def _reply(self, reply: Reply) -> None:
         self.send_response(reply.status)

@@ -22,6 +22,7 @@ from jobsup.store.database import Database
 from jobsup.store.schema import metadata
 
 import competing
+import harness
 import jobapps  # noqa: F401 - registers the job types the tests enqueue
 from harness import Supervisor
 from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url
@@ -37,6 +38,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     competing.on_session_finish(session.config)
+    harness.stop_all()
 
 
 @pytest.fixture(scope="session")

@@ -31,6 +31,15 @@ FAST = {
 }
 
 
+_started: list[Supervisor] = []
+
+
+def stop_all() -> None:
+    """Stop every supervisor a test left running (a test that failed before its teardown)."""
+    for supervisor in _started:
+        supervisor.stop()
+
+
 class Supervisor:
     """One `jobsup start` in its own session (so a lost host is one killpg away)."""
 
@@ -47,6 +56,7 @@ class Supervisor:
         self.process = subprocess.Popen(
             command, stdout=self.log, stderr=self.log, env=environment, start_new_session=True
         )
+        _started.append(self)
 
     @property
     def pid(self) -> int:
@@ -85,6 +95,8 @@ class Supervisor:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
+        if self.log.closed:
+            return
         if self.process.poll() is None:
             self.signal(signal.SIGTERM)
             try:

@@ -51,15 +51,19 @@ def drop_pg_database(name: str) -> None:
     _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def wait_until(predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str = "") -> T:
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
+def wait_until(
+    predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str | Callable[[], str] = ""
+) -> T:
+    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds.
+    `what` names what was awaited; a callable is asked at the timeout, to say what was seen."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or predicate}")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {described or predicate}")
         time.sleep(interval)
 
 

@@ -25,6 +25,14 @@ def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: 
         port = port_of(supervisor)
         ok = client.enqueue_many([{"name": "work"} for _ in range(5)])
         flaky = client.enqueue("work", {"fail": True}, max_attempts=2)  # fails twice: dead-lettered
+
+        def counted() -> bool:
+            # A counter moves just after its commit: a kill in between would lose it (README).
+            text = scrape(port)[1]
+            settled = sample(text, "jobsup_jobs_completed_total", job="work", outcome="succeeded") == 5
+            return settled and sample(text, "jobsup_jobs_completed_total", job="work", outcome="failed") == 2
+
+        wait_until(counted, timeout=60, what="the first jobs to settle and count")
         killed = client.enqueue("work", {"seconds": 60, "slow_attempts": [1]})
         victim = wait_until(
             lambda: [e["pid"] for e in records(record, killed) if e["what"] == "start"], timeout=30, what="start"
@@ -38,13 +46,16 @@ def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: 
 
         wait_until(settled, timeout=60, what="every job to settle")
 
+        seen: dict[str, float] = {}
+
         def scraped() -> str:
             _, text = scrape(port)
-            done = sample(text, "jobsup_jobs_completed_total", job="work", outcome="succeeded")
-            replaced = sample(text, "jobsup_workers", queue="default") == 2
-            return text if done == 6 and replaced else ""  # five jobs, and the killed job's second attempt
+            seen["succeeded"] = sample(text, "jobsup_jobs_completed_total", job="work", outcome="succeeded")
+            seen["workers"] = sample(text, "jobsup_workers", queue="default")
+            # Five jobs and the killed job's second attempt; two workers once it is replaced.
+            return text if seen == {"succeeded": 6, "workers": 2} else ""
 
-        text = wait_until(scraped, timeout=30, what="six successes and the killed worker replaced")
+        text = wait_until(scraped, timeout=30, what=lambda: f"six successes and two workers, last seen {seen}")
         assert sample(text, "jobsup_jobs_completed_total", job="work", outcome="failed") == 2  # flaky, twice
         assert sample(text, "jobsup_leases_expired_total") == 1  # the killed worker's job
         assert sample(text, "jobsup_worker_restarts_total", queue="default") == 1

@@ -15,6 +15,7 @@ from prometheus_client import REGISTRY
 
 import jobsup
 from jobsup.store.rows import SUCCEEDED, Outcome
+from jobsup.supervisor.http import Endpoints, Reply, Router
 from jobsup.supervisor.maintenance import QueueGauges
 
 from harness import Supervisor, port_of, sample, scrape, started_by
@@ -90,9 +91,18 @@ def test_dead_workers_metric_files_are_folded_and_totals_stay_exact(sqlite_url: 
     )
     try:
         port = port_of(supervisor)
-        for _ in range(5):
+        for ran in range(1, 6):
             done = client.enqueue("work")
-            wait_until(lambda j=done: client.get(j).status == "succeeded", timeout=30, what="a job")  # type: ignore[misc, union-attr]
+
+            def counted(expected: int = ran) -> bool:
+                # The counter moves just after the commit: killing in between would lose it.
+                text = scrape(port)[1]
+                return (
+                    sample(text, "jobsup_jobs_completed_total", queue="default", job="work", outcome="succeeded")
+                    == expected
+                )
+
+            wait_until(counted, timeout=30, what=f"success {ran} counted")
             worker = started_by(record, done)
             os.kill(worker, signal.SIGKILL)
             wait_until(
@@ -110,6 +120,53 @@ def test_dead_workers_metric_files_are_folded_and_totals_stay_exact(sqlite_url: 
         assert "counter_folded.db" in files
     finally:
         supervisor.stop()
+
+
+@pytest.mark.slow
+def test_an_empty_metrics_file_left_by_a_killed_worker_breaks_no_scrape(sqlite_url: str, tmp_path: Path) -> None:
+    """prometheus-client creates a worker's file before sizing it: a scrape in that moment,
+    or a worker killed in it, meets an empty file, which must count as no values."""
+    record, metrics_dir = tmp_path / "record", tmp_path / "metrics"
+    record.mkdir()
+    metrics_dir.mkdir()
+    log = tmp_path / "supervisor.log"
+    supervisor = Supervisor(sqlite_url, record, log, env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
+    try:
+        port = port_of(supervisor)
+        [worker] = supervisor.wait_for_workers(1)
+        (metrics_dir / "counter_999999999.db").touch()  # a file caught before it was sized
+        status, text = scrape(port)
+        assert status == 200 and "jobsup_worker_restarts_total" in text
+        (metrics_dir / f"counter_{worker}.db").write_bytes(b"")  # as if killed in that moment
+        os.kill(worker, signal.SIGKILL)
+
+        def replaced() -> str:
+            text = scrape(port)[1]
+            restarted = sample(text, "jobsup_worker_restarts_total", queue="default") == 1
+            return text if restarted and sample(text, "jobsup_workers", queue="default") == 1 else ""
+
+        wait_until(replaced, timeout=30, what="the killed worker replaced and counted")
+        assert not (metrics_dir / f"counter_{worker}.db").exists()
+        assert "Traceback" not in log.read_text()
+    finally:
+        supervisor.stop()
+
+
+def test_a_route_that_raises_answers_500_and_says_why() -> None:
+
+    def broken() -> Reply:
+        raise OSError("metrics directory vanished")
+
+    router = Router()
+    router.get("/metrics", broken)
+    server = Endpoints("127.0.0.1", 0, router)
+    server.start()
+    try:
+        status, body = scrape(server.server_address[1])
+        assert status == 500 and "OSError: metrics directory vanished" in body
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_supervisor_that_cannot_boot_leaves_no_metrics_directory(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ _WARNINGS = {
     "recurring.invalid",
     "recurring.behind",
 }
-_ERRORS = {"db.error", "supervisor.failed", "worker.crashed", "maintenance.failed", "step.failed"}
+_ERRORS = {"db.error", "supervisor.failed", "worker.crashed", "maintenance.failed", "step.failed", "http.failed"}
 
 
 def record(kind: str, fields: dict[str, Any]) -> None:

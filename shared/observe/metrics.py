@@ -30,6 +30,17 @@ _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30
 OTHER_JOB = "_other"
 _FOLDED = "folded"  # the pid part of the files that hold dead workers' totals
 _fold_lock = threading.Lock()  # a scrape must not read a file half folded
+# prometheus-client creates a process's file and sizes it a moment later, so a scrape can
+# meet it empty (prometheus/client_python#1199), and a worker killed in that moment leaves
+# it empty for good. Until its 8-byte header exists a file holds nothing: skip it.
+_HEADER = 8
+
+
+def _holds_values(path: str) -> bool:
+    try:
+        return os.path.getsize(path) >= _HEADER
+    except FileNotFoundError:  # folded and removed since it was listed
+        return False
 
 
 def prepare_multiprocess() -> str:
@@ -194,6 +205,9 @@ def process_dead(pid: int) -> None:
             dead = os.path.join(path, f"{kind}_{pid}.db")
             if not os.path.exists(dead):
                 continue
+            if not _holds_values(dead):
+                os.unlink(dead)
+                continue
             totals = MmapedDict(os.path.join(path, f"{kind}_{_FOLDED}.db"))  # type: ignore[no-untyped-call]
             try:
                 for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(dead):  # type: ignore[no-untyped-call]
@@ -211,7 +225,12 @@ def exposition() -> tuple[bytes, str]:
     """The aggregated metrics of every jobsup process, in Prometheus text format."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
+    class Collector(multiprocess.MultiProcessCollector):  # type: ignore[misc]
+        def collect(self) -> Any:
+            files = [f for f in glob.glob(os.path.join(self._path, "*.db")) if _holds_values(f)]
+            return self.merge(files, accumulate=True)
+
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    Collector(registry)
     with _fold_lock:
         return generate_latest(registry), CONTENT_TYPE_LATEST
