@@ -115,14 +115,25 @@ def parse_queues(specs: Any) -> dict[str, QueueConfig]:
     """Queues from ``["default=2", "mail"]``, ``"default=2,mail=1"``, or a TOML table whose
     values are worker counts or tables (``{workers = 2, claim_batch = 10, timeout = "60s"}``)."""
     if isinstance(specs, Mapping):
-        return {str(name): _queue_config(str(name), value) for name, value in specs.items()}
-    if isinstance(specs, str):
-        specs = [part for part in specs.split(",") if part.strip()]
-    queues: dict[str, QueueConfig] = {}
-    for spec in specs:
-        name, _, count = str(spec).partition("=")
-        queues[name.strip()] = QueueConfig(workers=_whole(count or "1", f"workers of queue {name.strip()!r}"))
+        queues = {str(name): _queue_config(str(name), value) for name, value in specs.items()}
+    else:
+        if isinstance(specs, str):
+            specs = [part for part in specs.split(",") if part.strip()]
+        if not isinstance(specs, list | tuple):
+            raise ConfigurationError(
+                f'queues: {specs!r} is not a list of queues; use "default=2,mail=1", a list or a table'
+            )
+        queues = dict(_queue_spec(str(spec)) for spec in specs)
+    if not queues:
+        raise ConfigurationError("queues: none given; name at least one, e.g. default=2")
     return queues
+
+
+def _queue_spec(spec: str) -> tuple[str, QueueConfig]:
+    name, _, count = (part.strip() for part in spec.partition("="))
+    if not name:
+        raise ConfigurationError(f"queues: {spec!r} has no queue name; use NAME=WORKERS, e.g. default=2")
+    return name, QueueConfig(workers=_whole(count or "1", f"workers of queue {name!r}"))
 
 
 def _queue_config(name: str, value: Any) -> QueueConfig:
@@ -146,16 +157,35 @@ def _coerce(key: str, value: Any) -> Any:
     if key not in names:
         raise ConfigurationError(f"unknown setting {key!r}; known settings: {', '.join(sorted(names))}")
     if key in _DURATIONS:
-        return parse_duration(value, what=key)
+        seconds = parse_duration(value, what=key)
+        if key == "poll_interval" and seconds <= 0:
+            raise ConfigurationError(f"poll_interval: {value!r} would claim in a busy loop; give a duration above zero")
+        return seconds
     if key in ("claim_batch", "metrics_port"):
         return _whole(value, key)
     if key == "queues":
         return parse_queues(value)
     if key == "apps":
-        return tuple(value.split(",")) if isinstance(value, str) else tuple(value)
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        if not isinstance(value, list | tuple) or not all(isinstance(app, str) for app in value):
+            raise ConfigurationError(f'apps: {value!r} is not a list of module names; use "myapp.jobs,other"')
+        return tuple(value)
     if key == "migrate":
-        return value if isinstance(value, bool) else str(value).lower() not in ("0", "false", "no")
+        return _flag(value, key)
     return str(value)
+
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _flag(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ConfigurationError(f"{what}: {value!r} is neither true nor false; use one of {', '.join(_TRUE + _FALSE)}")
 
 
 def _whole(value: Any, what: str) -> int:

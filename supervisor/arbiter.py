@@ -41,6 +41,7 @@ from jobsup.worker.spec import WorkerSpec
 
 TICK = 0.2  # seconds between loop turns when no signal arrives
 CRON_EVERY = 1.0  # seconds between looks for due recurring schedules
+BURIAL_GRACE = 5.0  # seconds a stopping supervisor keeps retrying its dead workers' burials
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
 
 
@@ -287,12 +288,14 @@ class Arbiter:
             while self.children.alive and time.monotonic() < deadline:
                 self.reap()
                 time.sleep(0.05)
-        if self.children is not None:
+        if self.children is not None:  # booted far enough to have burials
+            self.burials.finish(deadline=time.monotonic() + BURIAL_GRACE)
             guarded("process_deregister", lambda: self.store.processes.process_deregister([self.id]))
             emit("supervisor.stopped", pid=os.getpid())
         if self.db is not None:
             self.db.dispose()
         if self.endpoints is not None:
+            self.endpoints.shutdown()  # else serve_forever polls the closed socket, spinning
             self.endpoints.server_close()
         if self.metrics_dir is not None:
             metrics.remove_multiprocess_dir(self.metrics_dir)

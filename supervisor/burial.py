@@ -79,5 +79,17 @@ class Burials:
             else:
                 burial.next_try, burial.delay = now + burial.delay, min(burial.delay * 2, MAX_DELAY)
 
+    def finish(self, deadline: float) -> None:
+        """At shutdown: keep retrying the burials still pending (a brief outage must not
+        leave a released job running for a whole lease) until `deadline`, then say which
+        were given up; the sweep closes those once their leases lapse."""
+        while self.pending and time.monotonic() < deadline:
+            self.run_due()
+            if self.pending:
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+        for burial in self.pending:
+            emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="the supervisor stopped")
+        self.pending = []
+
     def _write(self, burial: Burial) -> int:
         return self.transitions.expire_owner(burial.owner, burial.charged)

@@ -51,7 +51,11 @@ def work(ctx: jobsup.JobContext, payload: Any) -> Any:
             record(ctx, "returned")
             return "stopped early"
         if payload.get("raise_if_cancelled"):
-            ctx.raise_if_cancelled()
+            try:
+                ctx.raise_if_cancelled()
+            except jobsup.Cancelled:
+                record(ctx, "raised")
+                raise
         record(ctx, "tick")
         time.sleep(0.05)
     record(ctx, "end")

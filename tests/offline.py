@@ -2,8 +2,9 @@
 that compiles every statement with SQLAlchemy's real SQL Server dialect (pyodbc flavour),
 with its parameters expanded as the driver would receive them, and keeps the SQL. An INSERT
 ... RETURNING returns one id per row it was given and an UPDATE ... RETURNING one row (job 7,
-attempt 2), so the code that follows a compare-and-set runs to the end; a SELECT returns
-nothing.
+attempt 2), and an UPDATE without RETURNING says it changed one row, so the code that
+follows a compare-and-set runs to the end; a SELECT returns the rows a test queued with
+`OfflineDatabase.answer`, else nothing.
 
 This is a test double for the one database that cannot run here, not for any that can.
 """
@@ -14,7 +15,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Insert, Update
+from sqlalchemy import Insert, Select, Update
 from sqlalchemy.dialects.mssql import pyodbc
 from sqlalchemy.engine import make_url
 
@@ -24,9 +25,9 @@ MSSQL = pyodbc.dialect()  # the dialect class only; the driver is not imported
 
 
 class Result:
-    def __init__(self, rows: list[Any]) -> None:
+    def __init__(self, rows: list[Any], rowcount: int | None = None) -> None:
         self.rows = rows
-        self.rowcount = len(rows)
+        self.rowcount = len(rows) if rowcount is None else rowcount
 
     def all(self) -> list[Any]:
         return self.rows
@@ -74,6 +75,7 @@ class Recording:
     def __init__(self) -> None:
         self.sql: list[str] = []
         self.params: list[dict[str, Any]] = []
+        self.answers: list[list[Any]] = []  # rows for the next SELECTs, in order
 
     def execute(self, statement: Any, params: Any = None) -> Result:
         sets = params if isinstance(params, list) else [params or {}]
@@ -84,8 +86,10 @@ class Recording:
         self.params.append(dict(state.parameters))
         if isinstance(statement, Insert) and statement._returning:
             return Result([_Row(n) for n, _ in enumerate(sets, start=1)])
-        if isinstance(statement, Update) and statement._returning:
-            return Result([_Row(7)])
+        if isinstance(statement, Update):
+            return Result([_Row(7)]) if statement._returning else Result([], rowcount=1)
+        if isinstance(statement, Select) and self.answers:
+            return Result(self.answers.pop(0))
         return Result([])
 
     @contextlib.contextmanager
@@ -104,6 +108,10 @@ class OfflineDatabase:
         self.url = make_url("mssql+pyodbc://jobsup:secret@dsn")
         self.safe_url = self.url.render_as_string(hide_password=True)
         self.recording = Recording()
+
+    def answer(self, rows: list[Any]) -> None:
+        """Queue the rows the next SELECT returns."""
+        self.recording.answers.append(rows)
 
     @property
     def sql(self) -> list[str]:

@@ -158,6 +158,35 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
         load(directory=tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ("queues = 3", "queues: 3 is not a list of queues"),
+        ("queues = []", "queues: none given"),
+        ('queues = ["=2"]', "has no queue name"),
+        ("apps = 5", "apps: 5 is not a list of module names"),
+        ('migrate = "sometimes"', "migrate: 'sometimes' is neither true nor false"),
+        ('poll_interval = "0s"', "poll_interval: '0s' would claim in a busy loop"),
+    ],
+)
+def test_settings_of_the_wrong_shape_are_named(tmp_path: Path, toml: str, message: str) -> None:
+    (tmp_path / "jobsup.toml").write_text(toml + "\n")
+    with pytest.raises(jobsup.ConfigurationError, match=message):
+        load(directory=tmp_path)
+
+
+def test_environment_settings_are_read_strictly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JOBSUP_MIGRATE", "off")
+    assert load(directory=tmp_path).migrate is False
+    monkeypatch.setenv("JOBSUP_MIGRATE", "n")
+    with pytest.raises(jobsup.ConfigurationError, match="neither true nor false"):
+        load(directory=tmp_path)
+    monkeypatch.delenv("JOBSUP_MIGRATE")
+    monkeypatch.setenv("JOBSUP_QUEUES", "")
+    with pytest.raises(jobsup.ConfigurationError, match="queues: none given"):
+        load(directory=tmp_path)
+
+
 def test_retry_and_discard_are_jobsup_errors() -> None:
     assert jobsup.Retry(after="10s").after == 10
     assert jobsup.Retry().after is None

@@ -32,8 +32,8 @@ def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
         if os.environ.get("CI"):
-            pytest.fail(f"{name} is missing: .ci/run installs Debian's prometheus package", pytrace=False)
-        pytest.skip(f"{name} is not installed (apt-get install prometheus)")
+            pytest.fail(f"{name} is missing: .ci/run installs it (Debian's prometheus and systemd)", pytrace=False)
+        pytest.skip(f"{name} is not installed (apt-get install prometheus systemd)")
     return path
 
 
@@ -83,6 +83,7 @@ def test_alert_rules_are_valid_and_their_unit_tests_pass() -> None:
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
+@pytest.mark.slow  # a real `jobsup start` (the module's fixture)
 def test_a_real_scrape_passes_promtool_check_metrics(running: tuple[jobsup.Client, int]) -> None:
     promtool = tool("promtool")
     text = scrape_metrics(running[1])
@@ -90,6 +91,7 @@ def test_a_real_scrape_passes_promtool_check_metrics(running: tuple[jobsup.Clien
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow  # a real `jobsup start` (the module's fixture)
 def test_every_metric_the_alerts_and_dashboard_use_is_declared(running: tuple[jobsup.Client, int]) -> None:
     from jobsup.observe.metrics import declared_names
 
@@ -104,6 +106,7 @@ def test_every_metric_the_alerts_and_dashboard_use_is_declared(running: tuple[jo
     assert used - declared == set()
 
 
+@pytest.mark.slow  # a real `jobsup start` (the module's fixture)
 def test_a_real_prometheus_scrapes_jobsup_and_answers_promql(
     running: tuple[jobsup.Client, int], tmp_path: Path
 ) -> None:
@@ -153,9 +156,7 @@ def test_systemd_unit_verifies_and_outlasts_the_shutdown_grace(tmp_path: Path) -
     stop = int(re.search(r"^TimeoutStopSec=(\d+)", unit, re.M).group(1))  # type: ignore[union-attr]
     assert stop > SHUTDOWN_GRACE + 5
     assert re.search(r"^KillSignal=SIGTERM", unit, re.M) and re.search(r"^Restart=on-failure", unit, re.M)
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        pytest.skip("systemd-analyze is not installed; the unit's settings were checked above")
+    analyze = tool("systemd-analyze")
     # verify needs the ExecStart binary to exist: point it at this environment's jobsup.
     copy = tmp_path / "jobsup.service"
     copy.write_text(unit.replace("/opt/jobsup/.venv/bin/jobsup", shutil.which("jobsup") or "/bin/true"))

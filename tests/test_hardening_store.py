@@ -201,6 +201,7 @@ def test_a_malformed_url_never_shows_its_password(url: str) -> None:
     assert "hunter2" not in str(caught.value)
 
 
+@pytest.mark.postgres
 def test_postgres_is_the_common_alias_of_postgresql(pg_server: str) -> None:
     """Item 19: `postgres://` is accepted."""
     client = jobsup.Client("postgres://postgres@127.0.0.1:5432/postgres")

@@ -78,10 +78,10 @@ def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: 
 def test_healthz_turns_503_when_the_database_stops_answering(url: str, tmp_path: Path) -> None:
     record = tmp_path / "record"
     record.mkdir()
-    supervisor = Supervisor(url, record, tmp_path / "s.log", faults="supervisor:health@3s+600s")
+    supervisor = Supervisor(url, record, tmp_path / "s.log", faults="supervisor:health@8s+600s")
     try:
         port = port_of(supervisor)
-        assert scrape(port, "/healthz")[0] == 200
+        wait_until(lambda: scrape(port, "/healthz")[0] == 200, timeout=8, what="healthz 200 before the fault")
         _, body = wait_until(
             lambda: (r := scrape(port, "/healthz"))[0] == 503 and r, timeout=30, what="healthz to fail"
         )

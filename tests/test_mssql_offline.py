@@ -10,6 +10,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,7 +23,8 @@ from jobsup.store import migrate
 from jobsup.store.builder import build
 from jobsup.store.dialects.mssql import SQLServerDialect
 from jobsup.store.reads import Reads
-from jobsup.store.rows import FAILED, SUCCEEDED, Held, Lease, Outcome
+from jobsup.store.recurring import RecurringStore
+from jobsup.store.rows import FAILED, SUCCEEDED, Held, Lease, Outcome, RecurringSchedule
 from jobsup.store.transitions import Transitions
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -114,6 +116,43 @@ def test_every_transition_compiles_for_sql_server(db: OfflineDatabase, name: str
         assert fragment in sql, f"{fragment!r} not in:\n{sql}"
     params = {key: value for statement in db.params for key, value in statement.items()}
     assert {key: params.get(key) for key in bound} == bound
+
+
+def _lease_row(job_id: int) -> SimpleNamespace:
+    return SimpleNamespace(id=job_id, lease_owner="w", attempts=2, name="a", queue="default", started_at=T0)
+
+
+def test_the_sweep_releases_the_waiting_leases_then_charges_the_running_one(db: OfflineDatabase) -> None:
+    db.answer([("w",)])  # an owner with lapsed leases
+    db.answer([_lease_row(7), _lease_row(8)])  # running 7, 8 waiting behind it in its batch
+    assert transitions(db).expire(now=T0) == 2
+    writes = [sql for sql in db.sql if sql.startswith("UPDATE jobsup_job SET")]
+    assert len(writes) == 2
+    assert writes[0].startswith("UPDATE jobsup_job SET status=:status, attempts=(jobsup_job.attempts - ")
+    assert "CASE WHEN" in writes[1]  # the fail: retried or dead-lettered
+    for sql in writes:  # the sweep's compare-and-set: only a lease that lapsed still
+        assert "jobsup_job.lease_expires_at < coalesce(:p_now" in sql
+
+
+def test_a_dead_owners_leases_are_released_or_charged(db: OfflineDatabase) -> None:
+    db.answer([_lease_row(7), _lease_row(8)])
+    transitions(db).expire_owner("w", {7: (2, "lease_expired", "killed")})
+    writes = [sql for sql in db.sql if sql.startswith("UPDATE jobsup_job SET")]
+    assert len(writes) == 2 and "attempts - " in writes[0] and "CASE WHEN" in writes[1]
+    assert not any("lease_expires_at <" in sql for sql in writes)  # known dead: no lapse needed
+
+
+def test_firing_a_recurring_slot_compiles(db: OfflineDatabase) -> None:
+    schedule = RecurringSchedule(
+        name="nightly", job="a", cron="0 3 * * *", timezone="UTC", payload={"x": 1}, queue="default",
+        priority=0, enabled=True, next_run_at=T0, last_fired_at=None,
+    )  # fmt: skip
+    assert transitions(db).fire(RecurringStore(db), schedule, now=T0) == "fired"  # type: ignore[arg-type]
+    sql = "\n".join(db.sql)
+    assert "UPDATE jobsup_recurring_job SET next_run_at=" in sql and "jobsup_recurring_job.next_run_at = " in sql
+    assert "INSERT INTO jobsup_job (name, queue, priority, payload" in sql
+    params = {key: value for statement in db.params for key, value in statement.items()}
+    assert params["recurring_name"] == "nightly" and params["scheduled_slot"] == T0
 
 
 def test_the_claim_writes_the_attempt_rows_in_its_transaction(db: OfflineDatabase) -> None:

@@ -219,25 +219,31 @@ def test_every_command_says_in_one_line_that_the_schema_is_missing(command: list
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "code", "message"),
     [
-        (["jobs", "show", "1"], "no job with id 1"),
-        (["jobs", "cancel", "1"], "job 1 is not pending or running"),
-        (["dead", "retry", "1"], "not dead-lettered: 1"),
-        (["recurring", "remove", "r"], "no schedule named 'r'"),
-        (["enqueue", "a", "--timeout", "forever"], "timeout: 'forever' is not a duration"),
-        (["dead", "purge", "--older-than", "ages"], "older_than: 'ages' is not a duration"),
-        (["stats", "--window", "0"], "window must be longer than zero"),
-        (["recurring", "add", "r", "--job", "a", "--cron", "* * *"], "is not a valid cron expression"),
-        (["recurring", "add", "r", "--job", "a", "--cron", "* * * * * *"], "a seconds field is not supported"),
-        (["recurring", "add", "r", "--job", "a", "--cron", "@daily", "--payload", "{x"], "--payload is not valid JSON"),
-        (["enqueue", "a", "--payload", "[1,"], "--payload is not valid JSON"),
-        (["jobs", "list", "--limit", "0"], "Invalid value for '--limit'"),
-        (["definitions", "sync", "--app", "no_such_module"], "cannot import app 'no_such_module'"),
+        (["jobs", "show", "1"], 1, "no job with id 1"),
+        (["jobs", "cancel", "1"], 1, "job 1 is not pending or running"),
+        (["dead", "retry", "1"], 1, "not dead-lettered: 1"),
+        (["recurring", "remove", "r"], 1, "no schedule named 'r'"),
+        (["enqueue", "a", "--timeout", "forever"], 2, "timeout: 'forever' is not a duration"),
+        (["dead", "purge", "--older-than", "ages"], 2, "older_than: 'ages' is not a duration"),
+        (["stats", "--window", "0"], 2, "window must be longer than zero"),
+        (["recurring", "add", "r", "--job", "a", "--cron", "* * *"], 2, "is not a valid cron expression"),
+        (["recurring", "add", "r", "--job", "a", "--cron", "* * * * * *"], 2, "a seconds field is not supported"),
+        (
+            ["recurring", "add", "r", "--job", "a", "--cron", "@daily", "--payload", "{x"],
+            2,
+            "--payload is not valid JSON",
+        ),
+        (["enqueue", "a", "--payload", "[1,"], 2, "--payload is not valid JSON"),
+        (["jobs", "list", "--limit", "0"], 2, "Invalid value for '--limit'"),
+        (["definitions", "sync", "--app", "no_such_module"], 2, "cannot import app 'no_such_module'"),
     ],
 )
-def test_bad_input_to_any_command_is_one_line(sqlite_url: str, args: list[str], message: str) -> None:
-    """Item 25: a wrong job id, a bad duration, a bad cron, bad JSON."""
+def test_bad_input_to_any_command_is_one_line(sqlite_url: str, args: list[str], code: int, message: str) -> None:
+    """Item 25: a wrong job id, a bad duration, a bad cron, bad JSON; exit 1 for what is not
+    there, 2 for input that is wrong (README, exit codes)."""
     result = run_jobsup(*args, "--database-url", sqlite_url)
     one_line_without_traceback(result)
     assert message in result.stderr
+    assert result.returncode == code, result.stderr

@@ -42,9 +42,9 @@ def test_a_release_already_written_is_not_written_again_when_a_failure_is_retrie
     failing, released = client.enqueue("a"), client.enqueue("a")
     a, b = claim(client, OWNER, limit=2)
     worker.keeper.hold([a, b], time.monotonic())
-    # The failure's statement fails for its first 0.3 s; the release goes through at once.
-    faults.install(worker.db.engine, "worker", "worker:settle@0s+0.3s")
-    faults.install(worker.db.single, "worker", "worker:settle@0s+0.3s")
+    # The failure's statement fails for its first 3 s; the release goes through at once.
+    faults.install(worker.db.engine, "worker", "worker:settle@0s+3s")
+    faults.install(worker.db.single, "worker", "worker:settle@0s+3s")
     worker.settler.add(a, Outcome(a.held, FAILED, "boom", retry_in=0.0))
     worker.settler.add(b, Outcome(b.held, RELEASED))
     writing = threading.Thread(target=worker.settler.write_here)

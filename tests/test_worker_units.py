@@ -99,12 +99,17 @@ def test_healthz_does_not_queue_behind_a_database_that_hangs() -> None:
 
     from jobsup.supervisor.http import Health
 
-    release = threading.Event()
-    health = Health(lambda: release.wait(10) and None)
+    asking, release = threading.Event(), threading.Event()
+
+    def hanging_ping() -> None:
+        asking.set()
+        release.wait(10)
+
+    health = Health(hanging_ping)
     health.tick([])
     first = threading.Thread(target=health)
     first.start()
-    time.sleep(0.05)  # let it start asking the database (the assertion below does not depend on it)
+    assert asking.wait(5), "the first probe never asked the database"
     started = time.monotonic()
     answer = health()
     assert time.monotonic() - started < 1.0, "a second probe waited for the first one's database call"

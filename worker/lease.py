@@ -72,6 +72,7 @@ class LeaseKeeper:
         self.waiting: dict[int, ClaimedJob] = {}  # claimed, not started, in claim order
         self.running: dict[int, Running] = {}
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
+        self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
         self.next_renewal = 0.0
 
     def start(self) -> None:
@@ -86,6 +87,9 @@ class LeaseKeeper:
                 # Otherwise older leases (outcomes not yet written) set when all are renewed.
                 self.renewed_at, self.next_renewal = claimed_at, claimed_at + self.heartbeat
                 self.worker.slot.renewed(claimed_at)
+            # A renewal already under way does not cover these leases: it must not claim
+            # they were set later than their claim.
+            self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)
             self.held.update({job.id: job for job in jobs})
             self.waiting.update({job.id: job for job in jobs})
 
@@ -114,6 +118,11 @@ class LeaseKeeper:
             if self.running.get(running.job.id) is running:
                 del self.running[running.job.id]
             self.worker.slot.finish(running.job.id)
+
+    def known_ids(self) -> set[int]:
+        """The jobs of every lease this worker knows it holds."""
+        with self.lock:
+            return set(self.held)
 
     def take_waiting(self) -> list[ClaimedJob]:
         """Every job still waiting in the claimed batch (they will not start here)."""
@@ -159,7 +168,7 @@ class LeaseKeeper:
 
     def _renew(self, now: float) -> None:
         with self.lock:
-            jobs = list(self.held.values())
+            jobs, self.unrenewed = list(self.held.values()), None
         if not jobs:
             self.next_renewal = now + self.heartbeat
             return
@@ -174,7 +183,7 @@ class LeaseKeeper:
             return
         self.drop(lost)
         with self.lock:
-            self.renewed_at = now
+            self.renewed_at = now if self.unrenewed is None else min(now, self.unrenewed)
             running = [r for job in lost if (r := self.running.get(job.id)) is not None and r.job is job]
             self.worker.slot.renewed(now)
         self.next_renewal = now + self.heartbeat

@@ -41,7 +41,8 @@ class Worker:
         self.owner_lock = owner_lock  # proof of life for the lease sweep (SQLite), held until we exit
         self.store = Store(db)
         self.settings = spec.settings
-        self.poll_interval = self.settings.poll_interval or db.dialect.default_poll_interval
+        given = self.settings.poll_interval
+        self.poll_interval = db.dialect.default_poll_interval if given is None else given
         self.batch = self.settings.claim_batch_of(spec.queue)
         # Where a batch's outcomes are written. One job at a time on a database of many
         # writers: handed to the settler, so the next claim overlaps the write (its round trip
@@ -55,6 +56,7 @@ class Worker:
         self.settler = Settler(self)
         self.listener: Listener | None = None
         self.idle_backoff = 0.0
+        self.claim_unsure = False  # a claim failed: it may have committed unseen
         self.ending = threading.Event()  # set by the lease thread when it ends the process
 
     def run(self) -> int:
@@ -69,7 +71,9 @@ class Worker:
                 if os.getppid() != self.spec.supervisor_pid:
                     return self.finish(exits.PARENT_GONE)
                 if self.ending.is_set():
-                    self.ending.wait(3600)  # the lease thread is ending the process: claim nothing
+                    # The lease thread is ending the process: claim nothing, and leave it the
+                    # GIL for the writes it drains before it exits.
+                    time.sleep(3600)
                     continue
                 claimed_at = time.monotonic()
                 jobs = self.claim()
@@ -84,16 +88,32 @@ class Worker:
             raise
 
     def claim(self) -> list[ClaimedJob]:
+        if self.settler.releasing:
+            self.settler.wait_for_releases()
         try:
+            if self.claim_unsure:
+                self.release_orphans()
             jobs = self.store.transitions.claim(
                 self.spec.queue, self.spec.worker_id, limit=self.batch, lease=self.settings.lease
             )
         except DatabaseError as exc:
+            # The claim may have committed with its reply lost: its leases would be this
+            # worker's without its knowing, so they are looked for once the database answers.
+            self.claim_unsure = True
             self.idle_backoff = min(max(0.5, self.idle_backoff * 2), 30.0)
             emit("db.error", operation="claim", worker=self.spec.label, error=exc, retry_in=self.idle_backoff)
             return []
         self.idle_backoff = 0.0
         return jobs
+
+    def release_orphans(self) -> None:
+        """Release the leases this worker holds in the database but not in its bookkeeping
+        (a claim whose reply was lost): those jobs never started here."""
+        known = self.keeper.known_ids()  # before the read: only this thread claims
+        released = self.store.transitions.release_orphans(self.spec.worker_id, known)
+        self.claim_unsure = False
+        if released:
+            emit("worker.orphans_released", worker=self.spec.label, jobs=released)
 
     def idle(self) -> None:
         self.title("idle")

@@ -8,11 +8,13 @@ the attempt.
 
 Each write is retried through a brief outage for up to one lease, so an outage does not turn
 a success into a rerun; the leases of outcomes not yet written stay held (and renewed) until
-they are. The parts of a batch are written and retried one by one, and a part that was
-written is never written again: a release written twice could release the same lease again
-after this worker had claimed the job anew. A worker that could not write an outcome for a
-whole lease ends itself: it holds leases it can neither renew nor settle, and only its death
-lets its supervisor, or the sweep, give them back.
+they are. The parts of a batch are written and retried one by one, and a part that was seen
+written is never written again; a write whose reply was lost may be retried, so the main
+thread claims nothing while a release is being written: a release retried after this worker
+had claimed the job anew would match that claim (a release gives the attempt back). A worker
+that could not write an outcome for a whole lease ends itself: it holds leases it can
+neither renew nor settle, and only its death lets its supervisor, or the sweep, give them
+back.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Settler:
         self.oldest = 0.0  # monotonic time the oldest pending outcome arrived
         self.urgent = False
         self.writing = 0  # writes under way, in any thread
+        self.releasing = 0  # of those, writes with releases (the main thread's claim waits for them)
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, name="jobsup-settle", daemon=True).start()
@@ -81,6 +84,14 @@ class Settler:
             self._write([(job, outcome)])
         finally:
             self._written()
+
+    def wait_for_releases(self) -> None:
+        """Block until no release is being written. A release gives the attempt back, so a
+        claim of the same job by this worker has the same lease: a release retried after its
+        first try committed unseen must not meet that new claim."""
+        with self.cond:
+            while self.releasing:
+                self.cond.wait()
 
     def drain(self, timeout: float | None = None) -> bool:
         """Write everything pending now; wait (up to `timeout`) until all writes are done."""
@@ -133,8 +144,17 @@ class Settler:
         for _, outcome in batch:
             if outcome.kind not in (SUCCEEDED, RELEASED):
                 parts.append(lambda outcome=outcome: transitions.fail(outcome))  # type: ignore[misc]
-        for part in parts:
-            self._retrying(part)
+        if releases:
+            with self.cond:
+                self.releasing += 1
+        try:
+            for part in parts:
+                self._retrying(part)
+        finally:
+            if releases:
+                with self.cond:
+                    self.releasing -= 1
+                    self.cond.notify_all()
         self.worker.keeper.drop([job for job, _ in batch])
 
     def _retrying(self, write: Callable[[], object]) -> None:

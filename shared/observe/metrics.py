@@ -225,12 +225,12 @@ def exposition() -> tuple[bytes, str]:
     """The aggregated metrics of every jobsup process, in Prometheus text format."""
     from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 
-    class Collector(multiprocess.MultiProcessCollector):  # type: ignore[misc]
+    class Collector(multiprocess.MultiProcessCollector):
         def collect(self) -> Any:
             files = [f for f in glob.glob(os.path.join(self._path, "*.db")) if _holds_values(f)]
-            return self.merge(files, accumulate=True)
+            return self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
 
     registry = CollectorRegistry()
-    Collector(registry)
+    Collector(registry)  # type: ignore[no-untyped-call]
     with _fold_lock:
         return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
 from jobsup.store import faults
 from jobsup.store.dialects import Dialect, dialect_for, normalise_url
-from jobsup.store.faults import OPERATION
+from jobsup.store.faults import OPERATION, OPERATIONS
 
 DEFAULT_URL = "sqlite:///jobsup.db"
 
@@ -51,11 +51,13 @@ class Database:
 
     @contextmanager
     def read(self, operation: str = "read") -> Iterator[Connection]:
+        assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         with self.errors(), self.single.connect() as conn:
             yield conn.execution_options(**self.dialect.read_options, **{OPERATION: operation})
 
     @contextmanager
     def statement(self, operation: str = "write") -> Iterator[Connection]:
+        assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         with self.errors(), self.single.connect() as conn:
             conn = conn.execution_options(**self.dialect.statement_options, **{OPERATION: operation})
             with conn.begin():
@@ -63,6 +65,7 @@ class Database:
 
     @contextmanager
     def transaction(self, operation: str = "write") -> Iterator[Connection]:
+        assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         with self.errors(), self.engine.connect() as conn:
             conn = conn.execution_options(**{OPERATION: operation})
             with conn.begin():
@@ -88,7 +91,12 @@ class Database:
 def after_commit(conn: Connection, callback: Callable[[], None]) -> None:
     """Run `callback` when the caller's transaction on `conn` commits (at once when `conn`
     has none open); never when it rolls back. One pair of listeners per connection serves
-    every callback, so a long-lived connection does not collect listeners."""
+    every callback, so a long-lived connection does not collect listeners.
+
+    Core has no event after a commit: SQLAlchemy's `commit` event comes just before the
+    driver's COMMIT, so a COMMIT that then fails, or a savepoint the caller rolls back around
+    the enqueue, still announces (logs and counters only; the row is the record). jobsup's
+    own transactions announce after their commit returned."""
     if not conn.in_transaction():
         callback()
         return

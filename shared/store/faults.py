@@ -2,7 +2,7 @@
 
 A spec names the processes, the operations and the window:
 
-    ROLE:OPERATIONS@START+LENGTH[:hang][;...]   e.g. worker:renew@2s+30s;supervisor:maintenance@0s+20s
+    ROLE:OPERATIONS@START+LENGTH[:hang|:lost][;...]   e.g. worker:renew@2s+30s;supervisor:maintenance@0s+20s
 
 ROLE is ``worker``, ``supervisor`` or ``any``; OPERATIONS is a comma list of store
 operations (``claim``, ``renew``, ``settle``, ``maintenance``, ``enqueue``...) or ``all``;
@@ -10,7 +10,9 @@ the window opens START after the process started and lasts LENGTH. Set it with t
 ``JOBSUP_FAULTS`` environment variable or ``jobsup start --faults``. While the window is
 open, matching statements raise `DatabaseUnavailable` before they reach the database, as an
 outage would; with ``:hang`` they block until the window closes instead, as a half-open
-connection would. Meant for tests and drills, never for production.
+connection would; with ``:lost`` they run and then raise, as a reply lost after the server
+did the work would (the work stays done where the statement commits by itself, as the
+PostgreSQL claim does). Meant for tests and drills, never for production.
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ from jobsup.durations import parse_duration
 from jobsup.errors import ConfigurationError, DatabaseUnavailable
 
 OPERATION = "jobsup_operation"  # execution option naming the store operation
+# Every operation a statement can be run under (the Database asserts it), so a fault naming
+# anything else is refused rather than silently injecting nothing.
+OPERATIONS = frozenset(
+    {
+        "read", "write", "claim", "renew", "settle", "release", "cancel", "enqueue", "maintenance",
+        "retention", "dead_letters", "recurring", "definitions", "process", "inspect", "stats",
+        "schema", "health", "listen",
+    }
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -34,7 +45,7 @@ class Fault:
     operations: frozenset[str]
     start: float
     length: float
-    hang: bool = False
+    action: str = ""  # "", "hang" or "lost"
 
     def active(self, role: str, operation: str, elapsed: float) -> bool:
         return (
@@ -52,21 +63,28 @@ def parse(spec: str) -> list[Fault]:
             operations, window = rest.split("@", 1)
             start, length = window.split("+", 1)
             length, _, action = length.partition(":")
-            if action not in ("", "hang"):
+            if action not in ("", "hang", "lost"):
                 raise ValueError(action)
         except ValueError:
             raise ConfigurationError(
-                f"fault {part!r} is not ROLE:OPERATIONS@START+LENGTH[:hang] (e.g. worker:renew@2s+30s)"
+                f"fault {part!r} is not ROLE:OPERATIONS@START+LENGTH[:hang|:lost] (e.g. worker:renew@2s+30s)"
             ) from None
         if role not in ("worker", "supervisor", "any"):
             raise ConfigurationError(f"fault {part!r}: role must be worker, supervisor or any")
+        named = frozenset(op.strip() for op in operations.split(",") if op.strip())
+        unknown = sorted(named - OPERATIONS - {"all"})
+        if unknown:
+            raise ConfigurationError(
+                f"fault {part!r}: no operation named {', '.join(unknown)}; use all or some of "
+                f"{', '.join(sorted(OPERATIONS))}"
+            )
         faults.append(
             Fault(
                 role,
-                frozenset(op.strip() for op in operations.split(",") if op.strip()),
+                named,
                 parse_duration(start, what="fault start"),
                 parse_duration(length, what="fault length"),
-                hang=action == "hang",
+                action=action,
             )
         )
     return faults
@@ -81,13 +99,27 @@ def install(engine: Engine, role: str, spec: str | None = None) -> None:
         return
     started = time.monotonic()  # windows count from when this process armed them
 
-    @event.listens_for(engine, "before_cursor_execute")
-    def fail(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+    def active(conn: Any, lost: bool) -> tuple[Fault, str, float] | None:
         operation = conn.get_execution_options().get(OPERATION, "other")
         elapsed = time.monotonic() - started
         for fault in faults:
-            if fault.active(role, operation, elapsed):
-                if fault.hang:
-                    time.sleep(fault.start + fault.length - elapsed)
-                    return
-                raise DatabaseUnavailable(f"injected fault: {operation} fails for now (JOBSUP_FAULTS)")
+            if (fault.action == "lost") == lost and fault.active(role, operation, elapsed):
+                return fault, operation, elapsed
+        return None
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def fail(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        found = active(conn, lost=False)
+        if found is None:
+            return
+        fault, operation, elapsed = found
+        if fault.action == "hang":
+            time.sleep(fault.start + fault.length - elapsed)
+            return
+        raise DatabaseUnavailable(f"injected fault: {operation} fails for now (JOBSUP_FAULTS)")
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def lose(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        found = active(conn, lost=True)
+        if found is not None:
+            raise DatabaseUnavailable(f"injected fault: the reply to {found[1]} was lost (JOBSUP_FAULTS)")

@@ -110,7 +110,8 @@ SUCCEEDED, FAILED, DISCARDED, TIMED_OUT, RELEASED, LEASE_EXPIRED, CANCELLED = (
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one attempt ended: handed to `Transitions.settle`, which writes it.
+    """How one attempt ended: handed to `Transitions.complete`, `fail` or
+    `release`, which write it.
 
     `kind` is one of SUCCEEDED, FAILED, DISCARDED (dead-letter now), TIMED_OUT, RELEASED
     (back to pending, the attempt not counted), LEASE_EXPIRED. `retry_in` is a delay the job

@@ -212,22 +212,11 @@ class Statements:
         opened = and_(
             attempt.c.job_id == job.c.id, attempt.c.attempt == job.c.attempts, attempt.c.finished_at.is_(None)
         )
+        claimed = func.coalesce(attempt.c.started_at, job.c.updated_at).label("started_at")
         return (
-            select(
-                job.c.id,
-                job.c.lease_owner,
-                job.c.attempts,
-                job.c.name,
-                job.c.queue,
-                func.coalesce(attempt.c.started_at, job.c.updated_at).label("started_at"),
-            )
+            self.held_by.add_columns(claimed)
             .select_from(job.outerjoin(attempt, opened))
-            .where(
-                status_is(RUNNING),
-                job.c.lease_owner == bindparam("p_owner"),
-                job.c.lease_expires_at < self.dialect.clock(),
-            )
-            .order_by(job.c.priority.desc(), job.c.run_at, job.c.id)
+            .where(job.c.lease_expires_at < self.dialect.clock())
         )
 
     @cached_property

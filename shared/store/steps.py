@@ -16,8 +16,8 @@ failed with it.
 
 Register at import time, before the transitions run. A transition with no step registered
 runs as before: on PostgreSQL the claim and the completion stay single statements. (Retention
-deleting finished jobs is not a transition: a feature whose rows refer to jobs deletes or
-detaches them with its own retention step.)
+deleting finished jobs is not a transition and has no steps yet: a feature whose rows refer
+to jobs must add that hook to `store/retention.py` when it adds the rows.)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ time-dependent transition takes an optional `now`; without it the reference cloc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -266,11 +266,21 @@ class Transitions:
                 continue
             latest = max(row.started_at for row in held)
             running = next(row for row in held if row.started_at == latest)
-            outcome = Outcome(_held(running), LEASE_EXPIRED, LAPSED)
-            closed += self.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
+            # Release before charging: another sweep (or this one's next tick, if the release
+            # fails) that reads in between then still sees the running job among the lapsed
+            # ones, never a waiting job alone that it would take for the running one.
             rest = [_held(row) for row in held if row is not running]
             closed += len(self.release(rest, now=now, expired_only=True, operation="maintenance"))
+            outcome = Outcome(_held(running), LEASE_EXPIRED, LAPSED)
+            closed += self.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
         return closed
+
+    def release_orphans(self, owner: str, known: Collection[int]) -> list[int]:
+        """running -> pending for the leases a live owner holds but does not know of (its
+        claim committed, the reply was lost): they never started. Returns their job ids."""
+        with self.db.read("claim") as conn:
+            held = [_held(row) for row in conn.execute(self.sql.held_by, {"p_owner": owner})]
+        return sorted(self.release([h for h in held if h.id not in known], operation="claim"))
 
     def expire_owner(self, owner: str, charged: Mapping[int, tuple[int, str, str]]) -> int:
         """Close every lease of an owner known dead (its supervisor reaped it). `charged`

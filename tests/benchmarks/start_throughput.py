@@ -512,7 +512,7 @@ def enqueue_noops(url: str, jobs: int, *, analyze: bool) -> None:
 
 
 def count_succeeded(db: Database) -> int:
-    with db.read("bench") as conn:
+    with db.read("inspect") as conn:
         return int(conn.execute(select(func.count()).where(job.c.status == SUCCEEDED)).scalar_one())
 
 
@@ -539,7 +539,7 @@ def wait_until_all_succeeded(running: Supervisor, db: Database, jobs: int) -> Cp
 
 
 def summarise_run(db: Database, jobs: int, process_started: float, cpu: CpuUse | None) -> Run:
-    with db.read("bench") as conn:
+    with db.read("inspect") as conn:
         first_start = conn.execute(select(func.min(job_attempt.c.started_at))).scalar_one()
         last_finish = conn.execute(select(func.max(job.c.finished_at)).where(job.c.status == SUCCEEDED)).scalar_one()
         succeeded = conn.execute(select(func.count()).where(job.c.status == SUCCEEDED)).scalar_one()
@@ -643,7 +643,7 @@ def wait_for_success(db: Database, job_id: int, running: Supervisor, timeout: fl
     deadline = time.monotonic() + timeout
     query = select(job.c.status).where(job.c.id == job_id)
     while time.monotonic() < deadline:
-        with db.read("bench") as conn:
+        with db.read("inspect") as conn:
             if conn.execute(query).scalar_one() == SUCCEEDED:
                 return
         time.sleep(0.002)

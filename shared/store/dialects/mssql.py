@@ -59,9 +59,6 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks):
     # READPAST is refused under SNAPSHOT isolation.
     engine_options: Mapping[str, Any] = {"isolation_level": "READ COMMITTED"}
 
-    def __init__(self) -> None:
-        self._claims: dict[int, Update] = {}  # one claim statement per batch size
-
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, **self.engine_options)
 
