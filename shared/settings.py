@@ -77,6 +77,11 @@ class Settings:
             from jobsup.store.faults import parse
 
             parse(self.faults)
+        if self.poll_interval is not None and self.poll_interval <= 0:
+            raise ConfigurationError(
+                f"poll_interval ({self.poll_interval:g}s) would claim in a busy loop; give a duration above zero, "
+                "or leave it out for the database's default"
+            )
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be at least 1, not {self.claim_batch}")
         for queue, config in self.queues.items():
@@ -157,10 +162,7 @@ def _coerce(key: str, value: Any) -> Any:
     if key not in names:
         raise ConfigurationError(f"unknown setting {key!r}; known settings: {', '.join(sorted(names))}")
     if key in _DURATIONS:
-        seconds = parse_duration(value, what=key)
-        if key == "poll_interval" and seconds <= 0:
-            raise ConfigurationError(f"poll_interval: {value!r} would claim in a busy loop; give a duration above zero")
-        return seconds
+        return parse_duration(value, what=key)
     if key in ("claim_batch", "metrics_port"):
         return _whole(value, key)
     if key == "queues":
@@ -222,5 +224,6 @@ def _from_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {
         key[len(prefix) :].lower(): value
         for key, value in environ.items()
-        if key.startswith(prefix) and key[len(prefix) :].lower() in {f.name for f in fields(Settings)}
+        # An empty variable (an env file's `JOBSUP_MIGRATE=`) counts as not set.
+        if key.startswith(prefix) and value.strip() and key[len(prefix) :].lower() in {f.name for f in fields(Settings)}
     }

@@ -289,7 +289,7 @@ class Arbiter:
                 self.reap()
                 time.sleep(0.05)
         if self.children is not None:  # booted far enough to have burials
-            self.burials.finish(deadline=time.monotonic() + BURIAL_GRACE)
+            self.burials.finish(BURIAL_GRACE)
             guarded("process_deregister", lambda: self.store.processes.process_deregister([self.id]))
             emit("supervisor.stopped", pid=os.getpid())
         if self.db is not None:

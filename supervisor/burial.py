@@ -18,6 +18,7 @@ closes it).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -79,17 +80,26 @@ class Burials:
             else:
                 burial.next_try, burial.delay = now + burial.delay, min(burial.delay * 2, MAX_DELAY)
 
-    def finish(self, deadline: float) -> None:
+    def finish(self, grace: float) -> None:
         """At shutdown: keep retrying the burials still pending (a brief outage must not
-        leave a released job running for a whole lease) until `deadline`, then say which
-        were given up; the sweep closes those once their leases lapse."""
-        while self.pending and time.monotonic() < deadline:
-            self.run_due()
-            if self.pending:
-                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
-        for burial in self.pending:
+        leave a released job running for a whole lease) for `grace` seconds, then say which
+        were given up; the sweep closes those once their leases lapse. The retries run in a
+        thread, so a statement hanging on a dead connection cannot stretch the shutdown."""
+        if not self.pending:
+            return
+        deadline = time.monotonic() + grace
+        done = threading.Event()
+
+        def retry() -> None:
+            while self.pending and time.monotonic() < deadline:
+                self.run_due()
+                time.sleep(0.1)
+            done.set()
+
+        threading.Thread(target=retry, name="jobsup-burials", daemon=True).start()
+        done.wait(grace + 0.2)
+        for burial in list(self.pending):
             emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="the supervisor stopped")
-        self.pending = []
 
     def _write(self, burial: Burial) -> int:
         return self.transitions.expire_owner(burial.owner, burial.charged)

@@ -166,7 +166,7 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
         ('queues = ["=2"]', "has no queue name"),
         ("apps = 5", "apps: 5 is not a list of module names"),
         ('migrate = "sometimes"', "migrate: 'sometimes' is neither true nor false"),
-        ('poll_interval = "0s"', "poll_interval: '0s' would claim in a busy loop"),
+        ('poll_interval = "0s"', "would claim in a busy loop"),
     ],
 )
 def test_settings_of_the_wrong_shape_are_named(tmp_path: Path, toml: str, message: str) -> None:
@@ -181,8 +181,11 @@ def test_environment_settings_are_read_strictly(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("JOBSUP_MIGRATE", "n")
     with pytest.raises(jobsup.ConfigurationError, match="neither true nor false"):
         load(directory=tmp_path)
-    monkeypatch.delenv("JOBSUP_MIGRATE")
-    monkeypatch.setenv("JOBSUP_QUEUES", "")
+    monkeypatch.setenv("JOBSUP_MIGRATE", "")  # an env file's empty line: not set
+    assert load(directory=tmp_path).migrate is True
+    monkeypatch.setenv("JOBSUP_QUEUES", " ")
+    assert list(load(directory=tmp_path).queues) == ["default"]
+    monkeypatch.setenv("JOBSUP_QUEUES", ",")
     with pytest.raises(jobsup.ConfigurationError, match="queues: none given"):
         load(directory=tmp_path)
 

@@ -44,7 +44,8 @@ def test_an_unreachable_database_exits_1_with_host_and_port(tmp_path: Path) -> N
         (["--faults", "everything@now"], "is not ROLE:OPERATIONS@START+LENGTH"),
         (["--faults", "worker:renew@0s+5s:explode"], "is not ROLE:OPERATIONS@START+LENGTH"),
         (["--faults", "worker:renwe@0s+5s"], "no operation named renwe; use all or some of"),
-        (["--poll-interval", "0s"], "poll_interval: '0s' would claim in a busy loop"),
+        (["--poll-interval", "0s"], "poll_interval (0s) would claim in a busy loop"),
+        (["--faults", "worker:@0s+5s"], "names no operation"),
         (["--shutdown-grace", "a while"], "shutdown_grace: 'a while' is not a duration"),
     ],
 )

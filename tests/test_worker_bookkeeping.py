@@ -94,3 +94,56 @@ def test_a_retry_in_that_raises_falls_back_to_the_default_backoff(url: str) -> N
     assert client.store.transitions.fail(Outcome(job.held, FAILED, "boom")) == "pending"
     stored = client.get(job_id)
     assert stored is not None and stored.run_at is not None and stored.status == "pending"
+
+
+def test_a_claim_waits_while_a_release_of_its_worker_is_being_retried(worker: Worker, url: str) -> None:
+    """A release that failed may have committed unseen; its retry would match this worker's
+    new claim of the same job (a release gives the attempt back), so no claim runs meanwhile."""
+    client = jobsup.Client(url)
+    job_id = client.enqueue("a")
+    [job] = claim(client, OWNER, limit=1)
+    worker.keeper.hold([job], time.monotonic())
+    for engine in (worker.db.engine, worker.db.single):
+        faults.install(engine, "worker", "worker:release@0s+1s")  # its first tries fail
+    worker.settler.add(job, Outcome(job.held, RELEASED))
+    writing = threading.Thread(target=worker.settler.write_here)
+    writing.start()
+    wait_until(worker.settler.claim_lock.locked, timeout=5, what="the release to start")
+    claimed = worker.claim()  # waits until the release is written, then claims the job anew
+    writing.join(10)
+    assert [j.id for j in claimed] == [job_id]
+    assert [(a.attempt, a.outcome) for a in client.get(job_id).history] == [(1, "released"), (1, None)]  # type: ignore[union-attr]
+
+
+def test_orphans_are_the_leases_the_worker_does_not_know(worker: Worker, url: str) -> None:
+    client = jobsup.Client(url)
+    known, orphan = client.enqueue("a"), client.enqueue("a")
+    a, b = claim(client, OWNER, limit=2)
+    worker.keeper.hold([a], time.monotonic())  # b's claim reply was "lost"
+    worker.claim_unsure = True
+    worker.release_orphans()
+    assert client.get(known).status == "running" and client.get(orphan).status == "pending"  # type: ignore[union-attr]
+    assert not worker.claim_unsure
+    assert b.id == orphan
+
+
+def test_burials_still_pending_at_shutdown_are_given_up_in_time(url: str) -> None:
+    from jobsup.observe import events
+    from jobsup.store import Store
+    from jobsup.supervisor.burial import Burial, Burials
+
+    db = Database(url)
+    faults.install(db.engine, "supervisor", "supervisor:maintenance@0s+600s:hang")  # a dead connection
+    faults.install(db.single, "supervisor", "supervisor:maintenance@0s+600s:hang")
+    burials = Burials(Store(db).transitions)
+    burials.pending.append(Burial("gone:default#1:x", "default#1", {}, lapses_at=time.monotonic() + 600))
+    seen: list[str] = []
+    subscriber = events.subscribe(lambda kind, fields: seen.append(kind))
+    try:
+        started = time.monotonic()
+        burials.finish(0.5)
+        waited = time.monotonic() - started
+    finally:
+        events.unsubscribe(subscriber)
+    assert "burial.abandoned" in seen
+    assert waited < 5, "a hanging statement held up the shutdown"  # 0.5 s asked, 600 s of hang

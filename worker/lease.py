@@ -185,7 +185,7 @@ class LeaseKeeper:
         with self.lock:
             self.renewed_at = now if self.unrenewed is None else min(now, self.unrenewed)
             running = [r for job in lost if (r := self.running.get(job.id)) is not None and r.job is job]
-            self.worker.slot.renewed(now)
+            self.worker.slot.renewed(self.renewed_at)
         self.next_renewal = now + self.heartbeat
         for job in running:
             reason = CANCELLED if statuses.get(job.job.id) == CANCELLED_STATUS else LEASE_LOST

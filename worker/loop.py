@@ -32,6 +32,8 @@ from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
 
+LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim waits
+
 
 class Worker:
     def __init__(
@@ -88,8 +90,10 @@ class Worker:
             raise
 
     def claim(self) -> list[ClaimedJob]:
-        if self.settler.releasing:
-            self.settler.wait_for_releases()
+        lock = self.settler.claim_lock
+        while not lock.acquire(timeout=LOOK_EVERY):  # a release of ours is being written
+            if self.stop.requested or os.getppid() != self.spec.supervisor_pid:
+                return []
         try:
             if self.claim_unsure:
                 self.release_orphans()
@@ -98,11 +102,14 @@ class Worker:
             )
         except DatabaseError as exc:
             # The claim may have committed with its reply lost: its leases would be this
-            # worker's without its knowing, so they are looked for once the database answers.
+            # worker's without its knowing, unrenewed, so they are looked for once the
+            # database answers, well before they could lapse.
             self.claim_unsure = True
-            self.idle_backoff = min(max(0.5, self.idle_backoff * 2), 30.0)
+            self.idle_backoff = min(max(0.5, self.idle_backoff * 2), 30.0, self.settings.heartbeat)
             emit("db.error", operation="claim", worker=self.spec.label, error=exc, retry_in=self.idle_backoff)
             return []
+        finally:
+            lock.release()
         self.idle_backoff = 0.0
         return jobs
 
@@ -184,8 +191,14 @@ class Worker:
             self.settler.add(job, Outcome(job.held, RELEASED, worker=self.spec.label))
 
     def finish(self, code: int) -> int:
-        """On the way out: everything handed over is written (for up to one lease)."""
+        """On the way out: everything handed over is written (for up to one lease), and the
+        leases of a claim whose reply was lost are given back."""
         self.settler.drain()
+        if self.claim_unsure:
+            try:
+                self.release_orphans()
+            except DatabaseError as exc:  # the sweep gives them back once they lapse
+                emit("db.error", operation="claim", worker=self.spec.label, error=exc)
         if self.owner_lock is not None:
             self.owner_lock.release()  # no lease left to protect
         return code

@@ -10,8 +10,9 @@ Each write is retried through a brief outage for up to one lease, so an outage d
 a success into a rerun; the leases of outcomes not yet written stay held (and renewed) until
 they are. The parts of a batch are written and retried one by one, and a part that was seen
 written is never written again; a write whose reply was lost may be retried, so the main
-thread claims nothing while a release is being written: a release retried after this worker
-had claimed the job anew would match that claim (a release gives the attempt back). A worker
+thread claims nothing while a release is being written (`claim_lock`): a release retried
+after this worker had claimed the job anew would match that claim (a release gives the
+attempt back). A worker
 that could not write an outcome for a whole lease ends itself: it holds leases it can
 neither renew nor settle, and only its death lets its supervisor, or the sweep, give them
 back.
@@ -19,6 +20,7 @@ back.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +49,10 @@ class Settler:
         self.oldest = 0.0  # monotonic time the oldest pending outcome arrived
         self.urgent = False
         self.writing = 0  # writes under way, in any thread
-        self.releasing = 0  # of those, writes with releases (the main thread's claim waits for them)
+        # Held by the main thread across a claim and by a release across all its tries: a
+        # release retried after its first try committed unseen must never meet this worker's
+        # new claim of the same job (a release gives the attempt back: the lease is the same).
+        self.claim_lock = threading.Lock()
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, name="jobsup-settle", daemon=True).start()
@@ -84,14 +89,6 @@ class Settler:
             self._write([(job, outcome)])
         finally:
             self._written()
-
-    def wait_for_releases(self) -> None:
-        """Block until no release is being written. A release gives the attempt back, so a
-        claim of the same job by this worker has the same lease: a release retried after its
-        first try committed unseen must not meet that new claim."""
-        with self.cond:
-            while self.releasing:
-                self.cond.wait()
 
     def drain(self, timeout: float | None = None) -> bool:
         """Write everything pending now; wait (up to `timeout`) until all writes are done."""
@@ -144,17 +141,9 @@ class Settler:
         for _, outcome in batch:
             if outcome.kind not in (SUCCEEDED, RELEASED):
                 parts.append(lambda outcome=outcome: transitions.fail(outcome))  # type: ignore[misc]
-        if releases:
-            with self.cond:
-                self.releasing += 1
-        try:
+        with self.claim_lock if releases else contextlib.nullcontext():
             for part in parts:
                 self._retrying(part)
-        finally:
-            if releases:
-                with self.cond:
-                    self.releasing -= 1
-                    self.cond.notify_all()
         self.worker.keeper.drop([job for job, _ in batch])
 
     def _retrying(self, write: Callable[[], object]) -> None:

@@ -28,13 +28,14 @@ from jobsup.durations import parse_duration
 from jobsup.errors import ConfigurationError, DatabaseUnavailable
 
 OPERATION = "jobsup_operation"  # execution option naming the store operation
-# Every operation a statement can be run under (the Database asserts it), so a fault naming
-# anything else is refused rather than silently injecting nothing.
+# Every operation a statement can be run under (the Database asserts it; "other" is a
+# statement run without one, as the migrations are), so a fault naming anything else is
+# refused rather than silently injecting nothing.
 OPERATIONS = frozenset(
     {
         "read", "write", "claim", "renew", "settle", "release", "cancel", "enqueue", "maintenance",
         "retention", "dead_letters", "recurring", "definitions", "process", "inspect", "stats",
-        "schema", "health", "listen",
+        "schema", "health", "other",
     }
 )  # fmt: skip
 
@@ -73,6 +74,8 @@ def parse(spec: str) -> list[Fault]:
             raise ConfigurationError(f"fault {part!r}: role must be worker, supervisor or any")
         named = frozenset(op.strip() for op in operations.split(",") if op.strip())
         unknown = sorted(named - OPERATIONS - {"all"})
+        if not named:
+            raise ConfigurationError(f"fault {part!r} names no operation; name some, or all")
         if unknown:
             raise ConfigurationError(
                 f"fault {part!r}: no operation named {', '.join(unknown)}; use all or some of "
