@@ -84,7 +84,7 @@ class JobType:
 _known_names: set[str] = set()
 
 
-def emit_event(kind: str, **fields: Any) -> None:
+def _emit(kind: str, **fields: Any) -> None:
     # Events import the metrics, which import this module: looked up when first needed.
     from jobsup.observe.events import emit
 
@@ -136,7 +136,7 @@ class Resolver:
             published = self.load()
         except DatabaseError as exc:
             # What was read before still serves; the next miss tries again a second later.
-            emit_event("db.error", operation="definitions", error=exc)
+            _emit("db.error", operation="definitions", error=exc)
             self.loaded_at = time.monotonic() if now is None else now
             return
         with self.lock:

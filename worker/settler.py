@@ -12,10 +12,9 @@ they are. The parts of a batch are written and retried one by one, and a part th
 written is never written again; a write whose reply was lost may be retried, so the main
 thread claims nothing while a release is being written (`claim_lock`): a release retried
 after this worker had claimed the job anew would match that claim (a release gives the
-attempt back). A worker
-that could not write an outcome for a whole lease ends itself: it holds leases it can
-neither renew nor settle, and only its death lets its supervisor, or the sweep, give them
-back.
+attempt back). A worker that could not write an outcome for a whole lease ends itself: it
+holds leases it can neither renew nor settle, and only its death lets its supervisor, or the
+sweep, give them back.
 """
 
 from __future__ import annotations

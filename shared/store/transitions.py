@@ -152,16 +152,8 @@ class Transitions:
             }
             for result, group in by_result.items()
         ]
-        settled: set[int] = set()
-        if len(groups) == 1:
-            settled = {row[0] for row in self._run("complete", self.sql.complete, groups[0], "settle")}
-        elif groups:
-            with self.db.transaction("settle") as conn:
-                for params in groups:
-                    rows = self.sql.complete.run(conn, params)
-                    if rows:
-                        steps.run(conn, steps.Change("complete", rows, params))
-                    settled |= {row[0] for row in rows}
+        rows = self._run_each("complete", self.sql.complete, groups, "settle") if groups else []
+        settled = {row[0] for row in rows}
         for outcome in outcomes:
             if outcome.held.id in settled:
                 emit("job.succeeded", **_fields(outcome.held, outcome))
@@ -362,16 +354,25 @@ class Transitions:
     # -- the unit of every transition ------------------------------------------------------------
 
     def _run(self, transition: str, chain: Chain, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
-        """Run a compare-and-set and its in-transaction steps as one unit. With no step
-        registered, a single-statement chain runs alone (PostgreSQL: one round trip)."""
-        if chain.single and not steps.of(transition):
+        return self._run_each(transition, chain, [params], operation)
+
+    def _run_each(
+        self, transition: str, chain: Chain, each: Sequence[Mapping[str, Any]], operation: str
+    ) -> Sequence[Row[Any]]:
+        """Run a compare-and-set once per parameter set, each with its in-transaction steps,
+        as one unit. One set with no step registered: a single-statement chain runs alone
+        (PostgreSQL: one round trip)."""
+        if len(each) == 1 and chain.single and not steps.of(transition):
             with self.db.statement(operation) as conn:
-                return chain.run(conn, params)
+                return chain.run(conn, each[0])
+        matched: list[Row[Any]] = []
         with self.db.transaction(operation) as conn:
-            rows = chain.run(conn, params)
-            if rows:
-                steps.run(conn, steps.Change(transition, rows, params))
-            return rows
+            for params in each:
+                rows = chain.run(conn, params)
+                if rows:
+                    steps.run(conn, steps.Change(transition, rows, params))
+                matched.extend(rows)
+        return matched
 
 
 def _held(row: Any) -> Held:
