@@ -73,12 +73,18 @@ class Client:
         """Store many jobs in one round trip per batch; each is a mapping with ``name``,
         ``payload`` and the options of `enqueue`. All are checked before any is written."""
         news = []
+        types: dict[object, JobType] = {}  # looked up once per name, not once per job
         for index, spec in enumerate(jobs):
-            if "name" not in spec:
-                raise BadInput(f"jobs[{index}] has no 'name'")
-            options = {key: value for key, value in spec.items() if key not in ("name", "payload")}
             try:
-                news.append(self._build(spec["name"], spec.get("payload"), options, allow_unknown))
+                if "name" not in spec:
+                    raise BadInput("it has no 'name'")
+                name = spec["name"]
+                jobtype = types.get(name) if isinstance(name, str) else None
+                if jobtype is None:
+                    check_name(name, "job name")
+                    jobtype = types[name] = self._job_type(name, allow_unknown)
+                options = {key: value for key, value in spec.items() if key != "name" and key != "payload"}
+                news.append(build(jobtype, spec.get("payload"), options))
             except BadInput as exc:
                 raise type(exc)(f"jobs[{index}]: {exc}") from None
         if not news:

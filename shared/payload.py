@@ -14,12 +14,14 @@ from typing import Any
 from jobsup.errors import InvalidPayload
 
 _SCALARS = (str, int, bool, type(None))
+# One encoder for every payload: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
 def encode_payload(payload: Any) -> str:
     """Return `payload` as compact JSON text, or raise `InvalidPayload` naming where it fails."""
     _check(payload, "payload")
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _encode(payload)
 
 
 def decode_payload(text: str) -> Any:

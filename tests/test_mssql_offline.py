@@ -47,9 +47,9 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
         [
             "INSERT INTO jobsup_job (name, queue, priority, payload",
             "OUTPUT inserted.id",
-            "coalesce(:p_run_at, coalesce(",
+            "coalesce(:j_run_at, coalesce(",
         ],
-        {"unique_key": "k", "payload": '{"x":1}'},
+        {"j_unique_key": "k", "j_payload": '{"x":1}'},
     ),
     "claim": (
         lambda t: t.claim("default", "w", limit=7, lease=90.5),
@@ -152,7 +152,7 @@ def test_firing_a_recurring_slot_compiles(db: OfflineDatabase) -> None:
     assert "UPDATE jobsup_recurring_job SET next_run_at=" in sql and "jobsup_recurring_job.next_run_at = " in sql
     assert "INSERT INTO jobsup_job (name, queue, priority, payload" in sql
     params = {key: value for statement in db.params for key, value in statement.items()}
-    assert params["recurring_name"] == "nightly" and params["scheduled_slot"] == T0
+    assert params["j_recurring_name"] == "nightly" and params["j_scheduled_slot"] == T0
 
 
 def test_the_claim_writes_the_attempt_rows_in_its_transaction(db: OfflineDatabase) -> None:

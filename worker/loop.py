@@ -10,6 +10,7 @@ releases what it has not started and waits for its writes.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
@@ -33,6 +34,10 @@ from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
 
 LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim waits
+# After a wakeup whose claim found nothing, the worker looks again after this, then twice
+# as long each time up to RELOOK_UNTIL: on SQLite an enqueue in the caller's own transaction
+# pokes just before its COMMIT (SQLAlchemy Core has no later event).
+RELOOK_AFTER, RELOOK_UNTIL = 0.02, 1.0
 
 
 class Worker:
@@ -58,6 +63,7 @@ class Worker:
         self.settler = Settler(self)
         self.listener: Listener | None = None
         self.idle_backoff = 0.0
+        self.relook: float | None = None  # a wakeup found nothing yet: look again this soon
         self.claim_unsure = False  # a claim failed: it may have committed unseen
         self.ending = threading.Event()  # set by the lease thread when it ends the process
 
@@ -80,6 +86,7 @@ class Worker:
                 claimed_at = time.monotonic()
                 jobs = self.claim()
                 if jobs:
+                    self.relook = None
                     self.run_batch(jobs, claimed_at)
                 else:
                     self.idle()
@@ -126,22 +133,35 @@ class Worker:
         self.title("idle")
         listener = self.listen()
         fds = [self.stop.read_fd] + ([listener.fileno()] if listener is not None else [])
-        select.select(fds, [], [], self.idle_backoff or self.poll_interval)
+        wait = self.idle_backoff or self.poll_interval
+        if self.relook is not None:
+            wait, self.relook = min(wait, self.relook), (self.relook * 2 if self.relook < RELOOK_UNTIL else None)
+        ready, _, _ = select.select(fds, [], [], wait)
+        if listener is not None and listener.early and listener.fileno() in ready:
+            self.relook = RELOOK_AFTER
         self.stop.drain()
         if listener is not None:
             try:
                 listener.drain()
             except DatabaseError as exc:
                 emit("db.error", operation="listen", worker=self.spec.label, error=exc)
-                self.listener = None  # reconnect on the next idle wait
+                self.close_listener()  # reconnect on the next idle wait
 
     def listen(self) -> Listener | None:
+        if self.listener is not None and not self.listener.present:
+            self.close_listener()  # pokers can no longer find it
         if self.listener is None:
             try:
                 self.listener = self.db.dialect.listener(self.db, self.spec.queue)
             except DatabaseError as exc:
                 emit("db.error", operation="listen", worker=self.spec.label, error=exc)
         return self.listener
+
+    def close_listener(self) -> None:
+        if self.listener is not None:
+            listener, self.listener = self.listener, None
+            with contextlib.suppress(DatabaseError):
+                listener.close()
 
     def run_batch(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
         self.keeper.hold(jobs, claimed_at)
@@ -194,6 +214,7 @@ class Worker:
         """On the way out: everything handed over is written (for up to one lease), and the
         leases of a claim whose reply was lost are given back."""
         self.settler.drain()
+        self.close_listener()
         if self.claim_unsure:
             try:
                 self.release_orphans()

@@ -7,7 +7,6 @@ row here, from the job type and the caller's options. A new column is one edit: 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
@@ -44,6 +43,16 @@ def build(
     recurring: tuple[str, datetime] | None = None,
 ) -> NewJob:
     """The row of one job of `jobtype`, or `BadInput` naming the first bad option."""
+    if not options and recurring is None:  # the common case of a bulk enqueue, kept cheap
+        return NewJob(
+            jobtype.name,
+            jobtype.queue,
+            encode_payload(payload),
+            jobtype.priority,
+            None,
+            jobtype.max_attempts,
+            jobtype.timeout,
+        )
     unknown = set(options) - OPTIONS
     if unknown:
         raise BadInput(f"unknown enqueue options {sorted(unknown)}; the options are {sorted(OPTIONS)}")
@@ -73,14 +82,6 @@ def build(
         recurring_name=None if recurring is None else recurring[0],
         scheduled_slot=None if recurring is None else recurring[1],
     )
-
-
-def insert_params(new: NewJob) -> dict[str, Any]:
-    """The bound parameters of `Statements.insert` for `new`: its fields are columns, and
-    `run_at` goes through `p_run_at` (None: the reference clock's now)."""
-    params = {field.name: getattr(new, field.name) for field in fields(new)}
-    params["p_run_at"] = params.pop("run_at")
-    return params
 
 
 def _check_instant(run_at: object) -> None:

@@ -60,7 +60,7 @@ class Database:
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         with self.errors(), self.single.connect() as conn:
             conn = conn.execution_options(**self.dialect.statement_options, **{OPERATION: operation})
-            with conn.begin():
+            with _committing(conn):
                 yield conn
 
     @contextmanager
@@ -68,7 +68,7 @@ class Database:
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         with self.errors(), self.engine.connect() as conn:
             conn = conn.execution_options(**{OPERATION: operation})
-            with conn.begin():
+            with _committing(conn):
                 yield conn
 
     @contextmanager
@@ -88,17 +88,22 @@ class Database:
             engine.dispose(close=close)
 
 
-def after_commit(conn: Connection, callback: Callable[[], None]) -> None:
-    """Run `callback` when the caller's transaction on `conn` commits (at once when `conn`
-    has none open); never when it rolls back. One pair of listeners per connection serves
-    every callback, so a long-lived connection does not collect listeners.
+def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
+    """Run `callback` when the transaction on `conn` commits (at once when `conn` has none
+    open); never when it rolls back. On jobsup's own connections (`Database.statement`,
+    `Database.transaction`) that is once the COMMIT has returned.
 
-    Core has no event after a commit: SQLAlchemy's `commit` event comes just before the
-    driver's COMMIT, so a COMMIT that then fails, or a savepoint the caller rolls back around
-    the enqueue, still announces (logs and counters only; the row is the record). jobsup's
-    own transactions announce after their commit returned."""
+    On the caller's connection it is SQLAlchemy's `commit` event, which Core only has just
+    before the driver's COMMIT: a COMMIT that then fails, or a savepoint the caller rolls
+    back around the enqueue, still runs it (announcements and wakeups only; the row is the
+    record). One pair of listeners per connection serves every callback, so a long-lived
+    connection does not collect listeners."""
     if not conn.in_transaction():
         callback()
+        return
+    deferred = _own.get(conn)
+    if deferred is not None:
+        deferred.append(callback)
         return
     waiting = _after_commit.get(conn)
     if waiting is None:
@@ -109,7 +114,26 @@ def after_commit(conn: Connection, callback: Callable[[], None]) -> None:
 
 
 # Callbacks waiting for each connection's commit (the connection's own, so they go with it).
-_after_commit: weakref.WeakKeyDictionary[Connection, list[Callable[[], None]]] = weakref.WeakKeyDictionary()
+_after_commit: weakref.WeakKeyDictionary[Connection, list[Callable[[], object]]] = weakref.WeakKeyDictionary()
+
+
+# Callbacks waiting for the end of a jobsup transaction (see `_committing`).
+_own: weakref.WeakKeyDictionary[Connection, list[Callable[[], object]]] = weakref.WeakKeyDictionary()
+
+
+@contextmanager
+def _committing(conn: Connection) -> Iterator[None]:
+    """`conn.begin()`, then the `after_commit` callbacks registered inside, once the COMMIT
+    returned."""
+    deferred: list[Callable[[], object]] = []
+    _own[conn] = deferred
+    try:
+        with conn.begin():
+            yield
+    finally:
+        del _own[conn]
+    for callback in deferred:
+        callback()
 
 
 def _committed(conn: Connection) -> None:

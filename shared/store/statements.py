@@ -33,6 +33,7 @@ from sqlalchemy import (
 from jobsup.store.chain import Chain, Sequential
 from jobsup.store.claim import status_is
 from jobsup.store.dialects import Dialect
+from jobsup.store.insert import values_statement
 from jobsup.store.rows import Lease
 from jobsup.store.schema import (
     CANCELLED,
@@ -92,18 +93,8 @@ class Statements:
 
     @cached_property
     def insert(self) -> Insert:
-        clock = self.dialect.clock()
-        return (
-            job.insert()
-            .values(
-                status=PENDING,
-                attempts=0,
-                run_at=func.coalesce(bindparam("p_run_at", type_=job.c.run_at.type), clock),
-                created_at=clock,
-                updated_at=clock,
-            )
-            .returning(job.c.id, sort_by_parameter_order=True)
-        )
+        """One job per parameter set of `jobsup.store.insert.row_params`."""
+        return values_statement(self.dialect.clock())
 
     @cached_property
     def live_with_key(self) -> Select[Any]:

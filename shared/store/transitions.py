@@ -25,10 +25,11 @@ from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
 from jobsup.store import steps
-from jobsup.store.builder import build, insert_params
+from jobsup.store.builder import build
 from jobsup.store.chain import Chain
 from jobsup.store.claim import claim_params, claimed_job
 from jobsup.store.database import Database, after_commit
+from jobsup.store.insert import row_params
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.rows import (
     DISCARDED,
@@ -69,30 +70,32 @@ class Transitions:
                 ids, inserted = self._insert(connection, jobs, now)
             after_commit(connection, lambda: _announce_enqueued(jobs, ids, inserted))
             return ids
-        with self.db.transaction("enqueue") as conn:
+        # No unique key and no enqueue step: one atomic insert where the dialect has one
+        # (PostgreSQL: a single round trip in autocommit), else a transaction.
+        alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
+        alone = alone and all(new.unique_key is None for new in jobs)
+        with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
             ids, inserted = self._insert(conn, jobs, now)
         _announce_enqueued(jobs, ids, inserted)
         return ids
 
     def _insert(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> tuple[list[int], list[int]]:
         clock = self.dialect.clock_params(now)
-        params = [{**insert_params(new), **clock} for new in jobs]
         ids: list[int] = [0] * len(jobs)
-        inserted: list[int] = []  # positions of the jobs really inserted
-        plain = [i for i, new in enumerate(jobs) if new.unique_key is None]
-        if plain:
-            found = conn.execute(self.sql.insert, [params[i] for i in plain]).scalars().all()
-            for i, job_id in zip(plain, found, strict=True):
+        inserted = [i for i, new in enumerate(jobs) if new.unique_key is None]  # those really inserted
+        woken: set[str] = set()
+        if inserted:
+            found, woken = self.dialect.insert_jobs(conn, [jobs[i] for i in inserted], clock)
+            for i, job_id in zip(inserted, found, strict=True):
                 ids[i] = job_id
-            inserted.extend(plain)
         for i, new in enumerate(jobs):
             if new.unique_key is not None:
-                ids[i], is_new = self._insert_unique(conn, params[i], new.unique_key)
+                ids[i], is_new = self._insert_unique(conn, row_params(new, clock), new.unique_key)
                 if is_new:
                     inserted.append(i)
         if inserted:
             steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock))
-            self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted})
+            self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted} - woken)
         return ids, inserted
 
     def _insert_unique(self, conn: Connection, params: dict[str, Any], key: str) -> tuple[int, bool]:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
 from jobsup.store.chain import Chain
-from jobsup.store.rows import Lease
+from jobsup.store.rows import Lease, NewJob
 
 SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
 
@@ -37,9 +37,15 @@ class Connections(Protocol):
 class Listener(Protocol):
     """Something an idle worker can `select` on that becomes readable when work arrives."""
 
+    # Its wakeup may come just before the commit it announces (the worker then looks again).
+    early: bool
+
     def fileno(self) -> int: ...
     def drain(self) -> None: ...
     def close(self) -> None: ...
+    @property
+    def present(self) -> bool:
+        """False once it can no longer be woken (it is then made anew)."""
 
 
 class OwnerLock(Protocol):
@@ -66,6 +72,9 @@ class Dialect(Protocol):
     # One writer at a time (SQLite): a worker writes its outcomes before it claims again,
     # rather than beside the claim, which would only queue the two on the write lock.
     one_writer: bool
+    # How many jobs one `insert_jobs` call writes atomically on a `statement()` connection
+    # (outside a transaction block): more need a transaction.
+    atomic_insert_rows: int
 
     def create_engine(self, url: URL) -> Engine:
         """An engine configured for jobsup's transaction discipline on this database."""
@@ -96,6 +105,12 @@ class Dialect(Protocol):
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         """Prepare, once, a compare-and-set `first` (an UPDATE with RETURNING whose first
         column is the job id) and the write `then(ids)` that depends on it."""
+
+    def insert_jobs(
+        self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]
+    ) -> tuple[list[int], set[str]]:
+        """Insert `jobs` (no unique keys among them) at `clock` (`clock_params`); return their
+        ids in order, and the queues whose idle workers the insert itself wakes on commit."""
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Inside the enqueue's transaction: wake idle workers of `queues` when it commits."""

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Integer, Update, bindparam, tuple_
+from sqlalchemy import BigInteger, ColumnElement, Connection, Insert, Integer, Update, bindparam, tuple_
 from sqlalchemy.types import TupleType
 
 from jobsup.store.chain import Chain, Sequential
-from jobsup.store.rows import Lease
+from jobsup.store.insert import insert_rows, values_statement
+from jobsup.store.rows import Lease, NewJob
 from jobsup.store.schema import job
 
 
@@ -30,6 +32,19 @@ class RowValueFence:
 
     def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
         return {"p_fences": [(lease.job_id, lease.attempt) for lease in leases]}
+
+
+class RowByRowInsert:
+    """Jobs inserted with one parameter set each; waking idle workers is `after_enqueue`'s."""
+
+    @cached_property
+    def insert_statement(self) -> Insert:
+        return values_statement(self.clock())  # type: ignore[attr-defined]
+
+    def insert_jobs(
+        self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]
+    ) -> tuple[list[int], set[str]]:
+        return insert_rows(conn, self.insert_statement, jobs, clock), set()
 
 
 class NoOwnerLocks:

@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NoOwnerLocks, SequentialChain
+from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, SequentialChain
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.rows import Lease
 from jobsup.store.schema import job
@@ -48,8 +48,9 @@ from jobsup.store.schema import job
 LOCK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 
-class SQLServerDialect(SequentialChain, NoOwnerLocks):
+class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
     name = "mssql"
+    atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
     one_writer = False

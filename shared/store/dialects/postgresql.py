@@ -9,6 +9,10 @@ Quirks and limits:
   CTEs make them atomic without a transaction block. Such a statement reads every table
   from one snapshot taken when it started, so a transition that may wait on a row lock
   held by a claim (a cancel) runs its two writes as two statements instead.
+- Many jobs are inserted from one array per column through ``unnest`` (`INSERT_CHUNK` jobs
+  a statement): the statement text stays the same whatever the count, so the driver does
+  not parse a new query of thousands of placeholders per chunk. The insert NOTIFYs in the
+  same statement, so a plain enqueue is one round trip in autocommit.
 - Idle workers LISTEN on their own queue's channel (``jobsup:<queue>``), so an enqueue
   wakes only the workers of its queue. The LISTEN connection gets the same connect timeout,
   keepalives and TCP user timeout as every other connection, so a dead or half-open one
@@ -21,6 +25,7 @@ Quirks and limits:
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -30,20 +35,27 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Insert,
     Integer,
     Interval,
     Row,
     Select,
+    Text,
     Update,
     bindparam,
     case,
+    column,
     create_engine,
     func,
+    insert,
+    literal_column,
     null,
     select,
     text,
+    true,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
@@ -53,6 +65,8 @@ from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimab
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, RowValueFence
 from jobsup.store.dialects.types import UTCDateTime
+from jobsup.store.insert import GIVEN, given_of, inserted_values, row_params, values_insert
+from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
 
 # pg_advisory_xact_lock key for schema upgrades: the first 8 bytes of sha1("jobsup-migrate").
@@ -71,6 +85,7 @@ _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator interventi
 _UNDEFINED_TABLE = "42P01"
 
 
+INSERT_CHUNK = 5000  # jobs per INSERT: arrays this long bind in well under a millisecond per 1,000 jobs
 _CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer channel names are truncated by the server
 
 
@@ -87,6 +102,8 @@ class NotifyListener:
 
     Behind a transaction-mode pooler (PgBouncer) notifications never arrive; workers then
     find work by polling, so nothing is lost, only latency."""
+
+    early = False  # NOTIFY is delivered after the commit
 
     def __init__(self, db: Any, queue: str) -> None:
         import psycopg
@@ -116,9 +133,14 @@ class NotifyListener:
     def close(self) -> None:
         self.conn.close()
 
+    @property
+    def present(self) -> bool:
+        return not self.conn.closed
+
 
 class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
     name = "postgresql"
+    atomic_insert_rows = INSERT_CHUNK
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
     migration_options: Mapping[str, Any] = {}
@@ -180,6 +202,57 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         """Both writes in one statement: data-modifying CTEs make them atomic."""
         return Fused.of(first, then)
+
+    def insert_jobs(
+        self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]
+    ) -> tuple[list[int], set[str]]:
+        queues = {new.queue for new in jobs}
+        if len(jobs) == 1:
+            params = {**row_params(jobs[0], clock), "p_channels": [channel(jobs[0].queue)]}
+            return [int(conn.execute(self.insert_one, params).scalar_one())], queues
+        ids: list[int] = []
+        for start in range(0, len(jobs), INSERT_CHUNK):
+            chunk = jobs[start : start + INSERT_CHUNK]
+            columns = zip(*map(given_of, chunk), strict=True)
+            params = {f"a_{name}": list(values) for name, values in zip(GIVEN, columns, strict=True)}
+            params.update(clock, p_channels=sorted({channel(queue) for queue in {new.queue for new in chunk}}))
+            # Identity values are drawn in the order the rows are inserted (unnest's order):
+            # sorted, the ids are the jobs' order.
+            ids.extend(sorted(row[0] for row in conn.exec_driver_sql(self.insert_many, params).all()))
+        return ids, queues
+
+    @cached_property
+    def insert_one(self) -> Select[Any]:
+        return self._waking(values_insert(self.clock()).returning(job.c.id))
+
+    @cached_property
+    def insert_many(self) -> str:
+        """The unnest insert as the driver's text, its arrays bound in binary: the text
+        format quotes every element of every array in Python, half the cost of a bulk
+        enqueue. Built from the same Core statement, compiled once."""
+        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+        compiled = str(self._insert_many.compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
+        return re.sub(r"%\(((?:a_\w+)|p_channels)\)s::", r"%(\1)b::", compiled)
+
+    @cached_property
+    def _insert_many(self) -> Select[Any]:
+        arrays = [bindparam(f"a_{name}", type_=ARRAY(job.c[name].type)) for name in GIVEN]
+        given = (column(name, job.c[name].type) for name in GIVEN)
+        rows = func.unnest(*arrays).table_valued(*given, with_ordinality="ordinal").render_derived()
+        values = inserted_values(lambda name: rows.c[name], self.clock())
+        chosen = select(*values.values()).order_by(rows.c.ordinal)
+        return self._waking(insert(job).from_select(list(values), chosen).returning(job.c.id))
+
+    def _waking(self, inserted: Insert) -> Select[Any]:
+        """`inserted` and a NOTIFY on each channel of `p_channels`, in one statement; the
+        NOTIFY goes out when it commits."""
+        rows = inserted.cte("inserted")
+        channels = func.unnest(bindparam("p_channels", type_=ARRAY(Text))).table_valued("channel").render_derived()
+        woken = select(func.count(func.pg_notify(channels.c.channel, literal_column("''"))).label("woken")).subquery(
+            "woken"
+        )
+        return select(rows.c.id, woken.c.woken).select_from(rows.join(woken, true()))
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         # Delivered when the enqueue commits (with the caller's transaction, if it is theirs).

@@ -12,6 +12,10 @@ Quirks and limits:
   selects the rollback journal, ``?synchronous=full`` syncs every commit.
 - Lock waits are not fair: a busy claimer can win the write lock many times in a row.
 - No database clock: the reference clock is the host's, bound into each statement.
+- No notifications: each idle worker waits on a FIFO of its own under
+  ``<database>-jobsup/wake/``, which an enqueue pokes once it has committed
+  (`jobsup.store.dialects.wakeup`); the 1 s poll finds whatever a lost poke would have
+  announced.
 - No data-modifying CTEs: two dependent writes run as two statements in one transaction.
 - No database clock, one host: the sweep never expires the lease of an owner that is still
   alive here, whatever the wall clock did (an NTP step or a resume from suspend would
@@ -28,6 +32,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -63,8 +68,9 @@ from jobsup.store.claim import (
     open_attempt_rows,
 )
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import RowValueFence, SequentialChain
+from jobsup.store.dialects.common import RowByRowInsert, RowValueFence, SequentialChain
 from jobsup.store.dialects.types import UTCDateTime
+from jobsup.store.dialects.wakeup import FifoListener, poke
 from jobsup.store.schema import job
 
 _BEGIN = "jobsup_sqlite_begin"  # execution option: which BEGIN to emit, None for none
@@ -94,8 +100,17 @@ def database_path(url: URL) -> Path | None:
 
 
 def owners_folder(url: URL) -> Path | None:
+    return _beside(url, "owners")
+
+
+def wake_folder(url: URL) -> Path | None:
+    """Where idle workers' FIFOs wait for pokes (`jobsup.store.dialects.wakeup`)."""
+    return _beside(url, "wake")
+
+
+def _beside(url: URL, name: str) -> Path | None:
     path = database_path(url)
-    return None if path is None else path.with_name(path.name + "-jobsup") / "owners"
+    return None if path is None else path.with_name(path.name + "-jobsup") / name
 
 
 def _owner_file(owner: str) -> str:
@@ -126,8 +141,9 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-class SQLiteDialect(SequentialChain, RowValueFence):
+class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
     name = "sqlite"
+    atomic_insert_rows = sys.maxsize  # its statement() is a transaction too (BEGIN IMMEDIATE)
     read_options: Mapping[str, Any] = {_BEGIN: None}
     statement_options: Mapping[str, Any] = {}
 
@@ -236,10 +252,21 @@ class SQLiteDialect(SequentialChain, RowValueFence):
         return rows
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
-        """Nothing to send: idle workers poll."""
+        """Poke the idle workers of `queues` once the enqueue has committed."""
+        from jobsup.store.database import after_commit
 
-    def listener(self, db: Any, queue: str) -> None:
-        return None
+        folder = wake_folder(conn.engine.url)
+        if folder is not None:
+            after_commit(conn, lambda: poke(folder, queues))
+
+    def listener(self, db: Any, queue: str) -> FifoListener | None:
+        folder = wake_folder(db.url)
+        if folder is None:
+            return None  # in memory: one process, and it polls
+        try:
+            return FifoListener(folder, queue)
+        except OSError as exc:
+            raise DatabaseUnavailable(f"cannot wait for wakeups in {folder}: {exc}") from None
 
     def hold_owner(self, db: Any, owner: str) -> OwnerFile | None:
         folder = owners_folder(db.url)

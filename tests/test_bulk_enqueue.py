@@ -1,0 +1,65 @@
+"""Enqueueing: a bulk enqueue returns the ids in the order given, across PostgreSQL's
+array chunks and with unique keys mixed in, and wakes the workers of every queue it
+touched; a plain enqueue on PostgreSQL is one statement."""
+
+from __future__ import annotations
+
+import json
+import select
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy import select as sql_select
+
+import jobsup
+from jobsup.store.dialects.postgresql import INSERT_CHUNK, NotifyListener
+from jobsup.store.schema import job
+
+
+def test_a_bulk_enqueue_returns_ids_in_order_across_chunks_and_unique_keys(url: str) -> None:
+    client = jobsup.Client(url)
+    held = client.enqueue("a", {"i": -1}, unique_key="k-held")
+    specs: list[dict[str, Any]] = [{"name": "a", "payload": {"i": i}} for i in range(2 * INSERT_CHUNK + 7)]
+    specs[3] = {"name": "a", "payload": {"i": 3}, "unique_key": "k-held"}  # a live job has this key
+    specs[INSERT_CHUNK + 1] = {"name": "b", "payload": {"i": INSERT_CHUNK + 1}, "unique_key": "k-new", "queue": "q2"}
+    ids = client.enqueue_many(specs)
+    assert len(ids) == len(specs) and ids[3] == held
+    with client.database.read() as conn:
+        rows = dict(conn.execute(sql_select(job.c.id, job.c.payload)).all())
+    assert len(rows) == len(specs)  # the held key's job was not written again
+    for position, job_id in enumerate(ids):
+        expected = -1 if position == 3 else position
+        assert json.loads(rows[job_id]) == {"i": expected}, f"jobs[{position}] got id {job_id}"
+    new = client.get(ids[INSERT_CHUNK + 1])
+    assert new is not None and new.queue == "q2" and new.name == "b"
+
+
+@pytest.mark.postgres
+def test_a_bulk_enqueue_wakes_the_workers_of_each_of_its_queues(postgres_url: str) -> None:
+    client = jobsup.Client(postgres_url)
+    listeners = {queue: NotifyListener(client.database, queue) for queue in ("mail", "reports", "idle")}
+    try:
+        client.enqueue_many([{"name": "a", "queue": "mail"}, {"name": "a", "queue": "reports"}] * 3)
+        woken = {queue for queue, listener in listeners.items() if select.select([listener.fileno()], [], [], 2.0)[0]}
+        assert woken == {"mail", "reports"}
+    finally:
+        for listener in listeners.values():
+            listener.close()
+
+
+@pytest.mark.postgres
+def test_a_plain_enqueue_is_one_statement(postgres_url: str) -> None:
+    client = jobsup.Client(postgres_url)
+    client.enqueue("a")  # the schema check and the first connection
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    for engine in (client.database.engine, client.database.single):
+        event.listen(engine, "before_cursor_execute", seen)
+    client.enqueue("a", {"x": 1})
+    client.enqueue_many([{"name": "a"}] * 10)
+    assert len(statements) == 2, statements
+    assert all("pg_notify" in statement for statement in statements)
