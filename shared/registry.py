@@ -8,6 +8,7 @@ it runs them (`jobsup start`), so a process that only enqueues them needs the na
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ INT32 = 2**31 - 1
 class Registered:
     type: JobType
     function: JobFunction
+    is_async: bool = False  # an ``async def``: run on the worker's event loop
 
 
 _registry: dict[str, Registered] = {}
@@ -47,7 +49,9 @@ def job(
 
     `timeout` is a duration (``"60s"``); `retry_in(attempt)` overrides the default backoff
     (exponential from 30 s to 1 h with jitter) with seconds to wait after a failed attempt.
-    The function is called as ``function(ctx, payload)`` and returned unchanged.
+    The function is called as ``function(ctx, payload)`` and returned unchanged. It may be
+    an ``async def``: it then runs on the worker's event loop, and a cancellation (timeout,
+    operator cancel, shutdown, lost lease) also cancels its task.
     """
     check_name(name, "job name")
     check_name(queue, "queue")
@@ -60,7 +64,7 @@ def job(
         existing = _registry.get(name)
         if existing is not None and _origin(existing.function) != _origin(function):
             raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
-        _registry[name] = Registered(jobtype, function)
+        _registry[name] = Registered(jobtype, function, inspect.iscoroutinefunction(function))
         return function
 
     return register

@@ -29,13 +29,24 @@ _DURATIONS = {
 }
 
 
+MAX_CONCURRENCY = 1000  # jobs at once in one worker process
+
+
 @dataclass(frozen=True)
 class QueueConfig:
-    """Per queue: how many worker processes, and optional claim batch and job timeout."""
+    """Per queue: how many worker processes, how many jobs each runs at once (threads for
+    plain functions, one event loop for ``async def`` jobs), and optional claim batch and
+    job timeout."""
 
     workers: int = 1
     claim_batch: int | None = None
     timeout: float | None = None
+    concurrency: int = 1
+
+    @property
+    def spec(self) -> str:
+        """As ``--queue`` takes it: NAME=WORKERS[:CONCURRENCY] without the name."""
+        return f"{self.workers}" if self.concurrency == 1 else f"{self.workers}:{self.concurrency}"
 
 
 @dataclass(frozen=True)
@@ -90,12 +101,20 @@ class Settings:
                 raise ConfigurationError(f"queue {queue!r} needs at least 1 worker, not {config.workers}")
             if config.claim_batch is not None and config.claim_batch < 1:
                 raise ConfigurationError(f"claim_batch of queue {queue!r} must be at least 1")
+            if not 1 <= config.concurrency <= MAX_CONCURRENCY:
+                raise ConfigurationError(
+                    f"concurrency of queue {queue!r} must be 1-{MAX_CONCURRENCY} jobs at once per worker, "
+                    f"not {config.concurrency}"
+                )
 
     def claim_batch_of(self, queue: str) -> int:
         return self.queues[queue].claim_batch or self.claim_batch
 
     def timeout_of(self, queue: str) -> float | None:
         return self.queues[queue].timeout
+
+    def concurrency_of(self, queue: str) -> int:
+        return self.queues[queue].concurrency
 
     def merged(self, overrides: Mapping[str, Any]) -> Settings:
         """A copy with `overrides` applied (None values ignored), each value checked."""
@@ -135,10 +154,16 @@ def parse_queues(specs: Any) -> dict[str, QueueConfig]:
 
 
 def _queue_spec(spec: str) -> tuple[str, QueueConfig]:
-    name, _, count = (part.strip() for part in spec.partition("="))
+    name, _, shape = (part.strip() for part in spec.partition("="))
     if not name:
-        raise ConfigurationError(f"queues: {spec!r} has no queue name; use NAME=WORKERS, e.g. default=2")
-    return name, QueueConfig(workers=_whole(count or "1", f"workers of queue {name!r}"))
+        raise ConfigurationError(
+            f"queues: {spec!r} has no queue name; use NAME=WORKERS[:CONCURRENCY], e.g. default=2 or mail=2:50"
+        )
+    count, _, concurrency = (part.strip() for part in shape.partition(":"))
+    return name, QueueConfig(
+        workers=_whole(count or "1", f"workers of queue {name!r}"),
+        concurrency=_whole(concurrency or "1", f"concurrency of queue {name!r}"),
+    )
 
 
 def _queue_config(name: str, value: Any) -> QueueConfig:
@@ -146,12 +171,15 @@ def _queue_config(name: str, value: Any) -> QueueConfig:
         return value
     if not isinstance(value, Mapping):
         return QueueConfig(workers=_whole(value, f"workers of queue {name!r}"))
-    unknown = set(value) - {"workers", "claim_batch", "timeout"}
+    unknown = set(value) - {"workers", "claim_batch", "timeout", "concurrency"}
     if unknown:
-        raise ConfigurationError(f"queue {name!r}: unknown keys {sorted(unknown)}; use workers, claim_batch, timeout")
+        raise ConfigurationError(
+            f"queue {name!r}: unknown keys {sorted(unknown)}; use workers, concurrency, claim_batch, timeout"
+        )
     batch, timeout = value.get("claim_batch"), value.get("timeout")
     return QueueConfig(
         workers=_whole(value.get("workers", 1), f"workers of queue {name!r}"),
+        concurrency=_whole(value.get("concurrency", 1), f"concurrency of queue {name!r}"),
         claim_batch=None if batch is None else _whole(batch, f"claim_batch of queue {name!r}"),
         timeout=None if timeout is None else parse_duration(timeout, what=f"timeout of queue {name!r}"),
     )

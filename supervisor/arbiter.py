@@ -138,7 +138,7 @@ class Arbiter:
             conn.execute(select(1))
 
     def queue_summary(self) -> str:
-        return " ".join(f"{name}={config.workers}" for name, config in self.settings.queues.items())
+        return " ".join(f"{name}={config.spec}" for name, config in self.settings.queues.items())
 
     # -- the loop --------------------------------------------------------------------------
 

@@ -2,7 +2,9 @@
 jobs do not wait out the lease (a compare-and-set on owner and attempt, so a job it already
 settled or released is not touched).
 
-The worker's slot says which jobs it was running; the exit says how their attempts end:
+The worker's slot says which jobs it was running; the exit says how their attempts end
+(unless the slot entry says otherwise: a worker running several jobs that ends itself for
+one of them marks how each of the others ends, released unless it was cancelled too):
 
 - it ended itself because its job ignored the timeout's cancellation: `timed_out`, retried
   like a failure;
@@ -44,17 +46,24 @@ class Burial:
 
 def burial_of(death: Death, lease: float) -> Burial:
     child = death.child
-    if death.code == exits.TIMED_OUT:
-        timeouts = [f"{t:g}s" for _, _, t in death.running if t is not None]
-        after = f" after {timeouts[0]}" if timeouts else ""
-        kind, error = TIMED_OUT, f"timed out{after} and ignored cancellation; its worker was ended"
-    elif death.code == exits.SHUTDOWN_FORCED:
-        kind, error = RELEASED, ""
-    else:
-        kind, error = LEASE_EXPIRED, f"lease expired: its worker {exits.describe(death.status)}"
+    charged = {}
+    ended_itself = death.code in (exits.LEASE_LOST, exits.TIMED_OUT, exits.SHUTDOWN_FORCED)
+    for job_id, attempt, timeout, ends in death.running:
+        kind, error = _ending(ends if ended_itself and ends else death.code, death, timeout)
+        charged[job_id] = (attempt, kind, error)
     renewed = child.slot.memory.renewed_at or child.started
-    charged = {job_id: (attempt, kind, error) for job_id, attempt, _ in death.running}
     return Burial(child.worker_id, child.slot.label, charged, lapses_at=renewed + lease)
+
+
+def _ending(code: int | None, death: Death, timeout: float | None) -> tuple[str, str]:
+    """How a running job's attempt ends, given the exit code that speaks for it: the
+    worker's own (it ended itself for this job) or the process's."""
+    if code == exits.TIMED_OUT:
+        after = f" after {timeout:g}s" if timeout is not None else ""
+        return TIMED_OUT, f"timed out{after} and ignored cancellation; its worker was ended"
+    if code == exits.SHUTDOWN_FORCED:
+        return RELEASED, ""
+    return LEASE_EXPIRED, f"lease expired: its worker {exits.describe(death.status)}"
 
 
 class Burials:

@@ -63,7 +63,7 @@ class Death:
     child: Child
     status: int
     booted: bool  # it had finished booting
-    running: list[tuple[int, int, float | None]]  # the jobs it was running: (job id, attempt, timeout)
+    running: list[tuple[int, int, float | None, int]]  # the jobs it was running: see Slot.entries
 
     @property
     def code(self) -> int | None:
@@ -85,7 +85,8 @@ class Children:
         configured = [
             (queue, index) for queue, config in settings.queues.items() for index in range(1, config.workers + 1)
         ]
-        self.table = SlotTable(len(configured), capacity=1)
+        capacity = max(config.concurrency for config in settings.queues.values())
+        self.table = SlotTable(len(configured), capacity=capacity)
         self.slots = [Slot(queue, index, self.table.slot(n)) for n, (queue, index) in enumerate(configured)]
         self.alive: dict[int, Child] = {}
         self.host = socket.gethostname()

@@ -75,3 +75,23 @@ def _noop(ctx: jobsup.JobContext, payload: Any) -> None:
 
 for _name in ("a", "b", "x", "ok", "noop", "send-email", "report", "works", "make-report", "cleanup"):
     jobsup.job(_name)(_noop)
+
+
+@jobsup.job("async-work")
+async def async_work(ctx: jobsup.JobContext, payload: Any) -> Any:
+    """`work` for the event loop: sleeps `seconds` in asyncio.sleep, ticking; a cancelled
+    task records it and ends."""
+    import asyncio
+
+    payload = payload or {}
+    record(ctx, "start")
+    try:
+        deadline = time.monotonic() + float(payload.get("seconds", 0))
+        while time.monotonic() < deadline:
+            record(ctx, "tick")
+            await asyncio.sleep(0.05)
+    except asyncio.CancelledError:
+        record(ctx, "cancelled")
+        raise
+    record(ctx, "end")
+    return payload.get("result")

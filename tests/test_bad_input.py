@@ -146,6 +146,13 @@ def test_settings_sources_later_wins(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert load({"database_url": "sqlite:///flag.db"}, directory=tmp_path).database_url == "sqlite:///flag.db"
 
 
+def test_a_queue_runs_several_jobs_at_once_by_flag_or_file(tmp_path: Path) -> None:
+    queues = load({"queues": ["mail=2:50", "default"]}, directory=tmp_path).queues
+    assert (queues["mail"].workers, queues["mail"].concurrency, queues["default"].concurrency) == (2, 50, 1)
+    (tmp_path / "jobsup.toml").write_text("[queues]\nmail = { workers = 3, concurrency = 20 }\n")
+    assert load(directory=tmp_path).concurrency_of("mail") == 20
+
+
 def test_bad_settings_are_named(tmp_path: Path) -> None:
     (tmp_path / "jobsup.toml").write_text('lease = "forever"\n')
     with pytest.raises(jobsup.InvalidDuration, match="lease"):
@@ -167,6 +174,9 @@ def test_bad_settings_are_named(tmp_path: Path) -> None:
         ("apps = 5", "apps: 5 is not a list of module names"),
         ('migrate = "sometimes"', "migrate: 'sometimes' is neither true nor false"),
         ('poll_interval = "0s"', "would claim in a busy loop"),
+        ('queues = ["mail=2:0"]', "concurrency of queue 'mail' must be 1-1000"),
+        ('queues = ["mail=2:lots"]', "concurrency of queue 'mail': 'lots' is not a whole number"),
+        ("queues = { mail = { workers = 1, threads = 5 } }", "use workers, concurrency, claim_batch, timeout"),
     ],
 )
 def test_settings_of_the_wrong_shape_are_named(tmp_path: Path, toml: str, message: str) -> None:

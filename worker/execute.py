@@ -11,6 +11,7 @@ and the worker writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import traceback
@@ -41,7 +42,20 @@ class Ran:
     result: str | None = None
 
 
-def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
+@dataclass(frozen=True)
+class Prepared:
+    """A job ready to call: its function, context, decoded payload, and the payload's
+    secrets (scrubbed from any error text)."""
+
+    function: Any
+    ctx: JobContext
+    payload: Any
+    secrets: Any
+    is_async: bool
+
+
+def prepare(job: ClaimedJob, cancelled: threading.Event) -> Prepared | Ran:
+    """The call to make, or the `Ran` of a job that cannot be called."""
     registered = lookup(job.name)
     if registered is None:
         # Retried: a rolling deploy may bring the code that knows this name.
@@ -52,19 +66,45 @@ def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
     except (InvalidPayload, RecursionError) as exc:
         return Ran(DISCARDED, f"InvalidPayload: {exc}")  # retrying cannot mend it
     ctx = JobContext(job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled)
+    return Prepared(registered.function, ctx, payload, secrets, registered.is_async)
+
+
+def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
+    """Run a plain job function in this thread, from start to `Ran`."""
+    prepared = prepare(job, cancelled)
+    return prepared if isinstance(prepared, Ran) else call(job, prepared)
+
+
+def call(job: ClaimedJob, prepared: Prepared) -> Ran:
+    """Call a plain job function in this thread."""
     try:
-        value = registered.function(ctx, payload)
-    except Retry as exc:
-        return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after)
-    except Discard as exc:
-        return Ran(DISCARDED, error_text(exc, secrets))
-    except Cancelled as exc:
-        return Ran(FAILED, error_text(exc, secrets))
+        value = prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # a job's SystemExit or KeyboardInterrupt fails the attempt too
-        text = scrub("".join(traceback.format_exception(exc)), secrets)
-        emit("job.traceback", job=job.id, name=job.name, attempt=job.attempt, traceback=text)
-        return Ran(FAILED, error_text(exc, secrets))
+        return _raised(job, exc, prepared.secrets)
     return Ran(SUCCEEDED, result=_result(job, value))
+
+
+async def call_async(job: ClaimedJob, prepared: Prepared) -> Ran:
+    """Await an ``async def`` job function on the worker's event loop. A cancellation of
+    its task (see `jobsup.worker.lease.Running.hook`) ends it like any raised error; the
+    reason the worker cancelled it decides the outcome."""
+    try:
+        value = await prepared.function(prepared.ctx, prepared.payload)
+    except BaseException as exc:  # asyncio.CancelledError included
+        return _raised(job, exc, prepared.secrets)
+    return Ran(SUCCEEDED, result=_result(job, value))
+
+
+def _raised(job: ClaimedJob, exc: BaseException, secrets: Any) -> Ran:
+    if isinstance(exc, Retry):
+        return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after)
+    if isinstance(exc, Discard):
+        return Ran(DISCARDED, error_text(exc, secrets))
+    if isinstance(exc, Cancelled | asyncio.CancelledError):
+        return Ran(FAILED, error_text(exc if isinstance(exc, Cancelled) else Cancelled(), secrets))
+    text = scrub("".join(traceback.format_exception(exc)), secrets)
+    emit("job.traceback", job=job.id, name=job.name, attempt=job.attempt, traceback=text)
+    return Ran(FAILED, error_text(exc, secrets))
 
 
 def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome | None:

@@ -57,6 +57,14 @@ class Running:
     cancelled: threading.Event = field(default_factory=threading.Event)
     reason: str | None = None  # why it was cancelled: see jobsup.worker.execute
     cancelled_at: float | None = None
+    # Also called on cancellation: an async job's task is cancelled, not only told.
+    on_cancel: Callable[[], object] | None = None
+
+    def hook(self, on_cancel: Callable[[], object]) -> None:
+        """Cancel through `on_cancel` too, at once if the job was cancelled already."""
+        self.on_cancel = on_cancel
+        if self.cancelled.is_set():
+            on_cancel()
 
 
 class LeaseKeeper:
@@ -210,8 +218,21 @@ class LeaseKeeper:
     def _cancel(self, running: Running, reason: str, now: float) -> None:
         if running.cancelled_at is None:
             running.reason, running.cancelled_at = reason, now
+            self.worker.slot.ending(running.job.id, _EXIT_FOR.get(reason, exits.LEASE_LOST))
             running.cancelled.set()
+            if running.on_cancel is not None:
+                running.on_cancel()
             emit("job.cancelling", job=running.job.id, name=running.job.name, reason=reason)
+
+    def bystanders(self) -> None:
+        """The worker ends itself for one job: every other running job that was not
+        cancelled itself is released when its supervisor buries the worker, unless the
+        leases of all are about to lapse (then theirs ended like the rest)."""
+        lapsing = time.monotonic() >= self.renewed_at + self.lease - 2 * self.heartbeat
+        with self.lock:
+            for running in self.running.values():
+                if running.cancelled_at is None:
+                    self.worker.slot.ending(running.job.id, exits.LEASE_LOST if lapsing else exits.SHUTDOWN_FORCED)
 
     def _release_waiting(self) -> None:
         self.worker.release(self.take_waiting())

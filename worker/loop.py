@@ -26,8 +26,10 @@ from jobsup.observe.events import emit
 from jobsup.store import Database, Store
 from jobsup.store.dialects import Listener, OwnerLock
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
-from jobsup.worker.execute import execute, outcome_of
+from jobsup.worker.aio import EventLoop
+from jobsup.worker.execute import Ran, call, call_async, outcome_of, prepare
 from jobsup.worker.lease import LeaseKeeper, Running
+from jobsup.worker.pool import Pool
 from jobsup.worker.settler import Settler
 from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
@@ -59,6 +61,9 @@ class Worker:
         # benchmark figures are in the README's performance section).
         self.write_before_claim = db.dialect.one_writer or self.batch > 1
         self.queue_timeout = self.settings.timeout_of(spec.queue)
+        self.aio = EventLoop()  # for async def jobs, started with the first
+        concurrency = self.settings.concurrency_of(spec.queue)
+        self.pool = Pool(concurrency, self.aio) if concurrency > 1 else None
         self.keeper = LeaseKeeper(self)
         self.settler = Settler(self)
         self.listener: Listener | None = None
@@ -73,6 +78,8 @@ class Worker:
         self.title("idle")
         emit("worker.started", worker=self.spec.label, pid=os.getpid(), owner=self.spec.worker_id)
         try:
+            if self.pool is not None:
+                return self.run_concurrently(self.pool)
             while True:
                 if self.stop.requested:
                     return self.finish(exits.STOPPED)
@@ -96,7 +103,7 @@ class Worker:
             self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
             raise
 
-    def claim(self) -> list[ClaimedJob]:
+    def claim(self, limit: int | None = None) -> list[ClaimedJob]:
         lock = self.settler.claim_lock
         while not lock.acquire(timeout=LOOK_EVERY):  # a release of ours is being written
             if self.stop.requested or os.getppid() != self.spec.supervisor_pid:
@@ -105,7 +112,7 @@ class Worker:
             if self.claim_unsure:
                 self.release_orphans()
             jobs = self.store.transitions.claim(
-                self.spec.queue, self.spec.worker_id, limit=self.batch, lease=self.settings.lease
+                self.spec.queue, self.spec.worker_id, limit=limit or self.batch, lease=self.settings.lease
             )
         except DatabaseError as exc:
             # The claim may have committed with its reply lost: its leases would be this
@@ -129,10 +136,12 @@ class Worker:
         if released:
             emit("worker.orphans_released", worker=self.spec.label, jobs=released)
 
-    def idle(self) -> None:
-        self.title("idle")
+    def idle(self, *also: int) -> None:
+        """Wait for work (or for `also`, more file descriptors)."""
+        if not also:
+            self.title("idle")
         listener = self.listen()
-        fds = [self.stop.read_fd] + ([listener.fileno()] if listener is not None else [])
+        fds = [self.stop.read_fd, *also] + ([listener.fileno()] if listener is not None else [])
         wait = self.idle_backoff or self.poll_interval
         if self.relook is not None:
             wait, self.relook = min(wait, self.relook), (self.relook * 2 if self.relook < RELOOK_UNTIL else None)
@@ -183,6 +192,20 @@ class Worker:
     def run_one(self, running: Running) -> None:
         job = running.job
         self.title(f"running {job.name} id={job.id} attempt={job.attempt}")
+        self.announce(running)
+        prepared = prepare(job, running.cancelled)
+        if isinstance(prepared, Ran):
+            ran = prepared
+        elif prepared.is_async:
+            future, cancel = self.aio.submit(call_async(job, prepared))
+            running.hook(cancel)
+            ran = future.result()
+        else:
+            ran = call(job, prepared)
+        self.settle(running, ran)
+
+    def announce(self, running: Running) -> None:
+        job = running.job
         waited = None if job.due_at is None else round((host_clock() - job.due_at).total_seconds(), 6)
         emit(
             "job.started",
@@ -193,7 +216,9 @@ class Worker:
             worker=self.spec.label,
             waited=waited,
         )
-        ran = execute(job, running.cancelled)
+
+    def settle(self, running: Running, ran: Ran) -> None:
+        job = running.job
         seconds = time.monotonic() - running.started
         outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.spec.label)
         if outcome is None:
@@ -205,6 +230,46 @@ class Worker:
         else:
             self.settler.write_now(job, outcome)  # the slot says "running" until it is written
             self.keeper.end(running)
+
+    def run_concurrently(self, pool: Pool) -> int:
+        """Up to the pool's size at once: claim what fits, start it, and settle each job as
+        its call returns. Asked to stop (or orphaned), it claims nothing more and waits
+        for the jobs running; the lease threads cancel them after the shutdown grace."""
+        code = None
+        while True:
+            if code is None and self.stop.requested:
+                code = exits.STOPPED
+            elif code is None and os.getppid() != self.spec.supervisor_pid:
+                code = exits.PARENT_GONE
+            if code is not None and not pool.running:
+                return self.finish(code)
+            jobs: list[ClaimedJob] = []
+            if code is None and pool.free and not self.ending.is_set():
+                claimed_at = time.monotonic()
+                jobs = self.claim(limit=pool.free)
+                if jobs:
+                    self.relook = None
+                    self.keeper.hold(jobs, claimed_at)
+                    for job in jobs:
+                        running = self.keeper.begin(job, self.timeout_of(job))
+                        if running is not None:
+                            self.announce(running)
+                            pool.start(running)
+                self.title(f"running {pool.running} of {pool.size}")
+            # More may be waiting when the claim filled every free place: look again as soon
+            # as one frees; otherwise wait for work too.
+            self.wait(pool, for_work=code is None and bool(pool.free) and not jobs)
+            for running, ran in pool.collect():
+                self.settle(running, ran)
+            if self.write_before_claim:
+                self.settler.write_here()
+
+    def wait(self, pool: Pool, *, for_work: bool) -> None:
+        if for_work:
+            self.idle(pool.read_fd)
+            return
+        select.select([self.stop.read_fd, pool.read_fd], [], [], LOOK_EVERY)
+        self.stop.drain()
 
     def release(self, jobs: list[ClaimedJob]) -> None:
         for job in jobs:
@@ -231,6 +296,7 @@ class Worker:
         jobs still waiting are released and finished outcomes written, for a bounded time:
         the database may be why we are here."""
         self.ending.set()
+        self.keeper.bystanders()
         self.release(self.keeper.take_waiting())
         self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
         emit("worker.ending", worker=self.spec.label, job=running.job.id, reason=exits.NAMES[code])

@@ -11,7 +11,8 @@ writing a failure is charged for it.
 The supervisor uses this for what the worker's own interpreter may fail to do: it kills a
 worker whose renewal is overdue (a job holding the GIL starves the lease threads), and when
 it buries a dead worker it knows which of its leases were running jobs (their attempt ends
-as the exit says) and which were jobs that never started (released, the attempt not used).
+as the exit says, or as the entry says when the worker ended itself: see `ending`) and
+which were jobs that never started (released, the attempt not used).
 
 Every field is one aligned 8-byte word written with a single store, so a reader never sees
 half of one. A running entry is written job id and timeout first and attempt last; attempt 0
@@ -24,7 +25,7 @@ import math
 import mmap
 
 _HEADER = 3  # words: booted, renewed_at, capacity
-_ENTRY = 3  # words: job id, attempt, timeout (NaN: none)
+_ENTRY = 4  # words: job id, attempt, timeout (NaN: none), how it ends (an exit code; 0: as the exit says)
 _WORD = 8
 
 
@@ -56,9 +57,19 @@ class Slot:
             if self._ints[base + 1] == 0:
                 self._ints[base] = job_id
                 self._floats[base + 2] = math.nan if timeout is None else timeout
+                self._ints[base + 3] = 0
                 self._ints[base + 1] = attempt
                 return
         raise RuntimeError("more jobs running than the worker's slot can hold")
+
+    def ending(self, job_id: int, code: int) -> None:
+        """Should this process die now, `job_id`'s attempt ends as exit `code` would say
+        (a worker running several jobs that ends itself for one of them)."""
+        for entry in range(self.capacity):
+            base = _HEADER + _ENTRY * entry
+            if self._ints[base + 1] != 0 and self._ints[base] == job_id:
+                self._ints[base + 3] = code
+                return
 
     def finish(self, job_id: int) -> None:
         for entry in range(self.capacity):
@@ -79,17 +90,18 @@ class Slot:
 
     def running(self) -> dict[int, int]:
         """The jobs running now: job id -> attempt."""
-        return {job_id: attempt for job_id, attempt, _ in self.entries()}
+        return {job_id: attempt for job_id, attempt, _, _ in self.entries()}
 
-    def entries(self) -> list[tuple[int, int, float | None]]:
-        """The jobs running now: (job id, attempt, timeout)."""
+    def entries(self) -> list[tuple[int, int, float | None, int]]:
+        """The jobs running now: (job id, attempt, timeout, how it ends: 0 or an exit code)."""
         found = []
         for entry in range(self.capacity):
             base = _HEADER + _ENTRY * entry
             attempt = self._ints[base + 1]
             if attempt != 0:
                 timeout = float(self._floats[base + 2])
-                found.append((int(self._ints[base]), int(attempt), None if math.isnan(timeout) else timeout))
+                ends = int(self._ints[base + 3])
+                found.append((int(self._ints[base]), int(attempt), None if math.isnan(timeout) else timeout, ends))
         return found
 
 

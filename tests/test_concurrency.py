@@ -1,0 +1,76 @@
+"""Several jobs at once inside one worker (``--queue NAME=WORKERS:CONCURRENCY``): threads for
+plain functions, one event loop for ``async def`` jobs; each job keeps its own lease,
+timeout and attempt row, and competing concurrent workers still run every job once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import jobsup
+
+from harness import assert_no_overlap, attempt_spans, history, records, status_of
+from helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def most_at_once(record: Path, job_ids: list[int]) -> int:
+    """The most jobs whose first attempts' recorded spans overlap at one instant."""
+    spans = [attempt_spans(record, job_id)[1] for job_id in job_ids]
+    return max(sum(1 for start, end in spans if start <= moment <= end) for moment, _ in spans)
+
+
+def all_succeeded(client: jobsup.Client, job_ids: list[int]) -> bool:
+    return all(status_of(client, job_id) == "succeeded" for job_id in job_ids)
+
+
+@pytest.mark.parametrize("name", ["work", "async-work"])
+def test_one_worker_runs_the_jobs_of_its_queue_at_once(url: str, start, record: Path, name: str) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    start("--queue", "default=1:8")
+    job_ids = [client.enqueue(name, {"seconds": 1.5}) for _ in range(8)]
+    wait_until(lambda: all_succeeded(client, job_ids), timeout=60, what="8 jobs of 1.5 s")
+    assert len({entry["pid"] for job_id in job_ids for entry in records(record, job_id)}) == 1, "one process"
+    assert most_at_once(record, job_ids) >= 6, "the jobs did not run at once"
+    for job_id in job_ids:
+        assert history(client, job_id) == [(1, "succeeded")]
+
+
+def test_competing_concurrent_workers_run_every_job_once(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    job_ids = client.enqueue_many(
+        [{"name": "work" if i % 2 else "async-work", "payload": {"seconds": 0.02}} for i in range(600)]
+    )
+    for _ in range(2):
+        start("--queue", "default=2:20")
+    wait_until(lambda: all_succeeded(client, job_ids), timeout=120, what="600 jobs on 4 concurrent workers")
+    for job_id in job_ids:
+        assert [e["what"] for e in records(record, job_id)].count("start") == 1, f"job {job_id} ran twice"
+        assert history(client, job_id) == [(1, "succeeded")]
+
+
+def test_an_async_jobs_timeout_cancels_its_task(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    start("--queue", "default=1:4")
+    job_id = client.enqueue("async-work", {"seconds": 120}, timeout="1s", max_attempts=1)
+    wait_until(lambda: status_of(client, job_id) == "dead_lettered", timeout=60, what="the timed-out async job")
+    assert "cancelled" in [e["what"] for e in records(record, job_id)], "the task was not cancelled"
+    assert history(client, job_id) == [(1, "timed_out")]
+
+
+def test_a_worker_ended_for_one_stuck_job_releases_the_others(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    """A thread job ignores its timeout's cancellation: the worker ends itself, the stuck
+    job's attempt is charged `timed_out`, and the job running beside it is released (its
+    attempt given back) and runs again elsewhere, never overlapping itself."""
+    client = jobsup.Client(url)
+    start("--queue", "default=1:4")
+    bystander = client.enqueue("work", {"seconds": 8, "slow_attempts": [1]})
+    wait_until(lambda: records(record, bystander), timeout=30, what="the bystander to start")
+    stuck = client.enqueue("work", {"seconds": 120, "slow_attempts": [1]}, timeout="1s")
+    wait_until(lambda: status_of(client, stuck) == "succeeded", timeout=90, what="the stuck job's retry")
+    wait_until(lambda: status_of(client, bystander) == "succeeded", timeout=90, what="the bystander's rerun")
+    assert history(client, stuck)[0] == (1, "timed_out")
+    assert history(client, bystander) == [(1, "released"), (1, "succeeded")]
+    assert_no_overlap(record, bystander)

@@ -1,0 +1,53 @@
+"""The worker's event loop for ``async def`` jobs: one thread, started with the first such
+job. A job's future completes only once its task has finished, so its outcome is never
+written while its code still runs (a cancelled task may still be cleaning up)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from jobsup.store.rows import FAILED
+from jobsup.worker.execute import Ran
+
+Cancel = Callable[[], None]
+
+
+class EventLoop:
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.lock = threading.Lock()
+
+    def submit(self, coroutine: Coroutine[Any, Any, Ran]) -> tuple[concurrent.futures.Future[Ran], Cancel]:
+        """Run `coroutine` as a task; returns its future and a thread-safe cancel."""
+        loop = self._started()
+        done: concurrent.futures.Future[Ran] = concurrent.futures.Future()
+        tasks: list[asyncio.Task[Ran]] = []
+
+        def finished(task: asyncio.Task[Ran]) -> None:
+            # Cancelled before its first step: the job's own code never ran.
+            done.set_result(
+                Ran(FAILED, "Cancelled: cancelled before it started") if task.cancelled() else task.result()
+            )
+
+        def create() -> None:
+            task = loop.create_task(coroutine)
+            tasks.append(task)
+            task.add_done_callback(finished)
+
+        def cancel() -> None:
+            loop.call_soon_threadsafe(lambda: tasks[0].cancel() if tasks else None)
+
+        loop.call_soon_threadsafe(create)
+        return done, cancel
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self.lock:
+            if self.loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="jobsup-async", daemon=True).start()
+                self.loop = loop
+            return self.loop

@@ -1,0 +1,69 @@
+"""Running several jobs of one worker at once (a queue's ``concurrency``): plain functions
+on a pool of threads, ``async def`` functions on the worker's event loop. Each job keeps
+everything it has when run alone (its lease, fenced on owner and attempt; its timeout and
+cancel event, enforced by the lease threads; its attempt row); the pool only runs the calls
+and hands what they did back to the main thread, which settles them. A finished call pokes
+a pipe the main thread waits on with the rest of its wakeups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from jobsup.worker.execute import Ran, call, call_async, prepare
+from jobsup.worker.lease import Running
+
+if TYPE_CHECKING:
+    from jobsup.worker.aio import EventLoop
+
+
+class Pool:
+    def __init__(self, size: int, loop: EventLoop) -> None:
+        self.size, self.loop = size, loop
+        self.threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="jobsup-job")
+        self.finished: queue.SimpleQueue[tuple[Running, Ran]] = queue.SimpleQueue()
+        self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.running = 0  # started and not yet collected
+
+    @property
+    def free(self) -> int:
+        return self.size - self.running
+
+    def start(self, running: Running) -> None:
+        self.running += 1
+        job = running.job
+        prepared = prepare(job, running.cancelled)
+        if isinstance(prepared, Ran):
+            self._done(running, prepared)
+            return
+        future: Future[Ran]
+        if prepared.is_async:
+            future, cancel = self.loop.submit(call_async(job, prepared))
+            running.hook(cancel)
+        else:
+            future = self.threads.submit(call, job, prepared)
+        future.add_done_callback(lambda future: self._done(running, future.result()))
+
+    def collect(self) -> list[tuple[Running, Ran]]:
+        """The calls that finished since the last look (main thread)."""
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.read_fd, 4096):
+                pass
+        done = []
+        while True:
+            try:
+                done.append(self.finished.get_nowait())
+            except queue.Empty:
+                break
+        self.running -= len(done)
+        return done
+
+    def _done(self, running: Running, ran: Ran) -> None:
+        # From a pool thread, the loop's thread or the main thread.
+        self.finished.put((running, ran))
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._write_fd, b"!")
