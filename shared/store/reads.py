@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import and_, bindparam, func, select
 
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
@@ -110,6 +110,38 @@ class Reads:
             stmt = stmt.where(job.c.finished_at < self.dialect.clock("cutoff"))
         with self.db.read("inspect") as conn:
             return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-(older_than or 0.0))).scalars())
+
+    def job_ids_of_queue(self, queue: str, *, after: int | None = None, limit: int = BATCH) -> list[int]:
+        """Ids of the jobs of `queue` above `after`, whatever their status, in id order."""
+        stmt = select(job.c.id).where(job.c.queue == queue).order_by(job.c.id).limit(limit)
+        if after is not None:
+            stmt = stmt.where(job.c.id > after)
+        with self.db.read("inspect") as conn:
+            return list(conn.execute(stmt).scalars())
+
+    def job_live_count(self, queue: str) -> int:
+        """Pending and running jobs of `queue`: two counts, each through its partial index,
+        so that asking often costs little however many finished rows the table holds."""
+        with self.db.read("inspect") as conn:
+            return sum(
+                int(conn.execute(select(func.count()).where(status_is(status), job.c.queue == queue)).scalar_one())
+                for status in (PENDING, RUNNING)
+            )
+
+    def job_span(self, queue: str, first_id: int, last_id: int) -> tuple[int, datetime | None, datetime | None]:
+        """Of the jobs of `queue` with ids `first_id` to `last_id`: how many succeeded, when
+        the first of their attempts started, and when the last succeeded one finished."""
+        of_queue = and_(job.c.queue == queue, job.c.id.between(first_id, last_id))
+        finished = select(func.count(), func.max(job.c.finished_at)).where(of_queue, status_is(SUCCEEDED))
+        started = (
+            select(func.min(job_attempt.c.started_at))
+            .select_from(job_attempt.join(job, job_attempt.c.job_id == job.c.id))
+            .where(of_queue)
+        )
+        with self.db.read("inspect") as conn:
+            succeeded, last_finish = conn.execute(finished).one()
+            first_start = conn.execute(started).scalar_one()
+        return int(succeeded), first_start, last_finish
 
 
 def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
