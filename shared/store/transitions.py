@@ -81,20 +81,20 @@ class Transitions:
 
     def _insert(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> tuple[list[int], list[int]]:
         clock = self.dialect.clock_params(now)
-        ids: list[int] = [0] * len(jobs)
-        inserted = [i for i, new in enumerate(jobs) if new.unique_key is None]  # those really inserted
-        woken: set[str] = set()
+        keyed = [i for i, new in enumerate(jobs) if new.unique_key is not None]
+        inserted = [i for i, new in enumerate(jobs) if new.unique_key is None] if keyed else list(range(len(jobs)))
+        ids, woken = [0] * len(jobs), set[str]()
         if inserted:
-            found, woken = self.dialect.insert_jobs(conn, [jobs[i] for i in inserted], clock)
+            found, woken = self.dialect.insert_jobs(conn, [jobs[i] for i in inserted] if keyed else jobs, clock)
             for i, job_id in zip(inserted, found, strict=True):
                 ids[i] = job_id
-        for i, new in enumerate(jobs):
-            if new.unique_key is not None:
-                ids[i], is_new = self._insert_unique(conn, row_params(new, clock), new.unique_key)
-                if is_new:
-                    inserted.append(i)
+        for i in keyed:
+            ids[i], is_new = self._insert_unique(conn, row_params(jobs[i], clock), str(jobs[i].unique_key))
+            if is_new:
+                inserted.append(i)
         if inserted:
-            steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock))
+            if steps.of("enqueue"):
+                steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock))
             self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted} - woken)
         return ids, inserted
 

@@ -24,6 +24,7 @@ Quirks and limits:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -213,34 +214,42 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
         ids: list[int] = []
         for start in range(0, len(jobs), INSERT_CHUNK):
             chunk = jobs[start : start + INSERT_CHUNK]
-            columns = zip(*map(given_of, chunk), strict=True)
-            params = {f"a_{name}": list(values) for name, values in zip(GIVEN, columns, strict=True)}
+            columns = dict(zip(GIVEN, map(list, zip(*map(given_of, chunk), strict=True)), strict=True))
+            # A column with one value for the whole chunk (most are: the job type's settings)
+            # is bound once rather than as an array of copies.
+            varying = frozenset(n for n, v in columns.items() if n == "payload" or v.count(v[0]) != len(v))
+            params = {(f"a_{n}" if n in varying else f"c_{n}"): v if n in varying else v[0] for n, v in columns.items()}
             params.update(clock, p_channels=sorted({channel(queue) for queue in {new.queue for new in chunk}}))
             # Identity values are drawn in the order the rows are inserted (unnest's order):
             # sorted, the ids are the jobs' order.
-            ids.extend(sorted(row[0] for row in conn.exec_driver_sql(self.insert_many, params).all()))
+            ids.extend(sorted(row[0] for row in conn.exec_driver_sql(self.insert_many(varying), params).all()))
         return ids, queues
 
     @cached_property
     def insert_one(self) -> Select[Any]:
         return self._waking(values_insert(self.clock()).returning(job.c.id))
 
-    @cached_property
-    def insert_many(self) -> str:
-        """The unnest insert as the driver's text, its arrays bound in binary: the text
-        format quotes every element of every array in Python, half the cost of a bulk
-        enqueue. Built from the same Core statement, compiled once."""
+    @functools.cache  # noqa: B019 - one dialect object per process; a few shapes each
+    def insert_many(self, varying: frozenset[str]) -> str:
+        """The unnest insert of the `varying` columns (the others bound once, as `c_...`),
+        as the driver's text with its arrays bound in binary: the text format quotes every
+        element of every array in Python, half the cost of a bulk enqueue. Built from one
+        Core statement, compiled once per shape."""
         from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
-        compiled = str(self._insert_many.compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
+        compiled = str(self._insert_many(varying).compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
         return re.sub(r"%\(((?:a_\w+)|p_channels)\)s::", r"%(\1)b::", compiled)
 
-    @cached_property
-    def _insert_many(self) -> Select[Any]:
-        arrays = [bindparam(f"a_{name}", type_=ARRAY(job.c[name].type)) for name in GIVEN]
-        given = (column(name, job.c[name].type) for name in GIVEN)
+    def _insert_many(self, varying: frozenset[str]) -> Select[Any]:
+        names = [name for name in GIVEN if name in varying]
+        arrays = [bindparam(f"a_{name}", type_=ARRAY(job.c[name].type)) for name in names]
+        given = (column(name, job.c[name].type) for name in names)
         rows = func.unnest(*arrays).table_valued(*given, with_ordinality="ordinal").render_derived()
-        values = inserted_values(lambda name: rows.c[name], self.clock())
+
+        def source(name: str) -> Any:
+            return rows.c[name] if name in varying else bindparam(f"c_{name}", type_=job.c[name].type)
+
+        values = inserted_values(source, self.clock())
         chosen = select(*values.values()).order_by(rows.c.ordinal)
         return self._waking(insert(job).from_select(list(values), chosen).returning(job.c.id))
 
