@@ -64,10 +64,16 @@ def job(
         existing = _registry.get(name)
         if existing is not None and _origin(existing.function) != _origin(function):
             raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
-        _registry[name] = Registered(jobtype, function, inspect.iscoroutinefunction(function))
+        _registry[name] = Registered(jobtype, function, _is_async(function))
         return function
 
     return register
+
+
+def _is_async(function: JobFunction) -> bool:
+    """An ``async def``, also behind functools.wraps or as an object with an async __call__."""
+    unwrapped = inspect.unwrap(function)
+    return inspect.iscoroutinefunction(unwrapped) or inspect.iscoroutinefunction(type(unwrapped).__call__)
 
 
 def _origin(function: JobFunction) -> tuple[str, str]:

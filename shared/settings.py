@@ -62,6 +62,10 @@ class Settings:
     queues: Mapping[str, QueueConfig] = field(default_factory=lambda: {"default": QueueConfig()})
     apps: tuple[str, ...] = ()
     migrate: bool = True
+    # The instance-wide duties beside the lease sweep: the retention purge, pruning the
+    # process table and firing recurring schedules. Off for an instance that only works
+    # its own queues (`jobsup bench` runs one so).
+    housekeeping: bool = True
     faults: str = ""
     log_level: str = "INFO"
     log_format: str = "text"
@@ -169,6 +173,8 @@ def _queue_spec(spec: str) -> tuple[str, QueueConfig]:
 def _queue_config(name: str, value: Any) -> QueueConfig:
     if isinstance(value, QueueConfig):
         return value
+    if isinstance(value, str):
+        return _queue_spec(f"{name}={value}")[1]  # "2:50", as --queue takes it
     if not isinstance(value, Mapping):
         return QueueConfig(workers=_whole(value, f"workers of queue {name!r}"))
     unknown = set(value) - {"workers", "claim_batch", "timeout", "concurrency"}
@@ -201,7 +207,7 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(app, str) for app in value):
             raise ConfigurationError(f'apps: {value!r} is not a list of module names; use "myapp.jobs,other"')
         return tuple(value)
-    if key == "migrate":
+    if key in ("migrate", "housekeeping"):
         return _flag(value, key)
     return str(value)
 

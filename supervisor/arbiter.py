@@ -34,7 +34,7 @@ from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.enforce import Enforcer
 from jobsup.supervisor.guard import guarded
 from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
-from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses, PurgeFinished, QueueGauges
+from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses, PurgeFinished, QueueGauges, Step
 from jobsup.supervisor.recurring import CronTick
 from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.spec import WorkerSpec
@@ -83,11 +83,14 @@ class Arbiter:
         else:
             self.store.schema_check()
         self.store.definitions.publish(registered_types(), instance=self.id)
+        housekeeping: list[Step] = [
+            PruneProcesses(self.store, self.heartbeat_every),
+            PurgeFinished(self.store, self.retention()),
+        ]
         self.maintenance = Maintenance(
             [
                 ExpireLeases(self.store),
-                PruneProcesses(self.store, self.heartbeat_every),
-                PurgeFinished(self.store, self.retention()),
+                *(housekeeping if self.settings.housekeeping else []),
                 QueueGauges(self.store, self.settings.queues),
             ]
         )
@@ -245,7 +248,7 @@ class Arbiter:
         if now >= self.next_maintenance:
             self.next_maintenance = now + self.settings.maintenance_interval
             self.maintenance.run_once()
-        if now >= self.next_cron:
+        if now >= self.next_cron and self.settings.housekeeping:
             self.next_cron = now + CRON_EVERY
             guarded("recurring", self.cron.run_once)
 

@@ -20,17 +20,26 @@ from jobsup.store.schema import job
 def test_a_bulk_enqueue_returns_ids_in_order_across_chunks_and_unique_keys(url: str) -> None:
     client = jobsup.Client(url)
     held = client.enqueue("a", {"i": -1}, unique_key="k-held")
-    specs: list[dict[str, Any]] = [{"name": "a", "payload": {"i": i}} for i in range(2 * INSERT_CHUNK + 7)]
+    # Varying columns with NULLs among their values, and columns one value for a whole chunk.
+    specs: list[dict[str, Any]] = [
+        {"name": "a", "payload": {"i": i}, **({"actor": f"u{i}", "priority": i % 3} if i % 2 else {})}
+        for i in range(2 * INSERT_CHUNK + 7)
+    ]
     specs[3] = {"name": "a", "payload": {"i": 3}, "unique_key": "k-held"}  # a live job has this key
     specs[INSERT_CHUNK + 1] = {"name": "b", "payload": {"i": INSERT_CHUNK + 1}, "unique_key": "k-new", "queue": "q2"}
     ids = client.enqueue_many(specs)
     assert len(ids) == len(specs) and ids[3] == held
     with client.database.read() as conn:
-        rows = dict(conn.execute(sql_select(job.c.id, job.c.payload)).all())
+        found = conn.execute(sql_select(job.c.id, job.c.payload, job.c.actor, job.c.priority)).all()
+    rows = {row.id: row for row in found}
     assert len(rows) == len(specs)  # the held key's job was not written again
     for position, job_id in enumerate(ids):
         expected = -1 if position == 3 else position
-        assert json.loads(rows[job_id]) == {"i": expected}, f"jobs[{position}] got id {job_id}"
+        assert json.loads(rows[job_id].payload) == {"i": expected}, f"jobs[{position}] got id {job_id}"
+        if position % 2 and position not in (3, INSERT_CHUNK + 1):
+            assert (rows[job_id].actor, rows[job_id].priority) == (f"u{position}", position % 3)
+        elif position not in (3, INSERT_CHUNK + 1):
+            assert (rows[job_id].actor, rows[job_id].priority) == (None, 0)
     new = client.get(ids[INSERT_CHUNK + 1])
     assert new is not None and new.queue == "q2" and new.name == "b"
 

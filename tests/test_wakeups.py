@@ -58,15 +58,18 @@ def test_an_enqueue_pokes_after_it_commits(sqlite_url: str) -> None:
     assert folder is not None
     listener = FifoListener(folder, "default")
     try:
-        client.enqueue("a")
+        job_id = client.enqueue("a")
         assert readable(listener.fileno(), 5.0)
         listener.drain()
+        assert not listener.early, "jobsup's own commit pokes after it"
+        assert jobsup.Client(sqlite_url).get(job_id) is not None, "poked before the row was visible"
         engine = create_engine(sqlite_url)
         with engine.connect() as conn, conn.begin():
             client.enqueue("a", connection=conn)
             client.enqueue("a", queue="other", connection=conn)
         assert readable(listener.fileno(), 5.0), "an enqueue in the caller's transaction did not poke"
         listener.drain()
+        assert listener.early, "the caller's transaction pokes before its COMMIT: the worker must look again"
         with engine.connect() as conn, conn.begin() as transaction:
             client.enqueue("a", connection=conn)
             transaction.rollback()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 
 import jobsup
+from jobsup import exits
+from jobsup.registry import lookup
 from jobsup.scrub import error_text, secrets_of
 from jobsup.store.rows import ClaimedJob
 from jobsup.worker.execute import execute
+from jobsup.worker.slot import SlotTable
 
 
 @jobsup.job("units-echo")
@@ -116,3 +121,59 @@ def test_healthz_does_not_queue_behind_a_database_that_hangs() -> None:
     assert answer[0] is False
     release.set()
     first.join(5)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        return self.message  # type: ignore[attr-defined, no-any-return]  # never set: __str__ raises
+
+
+@jobsup.job("units-unprintable")
+def unprintable(ctx: jobsup.JobContext, payload: object) -> object:
+    raise Unprintable()
+
+
+def test_a_job_whose_error_cannot_be_read_still_ends_its_attempt() -> None:
+    """The pool collects a job only when its call returns: a call that raised while
+    explaining the job's error would leave the job running (and renewed) forever."""
+    outcome = execute(claimed("1", name="units-unprintable"), threading.Event())
+    assert outcome.kind == "failed" and outcome.error is not None and "Unprintable" in outcome.error
+
+
+def test_an_async_job_behind_a_plain_wrapper_is_still_run_as_async() -> None:
+    async def fetch(ctx: jobsup.JobContext, payload: object) -> object:
+        return payload
+
+    @functools.wraps(fetch)
+    def wrapped(ctx: jobsup.JobContext, payload: object) -> object:
+        return fetch(ctx, payload)
+
+    class Handler:
+        async def __call__(self, ctx: jobsup.JobContext, payload: object) -> object:
+            return payload
+
+    jobsup.job("units-wrapped-async")(wrapped)
+    jobsup.job("units-async-object")(Handler())
+    assert all(lookup(name).is_async for name in ("units-wrapped-async", "units-async-object"))  # type: ignore[union-attr]
+
+
+@jobsup.job("units-returns-coroutine")
+def returns_coroutine(ctx: jobsup.JobContext, payload: object) -> object:
+    return asyncio.sleep(0)  # an awaitable from a plain function: never awaited by a thread
+
+
+def test_a_plain_job_that_returns_an_awaitable_fails_rather_than_succeeding_unrun() -> None:
+    outcome = execute(claimed("1", name="units-returns-coroutine"), threading.Event())
+    assert outcome.kind == "failed" and outcome.error is not None and "NotAwaited" in outcome.error
+
+
+def test_a_slot_entry_says_how_its_attempt_ends_and_a_reused_entry_forgets_it() -> None:
+    slot = SlotTable(1, 2).slot(0)
+    slot.reset()
+    slot.start(7, 1, None)
+    slot.start(8, 3, 5.0)
+    slot.ending(8, exits.TIMED_OUT)
+    assert slot.entries() == [(7, 1, None, 0), (8, 3, 5.0, exits.TIMED_OUT)]
+    slot.finish(8)
+    slot.start(9, 1, None)  # the freed entry, reused
+    assert slot.entries() == [(7, 1, None, 0), (9, 1, None, 0)]

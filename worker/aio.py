@@ -28,10 +28,12 @@ class EventLoop:
         tasks: list[asyncio.Task[Ran]] = []
 
         def finished(task: asyncio.Task[Ran]) -> None:
-            # Cancelled before its first step: the job's own code never ran.
-            done.set_result(
-                Ran(FAILED, "Cancelled: cancelled before it started") if task.cancelled() else task.result()
-            )
+            if task.cancelled():  # before its first step: the job's own code never ran
+                done.set_result(Ran(FAILED, "Cancelled: cancelled before it started"))
+            elif (exc := task.exception()) is not None:  # call_async does not raise; should it, still settle
+                done.set_result(Ran(FAILED, f"{type(exc).__name__}: the job's task failed"))
+            else:
+                done.set_result(task.result())
 
         def create() -> None:
             task = loop.create_task(coroutine)

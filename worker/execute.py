@@ -12,6 +12,7 @@ and the worker writes nothing.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 import traceback
@@ -76,12 +77,17 @@ def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
 
 
 def call(job: ClaimedJob, prepared: Prepared) -> Ran:
-    """Call a plain job function in this thread."""
+    """Call a plain job function in this thread. Never raises."""
     try:
         value = prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # a job's SystemExit or KeyboardInterrupt fails the attempt too
         return _raised(job, exc, prepared.secrets)
-    return Ran(SUCCEEDED, result=_result(job, value))
+    if inspect.isawaitable(value):  # an async def behind a plain wrapper: never awaited here
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()
+        return Ran(FAILED, "NotAwaited: the job function returned an awaitable; register the async def itself")
+    return _succeeded(job, value)
 
 
 async def call_async(job: ClaimedJob, prepared: Prepared) -> Ran:
@@ -92,10 +98,26 @@ async def call_async(job: ClaimedJob, prepared: Prepared) -> Ran:
         value = await prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # asyncio.CancelledError included
         return _raised(job, exc, prepared.secrets)
-    return Ran(SUCCEEDED, result=_result(job, value))
+    return _succeeded(job, value)
+
+
+def _succeeded(job: ClaimedJob, value: Any) -> Ran:
+    try:
+        return Ran(SUCCEEDED, result=_result(job, value))
+    except Exception as exc:  # a result whose own code raises (a broken __repr__ in json)
+        return Ran(FAILED, f"{type(exc).__name__}: the job's result could not be stored")
 
 
 def _raised(job: ClaimedJob, exc: BaseException, secrets: Any) -> Ran:
+    """The `Ran` of a job that raised `exc`. Never raises, even for an exception whose own
+    __str__ does: the job's attempt must be settled whatever its code did."""
+    try:
+        return _explained(job, exc, secrets)
+    except Exception:
+        return Ran(FAILED, f"{type(exc).__name__}: (its message could not be read)")
+
+
+def _explained(job: ClaimedJob, exc: BaseException, secrets: Any) -> Ran:
     if isinstance(exc, Retry):
         return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after)
     if isinstance(exc, Discard):

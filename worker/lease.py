@@ -82,6 +82,9 @@ class LeaseKeeper:
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
         self.next_renewal = 0.0
+        # Jobs wait in a claimed batch behind the running one (one job at a time); a worker
+        # running several at once starts what it claims straight away.
+        self.holds_batch = True
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, args=(self._renew_forever,), name="jobsup-renew", daemon=True).start()
@@ -168,7 +171,9 @@ class LeaseKeeper:
             now = time.monotonic()
             with self.lock:
                 running = list(self.running.values())
-                blocking = bool(self.waiting) and any(now >= r.started + HOLD_WAITING for r in running)
+                blocking = (
+                    self.holds_batch and bool(self.waiting) and any(now >= r.started + HOLD_WAITING for r in running)
+                )
             for job in running:
                 self._enforce(job, now)
             if blocking:
@@ -218,7 +223,9 @@ class LeaseKeeper:
     def _cancel(self, running: Running, reason: str, now: float) -> None:
         if running.cancelled_at is None:
             running.reason, running.cancelled_at = reason, now
-            self.worker.slot.ending(running.job.id, _EXIT_FOR.get(reason, exits.LEASE_LOST))
+            with self.lock:  # only while it is still this worker's running job (an entry is reused)
+                if self.running.get(running.job.id) is running:
+                    self.worker.slot.ending(running.job.id, _EXIT_FOR.get(reason, exits.LEASE_LOST))
             running.cancelled.set()
             if running.on_cancel is not None:
                 running.on_cancel()
@@ -228,11 +235,17 @@ class LeaseKeeper:
         """The worker ends itself for one job: every other running job that was not
         cancelled itself is released when its supervisor buries the worker, unless the
         leases of all are about to lapse (then theirs ended like the rest)."""
-        lapsing = time.monotonic() >= self.renewed_at + self.lease - 2 * self.heartbeat
+        now = time.monotonic()
+        lapsing = now >= self.renewed_at + self.lease - 2 * self.heartbeat
         with self.lock:
             for running in self.running.values():
-                if running.cancelled_at is None:
-                    self.worker.slot.ending(running.job.id, exits.LEASE_LOST if lapsing else exits.SHUTDOWN_FORCED)
+                if running.cancelled_at is not None:
+                    continue
+                if running.timeout is not None and now >= running.started + running.timeout:
+                    code = exits.TIMED_OUT  # its own timeout passed too: not a bystander
+                else:
+                    code = exits.LEASE_LOST if lapsing else exits.SHUTDOWN_FORCED
+                self.worker.slot.ending(running.job.id, code)
 
     def _release_waiting(self) -> None:
         self.worker.release(self.take_waiting())

@@ -1,8 +1,10 @@
-"""The worker's main thread: claim, run, hand the outcome over, one job at a time.
+"""The worker's main thread: claim, run, hand the outcome over.
 
-A claim may take a batch (``claim_batch``); its jobs run one by one, each under its own
-lease, and the jobs still waiting are released if the one running takes long (see
-`jobsup.worker.lease`). Every write goes through the settler (`jobsup.worker.settler`):
+One job at a time by default: a claim may take a batch (``claim_batch``); its jobs run one
+by one, each under its own lease, and the jobs still waiting are released if the one
+running takes long (see `jobsup.worker.lease`). With a queue's ``concurrency`` above one,
+`run_concurrently` claims as many as it has free places and runs them at once in its pool
+(`jobsup.worker.pool`). Every write goes through the settler (`jobsup.worker.settler`):
 a failure at once, successes and releases in the background or before the next claim.
 Between jobs the loop stops when asked to, or when its supervisor is gone; on the way out it
 releases what it has not started and waits for its writes.
@@ -58,13 +60,15 @@ class Worker:
         # is most of a job's cost). A batch, or one writer at a time (SQLite): here, before the
         # next claim; the write is amortised over the batch, and a second thread running
         # Python beside this one costs more in GIL hand-offs than it saves (measured: the
-        # benchmark figures are in the README's performance section).
-        self.write_before_claim = db.dialect.one_writer or self.batch > 1
+        # benchmark figures are in the README's performance section). Several jobs at once:
+        # the settler's thread too, unless on SQLite.
         self.queue_timeout = self.settings.timeout_of(spec.queue)
         self.aio = EventLoop()  # for async def jobs, started with the first
         concurrency = self.settings.concurrency_of(spec.queue)
         self.pool = Pool(concurrency, self.aio) if concurrency > 1 else None
+        self.write_before_claim = db.dialect.one_writer or (self.batch > 1 and self.pool is None)
         self.keeper = LeaseKeeper(self)
+        self.keeper.holds_batch = self.pool is None
         self.settler = Settler(self)
         self.listener: Listener | None = None
         self.idle_backoff = 0.0
@@ -143,11 +147,9 @@ class Worker:
         listener = self.listen()
         fds = [self.stop.read_fd, *also] + ([listener.fileno()] if listener is not None else [])
         wait = self.idle_backoff or self.poll_interval
-        if self.relook is not None:
+        if self.relook is not None and not self.idle_backoff:
             wait, self.relook = min(wait, self.relook), (self.relook * 2 if self.relook < RELOOK_UNTIL else None)
-        ready, _, _ = select.select(fds, [], [], wait)
-        if listener is not None and listener.early and listener.fileno() in ready:
-            self.relook = RELOOK_AFTER
+        select.select(fds, [], [], wait)
         self.stop.drain()
         if listener is not None:
             try:
@@ -155,6 +157,9 @@ class Worker:
             except DatabaseError as exc:
                 emit("db.error", operation="listen", worker=self.spec.label, error=exc)
                 self.close_listener()  # reconnect on the next idle wait
+            else:
+                if listener.early:
+                    self.relook = RELOOK_AFTER
 
     def listen(self) -> Listener | None:
         if self.listener is not None and not self.listener.present:
@@ -244,9 +249,10 @@ class Worker:
             if code is not None and not pool.running:
                 return self.finish(code)
             jobs: list[ClaimedJob] = []
-            if code is None and pool.free and not self.ending.is_set():
+            wanted = pool.free
+            if code is None and wanted and not self.ending.is_set():
                 claimed_at = time.monotonic()
-                jobs = self.claim(limit=pool.free)
+                jobs = self.claim(limit=wanted)
                 if jobs:
                     self.relook = None
                     self.keeper.hold(jobs, claimed_at)
@@ -258,7 +264,7 @@ class Worker:
                 self.title(f"running {pool.running} of {pool.size}")
             # More may be waiting when the claim filled every free place: look again as soon
             # as one frees; otherwise wait for work too.
-            self.wait(pool, for_work=code is None and bool(pool.free) and not jobs)
+            self.wait(pool, for_work=code is None and bool(pool.free) and len(jobs) < wanted)
             for running, ran in pool.collect():
                 self.settle(running, ran)
             if self.write_before_claim:

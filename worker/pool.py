@@ -14,6 +14,7 @@ import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from jobsup.store.rows import FAILED
 from jobsup.worker.execute import Ran, call, call_async, prepare
 from jobsup.worker.lease import Running
 
@@ -46,7 +47,7 @@ class Pool:
             running.hook(cancel)
         else:
             future = self.threads.submit(call, job, prepared)
-        future.add_done_callback(lambda future: self._done(running, future.result()))
+        future.add_done_callback(lambda future: self._done(running, _ran(future)))
 
     def collect(self) -> list[tuple[Running, Ran]]:
         """The calls that finished since the last look (main thread)."""
@@ -67,3 +68,10 @@ class Pool:
         self.finished.put((running, ran))
         with contextlib.suppress(BlockingIOError):
             os.write(self._write_fd, b"!")
+
+
+def _ran(future: Future[Ran]) -> Ran:
+    try:
+        return future.result()
+    except BaseException as exc:  # call() does not raise; should it, the job is still settled
+        return Ran(FAILED, f"{type(exc).__name__}: the job's call failed")

@@ -4,9 +4,10 @@ The supervisor maps one shared anonymous region before it forks anything; each w
 (``default#1``) owns a fixed part of it, reused by the worker that replaces a dead one. The
 worker records that it booted, when its leases were last known good (a claim or a renewal,
 on the monotonic clock, which every process of a host shares), and which jobs it is running
-right now (job id, attempt, timeout). A job stays "running" here until its outcome is
-written, or, for a success or a release, handed to the settler: a worker that dies before
-writing a failure is charged for it.
+right now (job id, attempt, timeout, and how its attempt ends should the worker end
+itself now). A job stays "running" here until its outcome is written, or, for a success or
+a release, handed to the settler: a worker that dies before writing a failure is charged
+for it (a job running beside one the worker ended itself for is released instead).
 
 The supervisor uses this for what the worker's own interpreter may fail to do: it kills a
 worker whose renewal is overdue (a job holding the GIL starves the lease threads), and when

@@ -26,7 +26,9 @@ class BenchSupervisor:
         command += ["--claim-batch", str(batch), "--metrics-port", "-1", "--log-level", "WARNING"]
         if config is not None:
             command += ["--config", str(config)]
-        environment = {**os.environ, "JOBSUP_DATABASE_URL": url}
+        # Only its own queue: no retention purge, process pruning or recurring schedules on
+        # a database that real instances may share.
+        environment = {**os.environ, "JOBSUP_DATABASE_URL": url, "JOBSUP_HOUSEKEEPING": "false"}
         self.log = tempfile.NamedTemporaryFile(prefix="jobsup-bench-", suffix=".log", delete=False)  # noqa: SIM115
         self.log_path = Path(self.log.name)
         self.failed = False  # it exited on its own: its log is kept, and named in the error

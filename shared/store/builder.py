@@ -44,6 +44,7 @@ def build(
 ) -> NewJob:
     """The row of one job of `jobtype`, or `BadInput` naming the first bad option."""
     if not options and recurring is None:  # the common case of a bulk enqueue, kept cheap
+        check_name(jobtype.queue, "queue")
         return NewJob(
             jobtype.name,
             jobtype.queue,

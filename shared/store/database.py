@@ -12,6 +12,7 @@ rules:
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -117,6 +118,12 @@ def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
 _after_commit: weakref.WeakKeyDictionary[Connection, list[Callable[[], object]]] = weakref.WeakKeyDictionary()
 
 
+def runs_after_commit(conn: Connection) -> bool:
+    """Whether `after_commit` on `conn` runs its callback once the COMMIT has returned
+    (jobsup's own transactions, or none), rather than just before it (the caller's)."""
+    return not conn.in_transaction() or conn in _own
+
+
 # Callbacks waiting for the end of a jobsup transaction (see `_committing`).
 _own: weakref.WeakKeyDictionary[Connection, list[Callable[[], object]]] = weakref.WeakKeyDictionary()
 
@@ -133,7 +140,15 @@ def _committing(conn: Connection) -> Iterator[None]:
     finally:
         del _own[conn]
     for callback in deferred:
+        _quietly(callback)
+
+
+def _quietly(callback: Callable[[], object]) -> None:
+    """After the COMMIT, a failing callback must not make the committed change look failed."""
+    try:
         callback()
+    except Exception:
+        logging.getLogger("jobsup").exception("an after-commit callback failed")
 
 
 def _committed(conn: Connection) -> None:

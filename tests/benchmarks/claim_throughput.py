@@ -16,9 +16,9 @@ What it measures:
    table shows jobsup's median as a ratio of pg_limit's median. Target: ratio >= 0.5 with 4
    processes at batch 1 and at batch 10.
 3. Claim latency. One process times single claims (batch 1) on two databases, one empty and
-   one holding 1,000,000 finished (succeeded) jobs, alternating between them so that both
-   see the same machine. Target: the median with 1M finished rows within 1.5x of the empty
-   table's.
+   one holding ``--finished-rows`` (10,000,000) finished (succeeded) jobs, alternating
+   between them so that both see the same machine. Target: the median with 10M finished
+   rows within 1.5x of the empty table's.
 
 Queues are bulk-loaded as copies of one job enqueued through the store, so every row is in
 the format the store writes. Run from the repository root::
@@ -64,7 +64,7 @@ PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
 PG_LIMIT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "pg_limit.sh"
 TARGET_RATIO = 0.5  # of pg_limit, with 4 processes at batch 1 and 10
 TARGET_LATENCY_RATIO = 1.5  # 1M finished rows versus an empty table
-LATENCY_FINISHED_ROWS = 1_000_000
+LATENCY_FINISHED_ROWS = 10_000_000  # the default of --finished-rows
 LATENCY_CLAIMS = 1000
 LATENCY_WARMUP = 50
 LATENCY_PENDING = 1000  # still pending after the last timed claim
@@ -366,10 +366,10 @@ class Latency:
     p99_ms: float
 
 
-def claim_latencies(empty: Target, full: Target) -> list[Latency]:
+def claim_latencies(empty: Target, full: Target, finished_rows: int) -> list[Latency]:
     """Time single claims by one process on `empty` and on `full` (which first gets
-    LATENCY_FINISHED_ROWS finished jobs), one claim on each in turn."""
-    stores = {0: loaded_store(empty, 0), LATENCY_FINISHED_ROWS: loaded_store(full, LATENCY_FINISHED_ROWS)}
+    `finished_rows` finished jobs), one claim on each in turn."""
+    stores = {0: loaded_store(empty, 0), finished_rows: loaded_store(full, finished_rows)}
     samples: dict[int, list[float]] = {finished: [] for finished in stores}
     for number in range(LATENCY_WARMUP + LATENCY_CLAIMS):
         for finished, store in stores.items():
@@ -483,6 +483,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is reported")
     parser.add_argument("--seconds", type=float, default=6.0, help="time budget of one run (and of pg_limit)")
     parser.add_argument("--skip-latency", action="store_true", help="leave out the claim latency test")
+    parser.add_argument("--skip-throughput", action="store_true", help="only the claim latency test")
+    parser.add_argument(
+        "--finished-rows",
+        type=int,
+        default=LATENCY_FINISHED_ROWS,
+        help="finished jobs of the latency test's full table",
+    )
     parser.add_argument("--skip-limit", action="store_true", help="do not run pg_limit.sh")
     return parser.parse_args(argv)
 
@@ -510,10 +517,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     latencies: list[Latency] = []
     for name in options.databases:
         with TARGETS[name]("main") as target:
-            cells += measure_cells(target, options)
+            if not options.skip_throughput:
+                cells += measure_cells(target, options)
             if not options.skip_latency:
                 with TARGETS[name]("finished") as full:
-                    latencies += claim_latencies(target, full)
+                    latencies += claim_latencies(target, full, options.finished_rows)
     print_throughput(cells, options)
     if latencies:
         print_latency(latencies)

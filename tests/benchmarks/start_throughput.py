@@ -214,6 +214,7 @@ class Supervisor:
         command = [str(JOBSUP), "start", "--app", APP, "--database-url", url, *metrics_options(), *options]
         # Latency marks are named by job id, and ids start again in every fresh database.
         self.marks = space.marks / label
+        shutil.rmtree(self.marks, ignore_errors=True)  # a repeated run's marks would be read as this one's
         self.marks.mkdir()
         env = clean_environment(PYTHONPATH=str(space.root / "app"), **{MARKS_VARIABLE: str(self.marks)})
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - open for the supervisor's whole life

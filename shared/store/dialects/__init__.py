@@ -37,7 +37,8 @@ class Connections(Protocol):
 class Listener(Protocol):
     """Something an idle worker can `select` on that becomes readable when work arrives."""
 
-    # Its wakeup may come just before the commit it announces (the worker then looks again).
+    # The last `drain` found a wakeup sent just before the commit it announces (the worker
+    # then looks again shortly, in case its claim ran before that commit).
     early: bool
 
     def fileno(self) -> int: ...

@@ -24,7 +24,6 @@ Quirks and limits:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -87,6 +86,7 @@ _UNDEFINED_TABLE = "42P01"
 
 
 INSERT_CHUNK = 5000  # jobs per INSERT: arrays this long bind in well under a millisecond per 1,000 jobs
+_INSERT_MANY: dict[frozenset[str], str] = {}  # the bulk insert's text per shape of varying columns
 _CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer channel names are truncated by the server
 
 
@@ -229,7 +229,6 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
     def insert_one(self) -> Select[Any]:
         return self._waking(values_insert(self.clock()).returning(job.c.id))
 
-    @functools.cache  # noqa: B019 - one dialect object per process; a few shapes each
     def insert_many(self, varying: frozenset[str]) -> str:
         """The unnest insert of the `varying` columns (the others bound once, as `c_...`),
         as the driver's text with its arrays bound in binary: the text format quotes every
@@ -237,8 +236,11 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
         Core statement, compiled once per shape."""
         from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
-        compiled = str(self._insert_many(varying).compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
-        return re.sub(r"%\(((?:a_\w+)|p_channels)\)s::", r"%(\1)b::", compiled)
+        found = _INSERT_MANY.get(varying)
+        if found is None:
+            compiled = str(self._insert_many(varying).compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
+            found = _INSERT_MANY[varying] = re.sub(r"%\(((?:a_\w+)|p_channels)\)s::", r"%(\1)b::", compiled)
+        return found
 
     def _insert_many(self, varying: frozenset[str]) -> Select[Any]:
         names = [name for name in GIVEN if name in varying]

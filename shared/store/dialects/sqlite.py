@@ -253,11 +253,12 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Poke the idle workers of `queues` once the enqueue has committed."""
-        from jobsup.store.database import after_commit
+        from jobsup.store.database import after_commit, runs_after_commit
 
         folder = wake_folder(conn.engine.url)
         if folder is not None:
-            after_commit(conn, lambda: poke(folder, queues))
+            early = not runs_after_commit(conn)
+            after_commit(conn, lambda: poke(folder, queues, early=early))
 
     def listener(self, db: Any, queue: str) -> FifoListener | None:
         folder = wake_folder(db.url)

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 _SUFFIX = ".fifo"
+EARLY = b"?"  # the poke of an enqueue whose COMMIT may not have returned yet
 _serial = itertools.count()
 
 
@@ -33,23 +34,29 @@ def _prefix(queue: str) -> str:
 class FifoListener:
     """One worker's FIFO: readable when an enqueue of its queue has committed."""
 
-    early = True  # the caller's own transaction pokes just before its COMMIT
+    early = False  # the last drain found a poke sent before its COMMIT (see `poke`)
 
     def __init__(self, folder: Path, queue: str) -> None:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = folder / f"{_prefix(queue)}{os.getpid()}.{next(_serial)}{_SUFFIX}"
+        # Made under a name no poker looks at, opened, then renamed into place (replacing any
+        # FIFO a dead process with this pid left): a poker that found the dead one unread
+        # and removes it cannot remove this one before it is open.
+        making = folder / f".{self.path.name}.new"
         with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()  # left by a dead process whose pid this one reuses
-        os.mkfifo(self.path, 0o600)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            making.unlink()
+        os.mkfifo(making, 0o600)
+        self.fd = os.open(making, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.replace(making, self.path)
 
     def fileno(self) -> int:
         return self.fd
 
     def drain(self) -> None:
+        self.early = False
         with contextlib.suppress(BlockingIOError):
-            while os.read(self.fd, 4096):
-                pass
+            while data := os.read(self.fd, 4096):
+                self.early = self.early or EARLY in data
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -63,9 +70,10 @@ class FifoListener:
         return self.path.exists()
 
 
-def poke(folder: Path, queues: Iterable[str]) -> int:
+def poke(folder: Path, queues: Iterable[str], *, early: bool = False) -> int:
     """Wake the workers of `queues` waiting in `folder`; returns how many were poked.
-    Never raises: a lost poke costs latency only."""
+    `early`: sent before the COMMIT it announces (the caller's own transaction), so a worker
+    that finds nothing looks again shortly. Never raises: a lost poke costs latency only."""
     prefixes = tuple(_prefix(queue) for queue in queues)
     try:
         names = [entry.name for entry in os.scandir(folder)]
@@ -84,7 +92,7 @@ def poke(folder: Path, queues: Iterable[str]) -> int:
                     path.unlink()
             continue
         try:
-            os.write(fd, b"!")
+            os.write(fd, EARLY if early else b"!")
             poked += 1
         except BlockingIOError:
             poked += 1  # full of pokes it has not read yet: it will look
