@@ -9,6 +9,7 @@ client = jobsup.Client("postgresql+psycopg://postgres@127.0.0.1/app")
 job_id = client.enqueue("send-email", {"to": "a@example.com"})
 """
 
+from jobsup.asyncclient import AsyncClient
 from jobsup.client import Client, DeadLetters
 from jobsup.context import JobContext
 from jobsup.errors import (
@@ -31,6 +32,7 @@ from jobsup.registry import job
 from jobsup.store.rows import Attempt, Definition, Job
 
 __all__ = [
+    "AsyncClient",
     "Attempt",
     "BadInput",
     "Cancelled",

@@ -16,6 +16,7 @@ from jobsup.payload import encode_payload
 from jobsup.registry import check_name, check_priority
 from jobsup.store import Database, Store
 from jobsup.store.builder import EnqueueOptions, build
+from jobsup.store.database import DEFAULT_URL
 from jobsup.store.rows import Definition, Job, NewJob, RecurringSchedule
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
@@ -31,12 +32,13 @@ class Client:
     `SchemaOutdated` on first use.
     """
 
-    def __init__(self, database_url: str | None = None) -> None:
-        if database_url is None:
+    def __init__(self, database_url: str | None = None, *, database: Database | None = None) -> None:
+        # `database`: an already built one (`jobsup.AsyncClient` hands in its BoundDatabase).
+        if database is None and database_url is None:
             from jobsup.settings import load
 
             database_url = load().database_url
-        self.database = Database(database_url)
+        self.database = database if database is not None else Database(database_url or DEFAULT_URL)
         self.store = Store(self.database)
         self.dead_letters = DeadLetters(self)
         self._schema_checked = False

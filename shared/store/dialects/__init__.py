@@ -66,6 +66,9 @@ class Dialect(Protocol):
     # Execution options for `Database.read()` and `Database.statement()` connections.
     read_options: Mapping[str, Any]
     statement_options: Mapping[str, Any]
+    # Execution options of a `Database.transaction()` connection met mid-way (`AsyncClient`
+    # runs every kind of work on one connection, so each sets what it needs).
+    transaction_options: Mapping[str, Any]
     # Execution options of the connection that runs a schema upgrade.
     migration_options: Mapping[str, Any]
     # How often an idle worker looks for work when nothing wakes it sooner.
@@ -79,6 +82,10 @@ class Dialect(Protocol):
 
     def create_engine(self, url: URL) -> Engine:
         """An engine configured for jobsup's transaction discipline on this database."""
+
+    def create_async_engine(self, url: URL) -> Any:
+        """An asyncio engine set up like `create_engine`'s (`UnsupportedDatabase` where the
+        database has no async driver)."""
 
     def single_statement_engine(self, engine: Engine) -> Engine:
         """The engine for `Database.read()` and `Database.statement()` (may be `engine`)."""

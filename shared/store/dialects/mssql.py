@@ -37,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, SequentialChain
@@ -53,12 +53,16 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
     atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
+    transaction_options: Mapping[str, Any] = {}
     one_writer = False
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {}
 
     # READPAST is refused under SNAPSHOT isolation.
     engine_options: Mapping[str, Any] = {"isolation_level": "READ COMMITTED"}
+
+    def create_async_engine(self, url: URL) -> Any:
+        raise UnsupportedDatabase("jobsup.AsyncClient supports SQLite and PostgreSQL; on SQL Server use jobsup.Client")
 
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, **self.engine_options)

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -68,6 +68,9 @@ from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import GIVEN, given_of, inserted_values, row_params, values_insert
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 # pg_advisory_xact_lock key for schema upgrades: the first 8 bytes of sha1("jobsup-migrate").
 MIGRATION_LOCK_KEY = 0x4A6F62737570
@@ -144,12 +147,18 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
     atomic_insert_rows = INSERT_CHUNK
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
+    transaction_options: Mapping[str, Any] = {}
     migration_options: Mapping[str, Any] = {}
     one_writer = False
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def create_engine(self, url: URL) -> Engine:
         return create_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+
+    def create_async_engine(self, url: URL) -> AsyncEngine:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        return create_async_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
 
     def single_statement_engine(self, engine: Engine) -> Engine:
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.

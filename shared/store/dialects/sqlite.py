@@ -33,11 +33,11 @@ import fcntl
 import hashlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -72,6 +72,9 @@ from jobsup.store.dialects.common import RowByRowInsert, RowValueFence, Sequenti
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.dialects.wakeup import FifoListener, poke
 from jobsup.store.schema import job
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 _BEGIN = "jobsup_sqlite_begin"  # execution option: which BEGIN to emit, None for none
 _JOURNAL_MODES = {"wal", "delete", "truncate", "persist"}
@@ -143,11 +146,23 @@ def _create_private(path: Path) -> None:
 
 class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
     name = "sqlite"
+    transaction_options: Mapping[str, Any] = {_BEGIN: "BEGIN IMMEDIATE"}
     atomic_insert_rows = sys.maxsize  # its statement() is a transaction too (BEGIN IMMEDIATE)
     read_options: Mapping[str, Any] = {_BEGIN: None}
     statement_options: Mapping[str, Any] = {}
 
     def create_engine(self, url: URL) -> Engine:
+        engine: Engine = self._configured(create_engine, url)
+        return engine
+
+    def create_async_engine(self, url: URL) -> AsyncEngine:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine: AsyncEngine = self._configured(create_async_engine, url.set(drivername="sqlite+aiosqlite"))
+        return engine
+
+    def _configured(self, factory: Callable[..., Any], url: URL) -> Any:
+        """An engine from `factory` (sync or async) with jobsup's pragmas and BEGIN."""
         journal = url.query.get("journal_mode", "wal")
         if isinstance(journal, tuple) or journal.lower() not in _JOURNAL_MODES:
             from jobsup.errors import ConfigurationError
@@ -163,12 +178,10 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
         path = database_path(url)
         if path is not None:
             _create_private(path)
-        engine = create_engine(
-            url.difference_update_query(["journal_mode", "synchronous"]),
-            connect_args={"timeout": 30.0},
-        )
+        engine = factory(url.difference_update_query(["journal_mode", "synchronous"]), connect_args={"timeout": 30.0})
+        sync_engine = getattr(engine, "sync_engine", engine)  # an async engine's events are its sync engine's
 
-        @event.listens_for(engine, "connect")
+        @event.listens_for(sync_engine, "connect")
         def connect(dbapi_connection: Any, _record: Any) -> None:
             # Take BEGIN away from the sqlite3 module (it would defer it past our reads).
             dbapi_connection.isolation_level = None
@@ -177,7 +190,7 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
             cursor.execute(f"PRAGMA synchronous={synchronous.lower()}")
             cursor.close()
 
-        @event.listens_for(engine, "begin")
+        @event.listens_for(sync_engine, "begin")
         def begin(conn: Connection) -> None:
             mode = conn.get_execution_options().get(_BEGIN, "BEGIN IMMEDIATE")
             if mode is not None:
