@@ -130,7 +130,7 @@ def test_an_unreachable_database_names_host_and_port_and_hides_the_password() ->
     async def scenario() -> None:
         client = jobsup.AsyncClient("postgresql://app:secret@127.0.0.1:1/app")
         try:
-            with pytest.raises(jobsup.DatabaseUnavailable, match="host 127.0.0.1, port 1") as caught:
+            with pytest.raises(jobsup.DatabaseUnavailable, match=r"host 127\.0\.0\.1, port 1") as caught:
                 await client.get(1)
             assert "secret" not in str(caught.value)
         finally:
