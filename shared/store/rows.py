@@ -126,7 +126,7 @@ class Outcome:
     worker: str | None = None  # the worker's label, for events
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs a bulk enqueue 2 us a job
 class NewJob:
     """A job row to insert, already validated (see `jobsup.store.builder`). Its fields are
     `jobsup_job` columns; `run_at` None means the reference clock's now."""

@@ -66,7 +66,8 @@ def progress(message: str) -> None:
 @contextmanager
 def database(kind: str, folder: Path, label: str) -> Iterator[str]:
     if kind == "sqlite":
-        yield f"sqlite:///{folder / label}.db"
+        run = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=folder))  # a fresh file every run
+        yield f"sqlite:///{run / 'jobs.db'}"
         return
     name = f"jobsup_bench_{label}".replace("-", "_")
     admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
