@@ -40,7 +40,7 @@ class AsyncClient:
         url = normalise_url(database_url or DEFAULT_URL)
         dialect = dialect_for(url)
         self.engine = dialect.create_async_engine(url)
-        self._db = BoundDatabase(url, dialect)
+        self._db = BoundDatabase(url, dialect, self.engine.sync_engine)
         self._client = Client(database=self._db)
 
     async def enqueue(
@@ -99,5 +99,5 @@ class AsyncClient:
                 return result
 
     def _lent(self, conn: Connection, work: Callable[[Connection | None], T], theirs: bool) -> T:
-        with self._db.lent(conn):
+        with self._db.lent(conn, theirs=theirs):
             return work(conn if theirs else None)

@@ -71,9 +71,10 @@ def job(
 
 
 def _is_async(function: JobFunction) -> bool:
-    """An ``async def``, also behind functools.wraps or as an object with an async __call__."""
-    unwrapped = inspect.unwrap(function)
-    return inspect.iscoroutinefunction(unwrapped) or inspect.iscoroutinefunction(type(unwrapped).__call__)
+    """An ``async def``, or an object with an async __call__. Not looked through
+    functools.wraps: a plain wrapper may run the coroutine itself (a plain function that
+    returns an awaitable has it awaited in its own thread, see `jobsup.worker.execute`)."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
 
 
 def _origin(function: JobFunction) -> tuple[str, str]:

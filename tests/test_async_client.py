@@ -92,6 +92,32 @@ def test_an_enqueue_in_the_callers_async_transaction_commits_and_rolls_back_with
     assert client.get(kept) is not None and client.get(dropped) is None
 
 
+def test_the_callers_connection_is_left_as_it_was_given(url: str) -> None:
+    """jobsup's own reads (the schema check, the definitions) must not change the caller's
+    connection or join its transaction: an enqueue on a connection the caller then rolls
+    back is gone, on the first call of a client and after it."""
+
+    async def scenario() -> list[int]:
+        client = jobsup.AsyncClient(url)
+        dropped = []
+        try:
+            for _ in range(2):
+                async with client.engine.connect() as conn:
+                    dropped.append(await client.enqueue("a", connection=conn))
+                    await conn.rollback()
+                async with client.engine.connect() as conn:
+                    transaction = await conn.begin()
+                    dropped.append(await client.enqueue_many([{"name": "a"}] * 3, connection=conn))
+                    await transaction.rollback()
+        finally:
+            await client.close()
+        return [job_id for entry in dropped for job_id in (entry if isinstance(entry, list) else [entry])]
+
+    dropped = run(scenario())
+    client = jobsup.Client(url)
+    assert all(client.get(job_id) is None for job_id in dropped)
+
+
 def test_a_missing_schema_names_the_upgrade(tmp_path: Path) -> None:
     async def scenario() -> None:
         client = jobsup.AsyncClient(f"sqlite:///{tmp_path / 'empty.db'}")

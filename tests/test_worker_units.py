@@ -140,7 +140,7 @@ def test_a_job_whose_error_cannot_be_read_still_ends_its_attempt() -> None:
     assert outcome.kind == "failed" and outcome.error is not None and "Unprintable" in outcome.error
 
 
-def test_an_async_job_behind_a_plain_wrapper_is_still_run_as_async() -> None:
+def test_an_async_job_behind_a_plain_wrapper_is_awaited_and_an_async_object_runs_on_the_loop() -> None:
     async def fetch(ctx: jobsup.JobContext, payload: object) -> object:
         return payload
 
@@ -154,17 +154,30 @@ def test_an_async_job_behind_a_plain_wrapper_is_still_run_as_async() -> None:
 
     jobsup.job("units-wrapped-async")(wrapped)
     jobsup.job("units-async-object")(Handler())
-    assert all(lookup(name).is_async for name in ("units-wrapped-async", "units-async-object"))  # type: ignore[union-attr]
+    assert lookup("units-async-object").is_async  # type: ignore[union-attr]
+    assert not lookup("units-wrapped-async").is_async  # type: ignore[union-attr]  # it may run the coroutine itself
+    outcome = execute(claimed('{"x": 1}', name="units-wrapped-async"), threading.Event())
+    assert (outcome.kind, outcome.result) == ("succeeded", '{"x":1}'), "its coroutine was not awaited"
 
 
 @jobsup.job("units-returns-coroutine")
 def returns_coroutine(ctx: jobsup.JobContext, payload: object) -> object:
-    return asyncio.sleep(0)  # an awaitable from a plain function: never awaited by a thread
+    return asyncio.sleep(0, result=5)  # an awaitable from a plain function
 
 
-def test_a_plain_job_that_returns_an_awaitable_fails_rather_than_succeeding_unrun() -> None:
+@jobsup.job("units-returns-failing-coroutine")
+def returns_failing_coroutine(ctx: jobsup.JobContext, payload: object) -> object:
+    async def fail() -> None:
+        raise RuntimeError("failed inside the coroutine")
+
+    return fail()
+
+
+def test_a_plain_job_that_returns_an_awaitable_has_it_awaited_not_stored_unrun() -> None:
     outcome = execute(claimed("1", name="units-returns-coroutine"), threading.Event())
-    assert outcome.kind == "failed" and outcome.error is not None and "NotAwaited" in outcome.error
+    assert (outcome.kind, outcome.result) == ("succeeded", "5")
+    outcome = execute(claimed("1", name="units-returns-failing-coroutine"), threading.Event())
+    assert outcome.kind == "failed" and outcome.error is not None and "failed inside the coroutine" in outcome.error
 
 
 def test_a_slot_entry_says_how_its_attempt_ends_and_a_reused_entry_forgets_it() -> None:

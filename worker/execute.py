@@ -82,12 +82,19 @@ def call(job: ClaimedJob, prepared: Prepared) -> Ran:
         value = prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # a job's SystemExit or KeyboardInterrupt fails the attempt too
         return _raised(job, exc, prepared.secrets)
-    if inspect.isawaitable(value):  # an async def behind a plain wrapper: never awaited here
-        close = getattr(value, "close", None)
-        if close is not None:
-            close()
-        return Ran(FAILED, "NotAwaited: the job function returned an awaitable; register the async def itself")
+    if inspect.isawaitable(value):
+        # An async def behind a plain wrapper: awaited here, on a loop of this thread's own
+        # (registered as the async def itself, it would run on the worker's loop, its task
+        # cancelled with the job).
+        try:
+            value = asyncio.run(_awaited(value))
+        except BaseException as exc:
+            return _raised(job, exc, prepared.secrets)
     return _succeeded(job, value)
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
 
 
 async def call_async(job: ClaimedJob, prepared: Prepared) -> Ran:

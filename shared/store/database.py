@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from sqlalchemy import Connection, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
 from jobsup.store import faults
@@ -79,6 +80,10 @@ class Database:
             yield
         except IntegrityError as exc:
             raise ConstraintViolation(describe(exc, self.url, ConstraintViolation)) from None
+        except PoolTimeout as exc:
+            raise DatabaseUnavailable(
+                f"no free connection to {self.safe_url} in jobsup's pool ({exc}); fewer calls at once, or a larger pool"
+            ) from None
         except DBAPIError as exc:
             kind = self.dialect.classify(exc)
             raise kind(describe(exc, self.url, kind)) from None

@@ -65,7 +65,15 @@ from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimab
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, RowValueFence
 from jobsup.store.dialects.types import UTCDateTime
-from jobsup.store.insert import GIVEN, given_of, inserted_values, row_params, values_insert
+from jobsup.store.insert import (
+    GIVEN,
+    given_of,
+    insert_rows,
+    inserted_values,
+    row_params,
+    values_insert,
+    values_statement,
+)
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
 
@@ -220,6 +228,8 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
         if len(jobs) == 1:
             params = {**row_params(jobs[0], clock), "p_channels": [channel(jobs[0].queue)]}
             return [int(conn.execute(self.insert_one, params).scalar_one())], queues
+        if conn.dialect.driver != "psycopg":  # the caller's connection= on another driver
+            return insert_rows(conn, values_statement(self.clock()), jobs, clock), set()
         ids: list[int] = []
         for start in range(0, len(jobs), INSERT_CHUNK):
             chunk = jobs[start : start + INSERT_CHUNK]
