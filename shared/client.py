@@ -16,7 +16,6 @@ from jobsup.payload import encode_payload
 from jobsup.registry import check_name, check_priority
 from jobsup.store import Database, Store
 from jobsup.store.builder import EnqueueOptions, build
-from jobsup.store.database import DEFAULT_URL
 from jobsup.store.rows import Definition, Job, NewJob, RecurringSchedule
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
@@ -34,11 +33,15 @@ class Client:
 
     def __init__(self, database_url: str | None = None, *, database: Database | None = None) -> None:
         # `database`: an already built one (`jobsup.AsyncClient` hands in its BoundDatabase).
-        if database is None and database_url is None:
-            from jobsup.settings import load
+        if database is not None and database_url is not None:
+            raise BadInput("give a database URL or a database, not both")
+        if database is None:
+            if database_url is None:
+                from jobsup.settings import load
 
-            database_url = load().database_url
-        self.database = database if database is not None else Database(database_url or DEFAULT_URL)
+                database_url = load().database_url
+            database = Database(database_url)
+        self.database = database
         self.store = Store(self.database)
         self.dead_letters = DeadLetters(self)
         self._schema_checked = False

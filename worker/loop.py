@@ -258,9 +258,11 @@ class Worker:
                     self.keeper.hold(jobs, claimed_at)
                     for job in jobs:
                         running = self.keeper.begin(job, self.timeout_of(job))
-                        if running is not None:
-                            self.announce(running)
-                            pool.start(running)
+                        if running is None:  # its lease would lapse before it could run: released
+                            emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
+                            continue
+                        self.announce(running)
+                        pool.start(running)
                 self.title(f"running {pool.running} of {pool.size}")
             # More may be waiting when the claim filled every free place: look again as soon
             # as one frees; otherwise wait for work too.
