@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 from jobsup.client import Client
 from jobsup.store.bound import BoundDatabase
 from jobsup.store.builder import EnqueueOptions
-from jobsup.store.database import DEFAULT_URL
 from jobsup.store.dialects import dialect_for, normalise_url
 from jobsup.store.rows import Job
 
@@ -33,11 +32,9 @@ class AsyncClient:
     transaction. Close it with ``await client.close()``."""
 
     def __init__(self, database_url: str | None = None) -> None:
-        if database_url is None:
-            from jobsup.settings import load
+        from jobsup.settings import database_url_or_configured
 
-            database_url = load().database_url
-        url = normalise_url(database_url or DEFAULT_URL)
+        url = normalise_url(database_url_or_configured(database_url))
         dialect = dialect_for(url)
         self.engine = dialect.create_async_engine(url)
         self._db = BoundDatabase(url, dialect, self.engine.sync_engine)

@@ -36,11 +36,9 @@ class Client:
         if database is not None and database_url is not None:
             raise BadInput("give a database URL or a database, not both")
         if database is None:
-            if database_url is None:
-                from jobsup.settings import load
+            from jobsup.settings import database_url_or_configured
 
-                database_url = load().database_url
-            database = Database(database_url)
+            database = Database(database_url_or_configured(database_url))
         self.database = database
         self.store = Store(self.database)
         self.dead_letters = DeadLetters(self)

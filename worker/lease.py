@@ -82,9 +82,6 @@ class LeaseKeeper:
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
         self.next_renewal = 0.0
-        # Jobs wait in a claimed batch behind the running one (one job at a time); a worker
-        # running several at once starts what it claims straight away.
-        self.holds_batch = True
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, args=(self._renew_forever,), name="jobsup-renew", daemon=True).start()
@@ -171,9 +168,9 @@ class LeaseKeeper:
             now = time.monotonic()
             with self.lock:
                 running = list(self.running.values())
-                blocking = (
-                    self.holds_batch and bool(self.waiting) and any(now >= r.started + HOLD_WAITING for r in running)
-                )
+                # Only one job at a time keeps a batch waiting: a pool starts what it claims at once.
+                blocking = self.worker.pool is None and bool(self.waiting)
+                blocking = blocking and any(now >= r.started + HOLD_WAITING for r in running)
             for job in running:
                 self._enforce(job, now)
             if blocking:

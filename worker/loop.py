@@ -68,7 +68,6 @@ class Worker:
         self.pool = Pool(concurrency, self.aio) if concurrency > 1 else None
         self.write_before_claim = db.dialect.one_writer or (self.batch > 1 and self.pool is None)
         self.keeper = LeaseKeeper(self)
-        self.keeper.holds_batch = self.pool is None
         self.settler = Settler(self)
         self.listener: Listener | None = None
         self.idle_backoff = 0.0

@@ -79,17 +79,22 @@ class BenchSupervisor:
     def pss_mb(self) -> float | None:
         """PSS of the supervisor and its worker processes together, in MB; None without /proc."""
         pid = self.process.pid
-        own = _pss_kb(pid)
+        own = pss_kb(pid)
         if own is None:
             return None
-        try:
-            children = [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        except OSError:
-            children = []
-        return (own + sum(_pss_kb(child) or 0 for child in children)) / 1024
+        return (own + sum(pss_kb(child) or 0 for child in children_of(pid))) / 1024
 
 
-def _pss_kb(pid: int) -> int | None:
+def children_of(pid: int) -> list[int]:
+    """The child processes of `pid` (empty without /proc, or once it is gone)."""
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def pss_kb(pid: int) -> int | None:
+    """The proportional set size of process `pid` in kB; None without /proc."""
     try:
         text = Path(f"/proc/{pid}/smaps_rollup").read_text()
     except OSError:

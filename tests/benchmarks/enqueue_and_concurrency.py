@@ -30,12 +30,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import create_engine, func, select, text
 
 from jobsup import Client
+from jobsup.ops.benchprocess import children_of, pss_kb
 from jobsup.store.schema import SUCCEEDED, job, job_attempt
 
 SHARED_BENCH = Path(__file__).resolve().parents[3] / "shared" / "bench"
@@ -117,20 +118,6 @@ def bulk_run(folder: Path, jobs: int) -> tuple[float, float]:
 # -- 2. concurrency inside a worker ---------------------------------------------------------------
 
 
-def pss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except FileNotFoundError:
-        return []
-
-
 def concurrency_run(folder: Path, kind: str, name: str, jobs: int) -> tuple[float, float]:
     """(jobs/s, peak worker PSS MB) for `jobs` sleeping jobs through jobsup start."""
     with database(kind, folder, f"conc-{kind}") as url:
@@ -155,9 +142,8 @@ def concurrency_run(folder: Path, kind: str, name: str, jobs: int) -> tuple[floa
                     break
                 if process.poll() is not None:
                     raise RuntimeError(f"jobsup start exited {process.returncode}; see {folder}")
-                for pid in children(process.pid):
-                    with suppress(FileNotFoundError, ProcessLookupError):
-                        peak = max(peak, pss_mb(pid))
+                for pid in children_of(process.pid):
+                    peak = max(peak, (pss_kb(pid) or 0) / 1024)
                 time.sleep(0.2)
             with engine.connect() as conn:
                 first = conn.execute(select(func.min(job_attempt.c.started_at))).scalar_one()

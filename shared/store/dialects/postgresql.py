@@ -63,16 +63,14 @@ from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NoOwnerLocks, RowValueFence
+from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, RowValueFence
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import (
     GIVEN,
     given_of,
-    insert_rows,
     inserted_values,
     row_params,
     values_insert,
-    values_statement,
 )
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
@@ -150,7 +148,7 @@ class NotifyListener:
         return not self.conn.closed
 
 
-class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
+class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
     name = "postgresql"
     atomic_insert_rows = INSERT_CHUNK
     read_options: Mapping[str, Any] = {}
@@ -229,7 +227,7 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks):
             params = {**row_params(jobs[0], clock), "p_channels": [channel(jobs[0].queue)]}
             return [int(conn.execute(self.insert_one, params).scalar_one())], queues
         if conn.dialect.driver != "psycopg":  # the caller's connection= on another driver
-            return insert_rows(conn, values_statement(self.clock()), jobs, clock), set()
+            return RowByRowInsert.insert_jobs(self, conn, jobs, clock)
         ids: list[int] = []
         for start in range(0, len(jobs), INSERT_CHUNK):
             chunk = jobs[start : start + INSERT_CHUNK]
