@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,27 @@ class JobContext:
     payload: Any
     actor: str | None
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
+    # The job's own logger (lines stored with the job, see `jobsup.worker.joblog`); a plain
+    # `logging.Logger` where the job runs outside a worker.
+    log: Any = field(default=None, compare=False, repr=False)
+    # Reads the stored results of a workflow step's dependencies, when first asked for.
+    upstream_loader: Callable[[], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.log is None:
+            import logging
+
+            object.__setattr__(self, "log", logging.getLogger(f"jobsup.job.{self.name}"))
+
+    @property
+    def upstream(self) -> Mapping[str, Any]:
+        """A workflow step's dependencies' results, by step name (empty for any other job).
+        Read from the database on first use, then kept."""
+        cached = self.__dict__.get("_upstream")
+        if cached is None:
+            cached = {} if self.upstream_loader is None else dict(self.upstream_loader())
+            object.__setattr__(self, "_upstream", cached)
+        return cached
 
     def raise_if_cancelled(self) -> None:
         """Raise `jobsup.Cancelled` if the job was asked to stop."""

@@ -14,7 +14,7 @@ import jobsup
 from jobsup.durations import parse_duration
 from jobsup.payload import encode_payload
 from jobsup.settings import load
-from jobsup.store.schema import job
+from jobsup.store.schema import SCHEMA_REVISION, job
 
 from helpers import run_jobsup
 
@@ -132,7 +132,7 @@ def test_cli_upgrade_creates_the_schema_and_prints_offline_sql(tmp_path: Path) -
     result = run_jobsup("db", "upgrade", cwd=tmp_path)  # the default URL: sqlite:///jobsup.db
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "jobsup.db").exists()
-    assert "revision 0003" in result.stdout
+    assert f"revision {SCHEMA_REVISION}" in result.stdout
     offline = run_jobsup("db", "upgrade", "--sql", "--dialect", "postgresql", cwd=tmp_path)
     assert offline.returncode == 0 and "CREATE TABLE jobsup_job" in offline.stdout
 

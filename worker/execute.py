@@ -26,6 +26,7 @@ from jobsup.payload import decode_payload
 from jobsup.registry import lookup
 from jobsup.scrub import error_text, scrub, secrets_of
 from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
+from jobsup.worker.services import JobServices
 
 RESULT_CAP = 64 * 1024  # characters of JSON a job's return value may take in the database
 
@@ -55,8 +56,9 @@ class Prepared:
     is_async: bool
 
 
-def prepare(job: ClaimedJob, cancelled: threading.Event) -> Prepared | Ran:
-    """The call to make, or the `Ran` of a job that cannot be called."""
+def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices | None = None) -> Prepared | Ran:
+    """The call to make, or the `Ran` of a job that cannot be called. `services` gives the
+    context what reaches beyond the job itself (its log, its upstream results)."""
     registered = lookup(job.name)
     if registered is None:
         # Retried: a rolling deploy may bring the code that knows this name.
@@ -66,7 +68,10 @@ def prepare(job: ClaimedJob, cancelled: threading.Event) -> Prepared | Ran:
         secrets = secrets_of(payload)
     except (InvalidPayload, RecursionError) as exc:
         return Ran(DISCARDED, f"InvalidPayload: {exc}")  # retrying cannot mend it
-    ctx = JobContext(job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled)
+    extras = {} if services is None else services.extras(job, secrets)
+    ctx = JobContext(
+        job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled, **extras
+    )
     return Prepared(registered.function, ctx, payload, secrets, registered.is_async)
 
 

@@ -32,6 +32,7 @@ from jobsup.worker.aio import EventLoop
 from jobsup.worker.execute import Ran, call, call_async, outcome_of, prepare
 from jobsup.worker.lease import LeaseKeeper, Running
 from jobsup.worker.pool import Pool
+from jobsup.worker.services import JobServices
 from jobsup.worker.settler import Settler
 from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
@@ -65,7 +66,8 @@ class Worker:
         self.queue_timeout = self.settings.timeout_of(spec.queue)
         self.aio = EventLoop()  # for async def jobs, started with the first
         concurrency = self.settings.concurrency_of(spec.queue)
-        self.pool = Pool(concurrency, self.aio) if concurrency > 1 else None
+        self.services = JobServices(self.store)
+        self.pool = Pool(concurrency, self.aio, self.services) if concurrency > 1 else None
         self.write_before_claim = db.dialect.one_writer or (self.batch > 1 and self.pool is None)
         self.keeper = LeaseKeeper(self)
         self.settler = Settler(self)
@@ -197,7 +199,7 @@ class Worker:
         job = running.job
         self.title(f"running {job.name} id={job.id} attempt={job.attempt}")
         self.announce(running)
-        prepared = prepare(job, running.cancelled)
+        prepared = prepare(job, running.cancelled, self.services)
         if isinstance(prepared, Ran):
             ran = prepared
         elif prepared.is_async:
@@ -223,6 +225,7 @@ class Worker:
 
     def settle(self, running: Running, ran: Ran) -> None:
         job = running.job
+        self.services.finished(job)
         seconds = time.monotonic() - running.started
         outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.spec.label)
         if outcome is None:

@@ -20,11 +20,12 @@ from jobsup.worker.lease import Running
 
 if TYPE_CHECKING:
     from jobsup.worker.aio import EventLoop
+    from jobsup.worker.services import JobServices
 
 
 class Pool:
-    def __init__(self, size: int, loop: EventLoop) -> None:
-        self.size, self.loop = size, loop
+    def __init__(self, size: int, loop: EventLoop, services: JobServices | None = None) -> None:
+        self.size, self.loop, self.services = size, loop, services
         self.threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="jobsup-job")
         self.finished: queue.SimpleQueue[tuple[Running, Ran]] = queue.SimpleQueue()
         self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -37,7 +38,7 @@ class Pool:
     def start(self, running: Running) -> None:
         self.running += 1
         job = running.job
-        prepared = prepare(job, running.cancelled)
+        prepared = prepare(job, running.cancelled, self.services)
         if isinstance(prepared, Ran):
             self._done(running, prepared)
             return

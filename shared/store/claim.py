@@ -35,6 +35,9 @@ CLAIM_COLUMNS = (
     job.c.timeout,
     job.c.actor,
     job.c.lease_owner,
+    job.c.workflow_id,
+    job.c.batch_id,
+    job.c.triggers,
 )
 CLAIM_ORDER = (job.c.priority.desc(), job.c.run_at, job.c.id)
 

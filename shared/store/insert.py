@@ -12,11 +12,11 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Insert, bindparam, func
+from sqlalchemy import ColumnElement, Connection, Insert, bindparam, case, func
 
 from jobsup.store.claim import status_literal
 from jobsup.store.rows import NewJob
-from jobsup.store.schema import PENDING, job
+from jobsup.store.schema import PENDING, WAITING, job
 
 # The columns a new job gives (`NewJob`'s fields, in its order); `run_at` None means now.
 GIVEN = tuple(field.name for field in fields(NewJob))
@@ -28,7 +28,10 @@ def inserted_values(given: Callable[[str], ColumnElement[Any]], clock: ColumnEle
     from in the statement), and what the database fills in at `clock`."""
     values = {name: given(name) for name in GIVEN}
     values["run_at"] = func.coalesce(values["run_at"], clock)
-    return {**values, "status": status_literal(PENDING), "attempts": 0, "created_at": clock, "updated_at": clock}
+    # A workflow step with dependencies to wait for (a count, never 0 at enqueue; None for
+    # any other job) starts `waiting`, outside the claim index.
+    status = case((values["waiting_on"].is_not(None), status_literal(WAITING)), else_=status_literal(PENDING))
+    return {**values, "status": status, "attempts": 0, "created_at": clock, "updated_at": clock}
 
 
 def values_insert(clock: ColumnElement[datetime]) -> Insert:

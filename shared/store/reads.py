@@ -12,7 +12,7 @@ from sqlalchemy import and_, bindparam, func, select
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.rows import Attempt, Job, decode_stored
-from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt
+from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
 BATCH = 1000
 
@@ -47,6 +47,17 @@ class Reads:
             stmt = stmt.where(job.c.queue == queue)
         with self.db.read("inspect") as conn:
             return [_job(row, ()) for row in conn.execute(stmt)]
+
+    def job_upstream(self, job_id: int) -> dict[str, Any]:
+        """The stored results of a workflow step's dependencies, by step name."""
+        dependency = job.alias("dependency")
+        stmt = (
+            select(dependency.c.step, dependency.c.result)
+            .select_from(job_dependency.join(dependency, dependency.c.id == job_dependency.c.depends_on))
+            .where(job_dependency.c.job_id == job_id)
+        )
+        with self.db.read("inspect") as conn:
+            return {row.step: decode_stored(row.result) for row in conn.execute(stmt)}
 
     def job_statuses(self, job_ids: Sequence[int]) -> dict[int, str]:
         """The status of each of `job_ids` that exists."""
@@ -166,4 +177,8 @@ def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
         finished_at=row.finished_at,
         result=decode_stored(row.result),
         history=history,
+        workflow_id=row.workflow_id,
+        step=row.step,
+        batch_id=row.batch_id,
+        parent_id=row.parent_id,
     )

@@ -43,6 +43,10 @@ class Job:
     finished_at: datetime | None
     result: Any
     history: tuple[Attempt, ...] = field(default=())
+    workflow_id: int | None = None
+    step: str | None = None  # its name in its workflow
+    batch_id: int | None = None
+    parent_id: int | None = None  # the job whose trigger or batch enqueued it
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, with the same field names (for `--json` and logs)."""
@@ -65,6 +69,7 @@ class Held:
     lease: Lease
     name: str
     queue: str
+    linked: bool = False  # in a workflow or batch, or with triggers: its settle has steps to run
 
     @property
     def id(self) -> int:
@@ -85,6 +90,9 @@ class ClaimedJob:
     timeout: float | None
     actor: str | None
     owner: str
+    workflow_id: int | None = None
+    batch_id: int | None = None
+    triggers: str | None = None
     due_at: datetime | None = None  # when it became due (None when unreadable)
 
     @property
@@ -92,8 +100,12 @@ class ClaimedJob:
         return Lease(self.id, self.owner, self.attempt)
 
     @property
+    def linked(self) -> bool:
+        return self.workflow_id is not None or self.batch_id is not None or self.triggers is not None
+
+    @property
     def held(self) -> Held:
-        return Held(self.lease, self.name, self.queue)
+        return Held(self.lease, self.name, self.queue, self.linked)
 
 
 # How an attempt ended, as the worker (or, for a dead worker, its supervisor) reports it.
@@ -142,6 +154,14 @@ class NewJob:
     actor: str | None = None
     recurring_name: str | None = None
     scheduled_slot: datetime | None = None
+    # Links (`jobsup.store.links`): None for a plain job.
+    workflow_id: int | None = None
+    step: str | None = None
+    batch_id: int | None = None
+    parent_id: int | None = None
+    waiting_on: int | None = None  # dependencies to finish first (>= 1): inserted `waiting`
+    on_failure: str | None = None
+    triggers: str | None = None  # JSON
 
 
 @dataclass(frozen=True)

@@ -27,20 +27,22 @@ from sqlalchemy import (
 from jobsup.store.dialects.types import LongText, UTCDateTime
 
 # Job statuses and attempt outcomes, as stored.
-PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED = (
+WAITING, PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED = (
+    "waiting",
     "pending",
     "running",
     "succeeded",
     "dead_lettered",
     "cancelled",
 )
-STATUSES = (PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED)
-LIVE_STATUSES = (PENDING, RUNNING)
+STATUSES = (WAITING, PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED)
+LIVE_STATUSES = (PENDING, RUNNING)  # what a unique key is held by
+UNFINISHED_STATUSES = (WAITING, PENDING, RUNNING)
 FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0003"
+SCHEMA_REVISION = "0004"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -75,6 +77,18 @@ job = Table(
     Column("result", LongText),
     # Attempts a dead-letter retry grants; None: max_attempts (a job never retried).
     Column("budget", Integer),
+    # Links to other jobs (all null for a plain job; see `jobsup.store.links`): the workflow
+    # and step this job is, the batch it is a child of, the job whose trigger or batch
+    # enqueued it, how many of its dependencies have not finished (and how many of those
+    # that did failed), what it does when one failed, and the follow-ups it triggers.
+    Column("workflow_id", BigInteger),
+    Column("step", _NAME),
+    Column("batch_id", BigInteger),
+    Column("parent_id", BigInteger),
+    Column("waiting_on", Integer),
+    Column("failed_deps", Integer),
+    Column("on_failure", Unicode(10)),
+    Column("triggers", LongText),  # JSON: [{"job", "on", "payload", "queue"}]
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -129,6 +143,50 @@ job_definition = Table(
     Column("disagreement", LongText),
 )
 
+workflow = Table(
+    "jobsup_workflow",
+    metadata,
+    Column("id", _ID, Identity(), primary_key=True),
+    Column("name", _NAME, nullable=False),
+    Column("idempotency_key", _NAME),  # one workflow per key, ever
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("cancelled_at", UTCDateTime),  # an operator cancelled it
+    sqlite_autoincrement=True,
+)
+
+# Edges of a workflow: `job_id` runs once `depends_on` has finished.
+job_dependency = Table(
+    "jobsup_job_dependency",
+    metadata,
+    Column("job_id", BigInteger, primary_key=True),
+    Column("depends_on", BigInteger, primary_key=True),
+)
+
+batch = Table(
+    "jobsup_batch",
+    metadata,
+    Column("id", _ID, Identity(), primary_key=True),
+    Column("name", _NAME),
+    Column("callbacks", LongText, nullable=False),  # JSON: {"on_complete": {"job", "payload"}, ...}
+    Column("total", Integer, nullable=False),  # children added (by `add`, never by a settle)
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("closed_at", UTCDateTime),  # no more children; its callbacks may fire
+    Column("finished_at", UTCDateTime),  # its callbacks fired (the compare-and-set of firing)
+    Column("cancelled_at", UTCDateTime),
+    sqlite_autoincrement=True,
+)
+
+job_log = Table(
+    "jobsup_job_log",
+    metadata,
+    Column("id", _ID, Identity(), primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("logged_at", UTCDateTime, nullable=False),
+    Column("level", Unicode(10), nullable=False),
+    Column("message", LongText, nullable=False),
+)
+
 process = Table(
     "jobsup_process",
     metadata,
@@ -178,5 +236,19 @@ Index(
     job.c.finished_at,
     **_filtered("status IN ('succeeded', 'dead_lettered', 'cancelled')"),
 )
+Index("jobsup_job_workflow", job.c.workflow_id, **_filtered("workflow_id IS NOT NULL"))
+# A batch's children: all of them (counts, retention), and the unfinished ones, newest first,
+# for the check "is any sibling left" that each child's settle makes.
+Index("jobsup_job_batch", job.c.batch_id, job.c.status, **_filtered("batch_id IS NOT NULL"))
+Index(
+    "jobsup_job_batch_unfinished",
+    job.c.batch_id,
+    job.c.id,
+    **_filtered("batch_id IS NOT NULL AND status IN ('waiting', 'pending', 'running')"),
+)
+Index("jobsup_job_dependency_on", job_dependency.c.depends_on)
+Index("jobsup_workflow_key", workflow.c.idempotency_key, unique=True, **_filtered("idempotency_key IS NOT NULL"))
+Index("jobsup_batch_open", batch.c.id, **_filtered("finished_at IS NULL"))
+Index("jobsup_job_log_job", job_log.c.job_id, job_log.c.id)
 Index("jobsup_job_attempt_job", job_attempt.c.job_id, job_attempt.c.attempt)
 Index("jobsup_process_heartbeat", process.c.heartbeat_at)

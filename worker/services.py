@@ -1,0 +1,26 @@
+"""What a running job reaches through its context beyond itself: the results of the
+workflow steps it depends on (`ctx.upstream`) and its own log (`ctx.log`, see
+`jobsup.worker.joblog`). One per worker process, on the worker's store."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from jobsup.store import Store
+from jobsup.store.rows import ClaimedJob
+
+
+class JobServices:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def extras(self, job: ClaimedJob, secrets: Any) -> dict[str, Any]:
+        """The JobContext fields of `job` beyond its row (`secrets`: what to scrub from what it logs)."""
+        extras: dict[str, Any] = {}
+        if job.workflow_id is not None:
+            extras["upstream_loader"] = partial(self.store.reads.job_upstream, job.id)
+        return extras
+
+    def finished(self, job: ClaimedJob) -> None:
+        """The job's call has returned: called before its outcome is written."""
