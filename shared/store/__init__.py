@@ -3,7 +3,7 @@
 - `transitions`: the only writers of job rows, one method per arrow of the state machine;
   `statements` holds their SQL, `steps` lets features join them, `builder` builds new rows.
 - `reads`: what operators look at; `retention`: deleting finished jobs.
-- `recurring`, `definitions`, `processes`: the other tables, one module each.
+- `recurring`, `definitions`, `processes`, `joblogs`: the other tables, one module each.
 - `claim`: the claim predicate and the parts of a claim every dialect shares.
 - `dialects/`: what differs between databases; `database`: connections and error
   translation; `schema` and `migrate`: the tables and their Alembic upgrades.
@@ -14,6 +14,7 @@ from __future__ import annotations
 from jobsup.jobtypes import Resolver
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
+from jobsup.store.joblogs import JobLogs
 from jobsup.store.processes import ProcessTable
 from jobsup.store.reads import Reads
 from jobsup.store.recurring import RecurringStore
@@ -33,6 +34,7 @@ class Store:
         self.retention = Retention(db, self.reads)
         self.recurring = RecurringStore(db)
         self.processes = ProcessTable(db)
+        self.logs = JobLogs(db)
 
     def schema_check(self) -> None:
         """Raise `SchemaOutdated` unless the schema is at this code's revision."""

@@ -35,7 +35,7 @@ OPERATIONS = frozenset(
     {
         "read", "write", "claim", "renew", "settle", "release", "cancel", "enqueue", "maintenance",
         "retention", "dead_letters", "recurring", "definitions", "process", "inspect", "stats",
-        "schema", "health", "other",
+        "schema", "health", "joblog", "workflows", "batches", "other",
     }
 )  # fmt: skip
 

@@ -1,6 +1,6 @@
-"""Deleting jobs and their attempts: dead letters an operator purges, finished jobs past
-their retention age, and the jobs of a benchmark's own queue. In bounded batches, so a
-purge never holds long locks."""
+"""Deleting jobs, with their attempts and log lines: dead letters an operator purges,
+finished jobs past their retention age, and the jobs of a benchmark's own queue. In bounded
+batches, so a purge never holds long locks."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sqlalchemy import ColumnElement, delete
 
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
+from jobsup.store.joblogs import JobLogs
 from jobsup.store.reads import BATCH, Reads
 from jobsup.store.schema import job, job_attempt
 
@@ -34,13 +35,14 @@ class Retention:
         return deleted
 
     def _delete(self, job_ids: Sequence[int], condition: ColumnElement[bool], operation: str) -> int:
-        """Delete the jobs of `job_ids` that still meet `condition`, and their attempts."""
+        """Delete the jobs of `job_ids` that still meet `condition`, their attempts and their log lines."""
         if not job_ids:
             return 0
         with self.db.transaction(operation) as conn:
             gone = conn.execute(delete(job).where(job.c.id.in_(job_ids), condition).returning(job.c.id)).scalars().all()
             if gone:
                 conn.execute(delete(job_attempt).where(job_attempt.c.job_id.in_(gone)))
+                JobLogs.delete_for(conn, gone)
         return len(gone)
 
     def purge(

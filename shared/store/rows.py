@@ -220,3 +220,19 @@ class Definition:
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """A line a job logged through `ctx.log`: the attempt that logged it, when (the worker's
+    clock), its level (``debug``, ``info``, ``warning``, ``error``) and its scrubbed text."""
+
+    id: int
+    job_id: int
+    attempt: int
+    logged_at: datetime | None
+    level: str
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: _plain(value) for key, value in asdict(self).items()}
