@@ -9,18 +9,21 @@ from typing import Any
 
 from jobsup.store import Store
 from jobsup.store.rows import ClaimedJob
+from jobsup.worker.journal import Journal
 
 
 class JobServices:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.journal = Journal(store.logs)
 
     def extras(self, job: ClaimedJob, secrets: Any) -> dict[str, Any]:
         """The JobContext fields of `job` beyond its row (`secrets`: what to scrub from what it logs)."""
-        extras: dict[str, Any] = {}
+        extras: dict[str, Any] = {"log": self.journal.logger(job, secrets)}
         if job.workflow_id is not None:
             extras["upstream_loader"] = partial(self.store.reads.job_upstream, job.id)
         return extras
 
     def finished(self, job: ClaimedJob) -> None:
         """The job's call has returned: called before its outcome is written."""
+        self.journal.finished(job)

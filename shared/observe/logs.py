@@ -18,6 +18,7 @@ _WARNINGS = {
     "lease.expired",
     "job.traceback",
     "job.result_dropped",
+    "joblog.write_failed",
     "worker.died",
     "worker.boot_failed",
     "worker.killed_overdue",
