@@ -16,7 +16,7 @@ from jobsup.payload import encode_payload
 from jobsup.registry import check_name, check_priority
 from jobsup.store import Database, Store
 from jobsup.store.builder import EnqueueOptions, build
-from jobsup.store.rows import Definition, Job, NewJob, RecurringSchedule
+from jobsup.store.rows import Definition, Job, LogLine, NewJob, RecurringSchedule
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
 INT64 = 2**63 - 1
@@ -111,6 +111,13 @@ class Client:
         """The job with its attempt history and result, or None if there is no such job."""
         self._ready()
         return self.store.reads.job_get(_job_id(job_id))
+
+    def logs(self, job_id: int, *, after_id: int | None = None, limit: int = 1000) -> list[LogLine]:
+        """What the job logged through `ctx.log`, oldest first, at most `limit` lines: those
+        after the line `after_id` (the last `id` you read), to page or to follow."""
+        self._ready()
+        after = None if after_id is None else _job_id(after_id)
+        return self.store.logs.read(_job_id(job_id), after_id=after, limit=_limit(limit))
 
     def cancel(self, job_id: int) -> bool:
         """Cancel a pending or running job; False if it had already finished or does not exist."""

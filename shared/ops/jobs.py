@@ -1,8 +1,11 @@
-"""`jobsup enqueue`, `jobsup jobs list|show|cancel` and `jobsup dead list|retry|purge`."""
+"""`jobsup enqueue`, `jobsup jobs list|show|logs|cancel` and `jobsup dead list|retry|purge`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+from datetime import UTC
 from typing import Any
 
 import click
@@ -10,7 +13,10 @@ import click
 from jobsup.cli import cli
 from jobsup.ops.options import NotFound, Target, json_option, parse_instant, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
-from jobsup.store.schema import STATUSES
+from jobsup.store.schema import FINISHED_STATUSES, STATUSES
+
+LOG_PAGE = 1000  # lines read at once
+FOLLOW_EVERY = 0.5  # seconds between looks for new lines
 
 
 @cli.command()
@@ -94,6 +100,55 @@ def jobs_show(target: Target, job_id: int, as_json: bool) -> None:
         ],
         empty="no attempts yet",
     )
+
+
+@jobs.command("logs")
+@click.argument("job_id", type=int)
+@click.option("--follow", is_flag=True, help="Keep printing new lines until the job has finished.")
+@json_option
+@with_target
+def jobs_logs(target: Target, job_id: int, follow: bool, as_json: bool) -> None:
+    """What a job logged through ctx.log, oldest first (--json with --follow: one object per line)."""
+    client = target.client()
+    if client.get(job_id) is None:
+        raise NotFound(f"no job with id {job_id}")
+    if follow:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a follow is meant to end early
+            follow_logs(client, job_id, as_json)
+        return
+    lines, after = [], None
+    while page := client.logs(job_id, after_id=after, limit=LOG_PAGE):
+        lines += page
+        after = page[-1].id
+    if as_json:
+        emit_json([line.to_dict() for line in lines])
+    else:
+        for line in lines:
+            click.echo(log_line(line))
+        if not lines:
+            click.echo("no lines logged")
+
+
+def follow_logs(client: Any, job_id: int, as_json: bool) -> None:
+    """Print the job's lines as they are stored, until it has finished and none are left."""
+    after = None
+    while True:
+        job = client.get(job_id)  # before the read: lines stored by then are in it
+        lines = client.logs(job_id, after_id=after, limit=LOG_PAGE)
+        for line in lines:
+            click.echo(json.dumps(line.to_dict()) if as_json else log_line(line))
+        if lines:
+            after = lines[-1].id
+            if len(lines) == LOG_PAGE:
+                continue  # more are there already
+        elif job is None or job.status in FINISHED_STATUSES:
+            return  # a finished job's lines were written before its outcome
+        time.sleep(FOLLOW_EVERY)
+
+
+def log_line(line: Any) -> str:
+    at = line.logged_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if line.logged_at else "-"
+    return f"{at}  {line.level.upper():<7}  #{line.attempt}  {line.message}"
 
 
 @jobs.command("cancel")
