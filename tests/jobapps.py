@@ -95,3 +95,17 @@ async def async_work(ctx: jobsup.JobContext, payload: Any) -> Any:
         raise
     record(ctx, "end")
     return payload.get("result")
+
+
+@jobsup.job("log-then-block", retry_in=lambda attempt: 0.5)
+def log_then_block(ctx: jobsup.JobContext, payload: Any) -> None:
+    """Per-job logs across a crash: the first attempt logs `lines` lines, then waits (for
+    its worker to be killed) until cancelled or a minute has passed; a later attempt logs
+    one line and returns."""
+    record(ctx, "start")
+    if ctx.attempt > 1:
+        ctx.log.info("rerun on attempt %d", ctx.attempt)
+        return
+    for n in range(payload["lines"]):
+        ctx.log.info("before the crash %d", n)
+    ctx.cancelled.wait(60)
