@@ -8,6 +8,7 @@ this process; the crash test runs a real `jobsup start`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from jobsup.observe import events
 from jobsup.store import Database, Store, faults
 from jobsup.store.joblogs import JobLogs
 from jobsup.store.rows import ClaimedJob
-from jobsup.worker.execute import Prepared, Ran, call, prepare
+from jobsup.worker.execute import Prepared, Ran, call, call_async, prepare
 from jobsup.worker.joblog import LINE_CAP, MESSAGE_CAP, TEXT_CAP
 from jobsup.worker.services import JobServices
 
@@ -75,6 +76,13 @@ def wide(ctx: jobsup.JobContext, payload: Any) -> None:
     ctx.log.info("a" * 20_000)  # cut to MESSAGE_CAP
     for _ in range(40):
         ctx.log.info("b" * MESSAGE_CAP)  # each just fits one line; 32 fill the text cap
+
+
+@jobsup.job("joblog-async")
+async def logs_from_the_event_loop(ctx: jobsup.JobContext, payload: Any) -> None:
+    ctx.log.info("awaiting %d calls", 2)
+    await asyncio.sleep(0)
+    ctx.log.warning("one was slow")
 
 
 @jobsup.job("joblog-waits")
@@ -212,6 +220,16 @@ def test_a_retried_job_s_cap_counts_its_earlier_attempts(client: jobsup.Client, 
     attempts = [line.attempt for line in lines]
     assert attempts.count(1) == 600 and attempts.count(2) == LINE_CAP - 600 + 1
     assert lines[-1].message.startswith("200 more lines (") and lines[-1].attempt == 2
+
+
+def test_an_async_job_logs_the_same_way(client: jobsup.Client, services: JobServices) -> None:
+    job, prepared = start_job(client, services, "joblog-async")
+    assert asyncio.run(call_async(job, prepared)) == Ran("succeeded")
+    services.finished(job)
+    assert [(line.level, line.message) for line in client.logs(job.id)] == [
+        ("info", "awaiting 2 calls"),
+        ("warning", "one was slow"),
+    ]
 
 
 def test_a_job_s_lines_are_written_in_batches(url: str, client: jobsup.Client) -> None:
