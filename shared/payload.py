@@ -2,7 +2,7 @@
 
 A payload that JSON would silently change (a tuple, an int dict key) or cannot hold (a
 datetime, a set, NaN) is refused with the offending type and its path in the payload,
-e.g. ``payload['items'][2] is a datetime``.
+e.g. ``payload['items'][2] is a datetime``; so is one over `PAYLOAD_CAP`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,20 @@ _SCALARS = (str, int, bool, type(None))
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+# Characters of JSON one payload may take: a job row is read whole by every claim of it.
+PAYLOAD_CAP = 1024 * 1024
+
+
 def encode_payload(payload: Any) -> str:
     """Return `payload` as compact JSON text, or raise `InvalidPayload` naming where it fails."""
     _check(payload, "payload")
-    return _encode(payload)
+    text = _encode(payload)
+    if len(text) > PAYLOAD_CAP:
+        raise InvalidPayload(
+            f"payload is {len(text):,} characters of JSON, over the cap of {PAYLOAD_CAP:,}: "
+            "store large data elsewhere (a file, a table) and pass a reference to it"
+        )
+    return text
 
 
 def decode_payload(text: str) -> Any:

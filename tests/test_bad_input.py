@@ -35,6 +35,15 @@ def test_payloads_that_are_not_json_are_refused_with_their_path(payload: object,
         encode_payload(payload)
 
 
+def test_a_payload_over_the_cap_is_refused_and_one_at_it_is_not() -> None:
+    from jobsup.payload import PAYLOAD_CAP
+
+    at_cap = "x" * (PAYLOAD_CAP - 2)  # its two quotes make it PAYLOAD_CAP characters
+    assert len(encode_payload(at_cap)) == PAYLOAD_CAP
+    with pytest.raises(jobsup.InvalidPayload, match="over the cap of 1,048,576: store large data elsewhere"):
+        encode_payload(at_cap + "x")
+
+
 def test_json_payloads_round_trip() -> None:
     assert encode_payload({"a": [1, 2.5, None, True, "é"]}) == '{"a":[1,2.5,null,true,"é"]}'
 
