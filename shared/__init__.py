@@ -11,6 +11,7 @@ job_id = client.enqueue("send-email", {"to": "a@example.com"})
 
 from jobsup.asyncclient import AsyncClient
 from jobsup.client import Client, DeadLetters
+from jobsup.client_groups import Batch
 from jobsup.context import JobContext
 from jobsup.errors import (
     BadInput,
@@ -28,13 +29,16 @@ from jobsup.errors import (
     UnknownJob,
     UnsupportedDatabase,
 )
-from jobsup.registry import job
-from jobsup.store.rows import Attempt, Definition, Job
+from jobsup.links import Trigger, Workflow
+from jobsup.registry import job, workflow
+from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, StepInfo, WorkflowInfo
 
 __all__ = [
     "AsyncClient",
     "Attempt",
     "BadInput",
+    "Batch",
+    "BatchInfo",
     "Cancelled",
     "Client",
     "ConfigurationError",
@@ -51,7 +55,12 @@ __all__ = [
     "JobsupError",
     "Retry",
     "SchemaOutdated",
+    "StepInfo",
+    "Trigger",
     "UnknownJob",
     "UnsupportedDatabase",
+    "Workflow",
+    "WorkflowInfo",
     "job",
+    "workflow",
 ]

@@ -7,10 +7,12 @@ from typing import Any, Unpack
 
 from sqlalchemy import Connection
 
+from jobsup.client_groups import GroupsAPI
 from jobsup.cron import check_cron, zone
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
 from jobsup.jobtypes import JobType
+from jobsup.links import check_triggers
 from jobsup.observe.events import emit
 from jobsup.payload import encode_payload
 from jobsup.registry import check_name, check_priority
@@ -22,7 +24,7 @@ from jobsup.store.schema import DEAD_LETTERED, STATUSES
 INT64 = 2**63 - 1
 
 
-class Client:
+class Client(GroupsAPI):
     """A handle on one jobsup database.
 
     `database_url` defaults to the configured one (``JOBSUP_DATABASE_URL``, ``jobsup.toml``),
@@ -75,31 +77,51 @@ class Client:
     ) -> list[int]:
         """Store many jobs in one round trip per batch; each is a mapping with ``name``,
         ``payload`` and the options of `enqueue`. All are checked before any is written."""
+        news = self._build_many(jobs, allow_unknown, "jobs")
+        if not news:
+            return []
+        self._ready()
+        return self.store.transitions.enqueue(news, connection=connection)
+
+    def _build_many(self, jobs: Iterable[Mapping[str, Any]], allow_unknown: bool, what: str) -> list[NewJob]:
         news = []
         types: dict[object, JobType] = {}  # looked up once per name, not once per job
         for index, spec in enumerate(jobs):
             try:
-                if "name" not in spec:
-                    raise BadInput("it has no 'name'")
+                if not isinstance(spec, Mapping) or "name" not in spec:
+                    raise BadInput("each job is a mapping with a 'name'")
                 name = spec["name"]
                 jobtype = types.get(name) if isinstance(name, str) else None
                 if jobtype is None:
                     check_name(name, "job name")
                     jobtype = types[name] = self._job_type(name, allow_unknown)
                 options = {key: value for key, value in spec.items() if key != "name" and key != "payload"}
+                if options:
+                    self._check_triggers(options.get("then"), allow_unknown)
                 news.append(build(jobtype, spec.get("payload"), options))
             except BadInput as exc:
-                raise type(exc)(f"jobs[{index}]: {exc}") from None
-        if not news:
-            return []
-        self._ready()
-        return self.store.transitions.enqueue(news, connection=connection)
+                raise type(exc)(f"{what}[{index}]: {exc}") from None
+        return news
 
-    def _build(self, name: object, payload: Any, options: Mapping[str, Any], allow_unknown: bool) -> NewJob:
+    def _build(
+        self,
+        name: object,
+        payload: Any,
+        options: Mapping[str, Any],
+        allow_unknown: bool,
+        links: Mapping[str, Any] | None = None,
+    ) -> NewJob:
         check_name(name, "job name")
         assert isinstance(name, str)
         jobtype = self._job_type(name, allow_unknown)
-        return build(jobtype, payload, options)
+        self._check_triggers(options.get("then"), allow_unknown)
+        return build(jobtype, payload, options, links=links)
+
+    def _check_triggers(self, then: object, allow_unknown: bool) -> None:
+        """A trigger's job must be one some instance defines: found now, not at the settle."""
+        if then:
+            for trigger in check_triggers(then):
+                self._job_type(trigger.job, allow_unknown)
 
     def _job_type(self, name: str, allow_unknown: bool) -> JobType:
         if allow_unknown:

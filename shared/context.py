@@ -35,12 +35,22 @@ class JobContext:
     log: Any = field(default=None, compare=False, repr=False)
     # Reads the stored results of a workflow step's dependencies, when first asked for.
     upstream_loader: Callable[[], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
+    client_loader: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.log is None:
             import logging
 
             object.__setattr__(self, "log", logging.getLogger(f"jobsup.job.{self.name}"))
+
+    @property
+    def client(self) -> Any:
+        """A `jobsup.Client` on the database this job came from (to enqueue follow-ups)."""
+        if self.client_loader is None:
+            from jobsup.errors import ConfigurationError
+
+            raise ConfigurationError("this job runs outside a jobsup worker: it has no client")
+        return self.client_loader()
 
     @property
     def upstream(self) -> Mapping[str, Any]:

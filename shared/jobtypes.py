@@ -67,16 +67,20 @@ class JobType:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     timeout: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    triggers: tuple[Any, ...] = ()  # `jobsup.Trigger`s every job of this type fires
 
     def settings(self) -> dict[str, Any]:
         """What a definition stores and compares (the retry policy as its description)."""
-        return {
+        settings = {
             "queue": self.queue,
             "priority": self.priority,
             "max_attempts": self.max_attempts,
             "timeout": self.timeout,
             "retry": self.retry.describe(),
         }
+        if self.triggers:  # absent rather than empty, so older definitions still compare equal
+            settings["then"] = [trigger.describe() for trigger in self.triggers]
+        return settings
 
 
 # Names defined in this process or published in the database, as far as this process has

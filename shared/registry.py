@@ -44,11 +44,13 @@ def job(
     timeout: object = None,
     priority: int = 0,
     retry_in: Callable[[int], float] | None = None,
+    then: object = (),
 ) -> Callable[[F], F]:
     """Register a job function under a stable `name`.
 
     `timeout` is a duration (``"60s"``); `retry_in(attempt)` overrides the default backoff
     (exponential from 30 s to 1 h with jitter) with seconds to wait after a failed attempt.
+    `then` is a `jobsup.Trigger` (or a list) every job of this type fires when it ends.
     The function is called as ``function(ctx, payload)`` and returned unchanged. It may be
     an ``async def``: it then runs on the worker's event loop, and a cancellation (timeout,
     operator cancel, shutdown, lost lease) also cancels its task.
@@ -58,7 +60,10 @@ def job(
     check_attempts(max_attempts)
     check_priority(priority)
     seconds = None if timeout is None else parse_duration(timeout, what=f"timeout of job {name!r}")
-    jobtype = JobType(name, queue, priority, max_attempts, seconds, RetryPolicy(custom=retry_in))
+    from jobsup.links import check_triggers
+
+    triggers = check_triggers(then) if then else ()
+    jobtype = JobType(name, queue, priority, max_attempts, seconds, RetryPolicy(custom=retry_in), triggers)
 
     def register(function: F) -> F:
         existing = _registry.get(name)
@@ -66,6 +71,28 @@ def job(
             raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
         _registry[name] = Registered(jobtype, function, _is_async(function))
         return function
+
+    return register
+
+
+def workflow(name: str, *, queue: str = DEFAULT_QUEUE, **settings: Any) -> Callable[[Callable[[Any], Any]], Any]:
+    """Register a workflow factory: ``factory(payload) -> jobsup.Workflow``. It becomes a job
+    named `name` that builds the workflow and enqueues it, once per job (a rerun finds the
+    workflow its first attempt made): so a recurring schedule, or any enqueue of `name`,
+    starts the workflow. The job's result is ``{"workflow_id": id}``."""
+
+    def register(factory: Callable[[Any], Any]) -> Any:
+        def start(ctx: JobContext, payload: Any) -> dict[str, int]:
+            from jobsup.links import Workflow
+
+            built = factory(payload)
+            if not isinstance(built, Workflow):
+                raise BadInput(f"workflow factory {name!r} returned {type(built).__name__}, not a jobsup.Workflow")
+            return {"workflow_id": ctx.client.enqueue_workflow(built, key=f"started-by-job:{ctx.job_id}")}
+
+        start.__module__, start.__qualname__ = factory.__module__, factory.__qualname__
+        job(name, queue=queue, **settings)(start)
+        return factory
 
     return register
 

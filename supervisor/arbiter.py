@@ -34,7 +34,15 @@ from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.enforce import Enforcer
 from jobsup.supervisor.guard import guarded
 from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
-from jobsup.supervisor.maintenance import ExpireLeases, Maintenance, PruneProcesses, PurgeFinished, QueueGauges, Step
+from jobsup.supervisor.maintenance import (
+    ExpireLeases,
+    FinishBatches,
+    Maintenance,
+    PruneProcesses,
+    PurgeFinished,
+    QueueGauges,
+    Step,
+)
 from jobsup.supervisor.recurring import CronTick
 from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.spec import WorkerSpec
@@ -90,6 +98,7 @@ class Arbiter:
         self.maintenance = Maintenance(
             [
                 ExpireLeases(self.store),
+                FinishBatches(self.store),
                 *(housekeeping if self.settings.housekeeping else []),
                 QueueGauges(self.store, self.settings.queues),
             ]

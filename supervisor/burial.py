@@ -111,4 +111,4 @@ class Burials:
             emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="the supervisor stopped")
 
     def _write(self, burial: Burial) -> int:
-        return self.transitions.expire_owner(burial.owner, burial.charged)
+        return self.transitions.sweep.expire_owner(burial.owner, burial.charged)

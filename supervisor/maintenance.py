@@ -33,7 +33,7 @@ class ExpireLeases:
         self.store = store
 
     def run_once(self, now: datetime | None = None) -> int:
-        return self.store.transitions.expire(now=now)
+        return self.store.transitions.sweep.expire(now=now)
 
 
 class PruneProcesses:
@@ -93,9 +93,23 @@ class PurgeFinished:
             )
             for status, age in self.ages.items()
         )
+        purged += self.store.retention.purge_groups(self.ages, batch=self.batch, now=now)
         if purged:
             emit("jobs.purged", count=purged)
         return purged
+
+
+class FinishBatches:
+    """Fire the batches whose last child ended in a process that died before it could look
+    (see `jobsup.store.links`)."""
+
+    name = "finish_batches"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_once(self, now: datetime | None = None) -> int:
+        return self.store.transitions.groups.sweep_batches()
 
 
 class Maintenance:

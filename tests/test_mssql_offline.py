@@ -70,7 +70,7 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
     ),
     "complete": (
         lambda t: t.complete([Outcome(HELD, SUCCEEDED, result='{"ok":1}')]),
-        ["result=:p_result OUTPUT inserted.id WHERE jobsup_job.lease_owner = :p_owner", "UPDATE jobsup_job_attempt"],
+        ["result=:p_result OUTPUT inserted.id, inserted.status, inserted.workflow_id", "UPDATE jobsup_job_attempt"],
         {"status": "succeeded", "p_result": '{"ok":1}', "p_outcome": "succeeded"},
     ),
     "fail": (
@@ -85,16 +85,16 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
     ),
     "cancel": (
         lambda t: t.cancel(7),
-        ["WHERE jobsup_job.id = :p_job AND jobsup_job.status IN (:status_1_1, :status_1_2)"],
+        ["WHERE jobsup_job.id = :p_job AND jobsup_job.status IN (:status_1_1, :status_1_2, :status_1_3)"],
         {"status": "cancelled", "p_job": 7},
     ),
     "expire": (
-        lambda t: t.expire(now=T0),
+        lambda t: t.sweep.expire(now=T0),
         ["GROUP BY jobsup_job.lease_owner", "jobsup_job.lease_expires_at < coalesce(:p_now"],
         {"p_now": T0},
     ),
     "expire_owner": (
-        lambda t: t.expire_owner("w", {7: (2, "lease_expired", "killed")}),
+        lambda t: t.sweep.expire_owner("w", {7: (2, "lease_expired", "killed")}),
         ["jobsup_job.lease_owner = :p_owner ORDER BY jobsup_job.priority DESC"],
         {"p_owner": "w"},
     ),
@@ -119,13 +119,14 @@ def test_every_transition_compiles_for_sql_server(db: OfflineDatabase, name: str
 
 
 def _lease_row(job_id: int) -> SimpleNamespace:
-    return SimpleNamespace(id=job_id, lease_owner="w", attempts=2, name="a", queue="default", started_at=T0)
+    links = {"workflow_id": None, "batch_id": None, "triggers": None}
+    return SimpleNamespace(id=job_id, lease_owner="w", attempts=2, name="a", queue="default", started_at=T0, **links)
 
 
 def test_the_sweep_releases_the_waiting_leases_then_charges_the_running_one(db: OfflineDatabase) -> None:
     db.answer([("w",)])  # an owner with lapsed leases
     db.answer([_lease_row(7), _lease_row(8)])  # running 7, 8 waiting behind it in its batch
-    assert transitions(db).expire(now=T0) == 2
+    assert transitions(db).sweep.expire(now=T0) == 2
     writes = [sql for sql in db.sql if sql.startswith("UPDATE jobsup_job SET")]
     assert len(writes) == 2
     assert writes[0].startswith("UPDATE jobsup_job SET status=:status, attempts=(jobsup_job.attempts - ")
@@ -136,7 +137,7 @@ def test_the_sweep_releases_the_waiting_leases_then_charges_the_running_one(db: 
 
 def test_a_dead_owners_leases_are_released_or_charged(db: OfflineDatabase) -> None:
     db.answer([_lease_row(7), _lease_row(8)])
-    transitions(db).expire_owner("w", {7: (2, "lease_expired", "killed")})
+    transitions(db).sweep.expire_owner("w", {7: (2, "lease_expired", "killed")})
     writes = [sql for sql in db.sql if sql.startswith("UPDATE jobsup_job SET")]
     assert len(writes) == 2 and "attempts - " in writes[0] and "CASE WHEN" in writes[1]
     assert not any("lease_expires_at <" in sql for sql in writes)  # known dead: no lapse needed
@@ -242,3 +243,29 @@ def test_offline_ddl_has_filtered_indexes_and_no_deprecated_types() -> None:
     assert "NTEXT" not in ddl and "payload NVARCHAR(max)" in ddl
     assert "run_at DATETIME2(6)" in ddl
     assert "CREATE TABLE jobsup_job_definition" in ddl and "ALTER TABLE jobsup_job ADD budget INTEGER" in ddl
+
+
+def test_the_statements_of_workflows_and_batches_compile_for_sql_server(db: OfflineDatabase) -> None:
+    from offline import MSSQL
+
+    t = transitions(db)
+    for statement in (t.sql.dependents_of, t.sql.unblock, t.sql.promote, t.sql.cancel_blocked, t.sql.reopen):
+        assert str(statement.compile(dialect=MSSQL))
+    assert "NOT (EXISTS (SELECT" in str(t.batches.finishable.compile(dialect=MSSQL))
+    # The fan-in's look inside a settle skips and locks; the look after it waits.
+    skipping = str(t.dialect.lock_rows(t.batches.unfinished_child, skip_locked=True).compile(dialect=MSSQL))
+    assert "SELECT TOP " in skipping and "WITH (UPDLOCK, READPAST, ROWLOCK)" in skipping
+    waiting = str(t.dialect.lock_rows(t.batches.unfinished_child, skip_locked=False).compile(dialect=MSSQL))
+    assert "READPAST" not in waiting
+
+
+def test_a_workflow_enqueues_and_cancels_on_sql_server(db: OfflineDatabase) -> None:
+    t = transitions(db)
+    first = build(JobType("a"), None, {}, links={"step": "first", "on_failure": "cancel"})
+    second = build(JobType("a"), None, {}, links={"step": "second", "waiting_on": 1, "on_failure": "cancel"})
+    t.groups.enqueue_workflow("wf", "key-1", [(first, []), (second, [0])])
+    sql = "\n".join(db.sql)
+    assert "INSERT INTO jobsup_workflow" in sql and "INSERT INTO jobsup_job_dependency" in sql
+    assert "THEN 'waiting' ELSE 'pending' END" in sql
+    t.groups.cancel_workflow(3)
+    assert "UPDATE jobsup_workflow SET cancelled_at" in "\n".join(db.sql)

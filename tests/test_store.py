@@ -156,7 +156,7 @@ def test_expired_leases_return_jobs_and_dead_letter_the_last_attempt(client: job
     last = client.enqueue("a", max_attempts=1)
     first = claim_one(client, "w1", now=T0)
     second = claim_one(client, "w2", now=T0)
-    expire = client.store.transitions.expire
+    expire = client.store.transitions.sweep.expire
     assert expire(now=T0 + timedelta(seconds=59)) == 0
     assert expire(now=T0 + timedelta(seconds=61)) == 2
     assert client.get(retried).status == "pending"  # type: ignore[union-attr]
@@ -171,7 +171,7 @@ def test_a_lapsed_batch_charges_only_the_job_that_was_running(client: jobsup.Cli
     others were waiting (or done and not yet written) and never used an attempt."""
     running, waiting = client.enqueue("a", max_attempts=3), client.enqueue("a", max_attempts=1)
     claim(client, "lost-host-worker", limit=2, now=T0)
-    assert client.store.transitions.expire(now=T0 + timedelta(seconds=61)) == 2
+    assert client.store.transitions.sweep.expire(now=T0 + timedelta(seconds=61)) == 2
     charged, spared = client.get(running), client.get(waiting)
     assert charged is not None and spared is not None
     assert (charged.status, [(a.attempt, a.outcome) for a in charged.history]) == ("pending", [(1, "lease_expired")])
@@ -187,7 +187,7 @@ def test_expire_owner_closes_a_dead_workers_leases_by_what_it_was_running(client
     other = client.enqueue("b")
     claimed = claim(client, "dead-worker", limit=2)
     claim_one(client, "live-worker")
-    expire_owner = client.store.transitions.expire_owner
+    expire_owner = client.store.transitions.sweep.expire_owner
     assert expire_owner("dead-worker", {claimed[0].id: (claimed[0].attempt, LEASE_EXPIRED, "killed")}) == 2
     assert client.get(running).status == "dead_lettered"  # type: ignore[union-attr]  # its one attempt: used
     assert client.get(waiting).status == "pending"  # type: ignore[union-attr]  # never started: released
@@ -309,7 +309,7 @@ def test_a_lease_owner_is_set_exactly_while_running(client: jobsup.Client) -> No
     fail(client, claimed[1])  # dead-lettered
     release(client, [claimed[2]])
     client.cancel(claimed[3].id)
-    client.store.transitions.expire(now=T0 + timedelta(minutes=5))  # [4] was running, [5] waiting
+    client.store.transitions.sweep.expire(now=T0 + timedelta(minutes=5))  # [4] was running, [5] waiting
     assert broken() == []
     assert client.dead_letters.retry_all() == 2
     assert broken() == []

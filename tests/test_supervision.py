@@ -116,7 +116,7 @@ def test_on_sqlite_a_clock_jump_never_expires_a_live_workers_lease(
     request_stop = supervisor.stop
     worker = started_by(record, job_id)
     an_hour_later = datetime.now(UTC) + timedelta(hours=1)  # as if NTP stepped the clock forward
-    assert client.store.transitions.expire(now=an_hour_later) == 0
+    assert client.store.transitions.sweep.expire(now=an_hour_later) == 0
     assert status_of(client, job_id) == "running"
     try:
         os.kill(worker, signal.SIGKILL)  # now its owner is dead: its lease may go (the supervisor closes it)

@@ -136,7 +136,7 @@ class Worker:
         """Release the leases this worker holds in the database but not in its bookkeeping
         (a claim whose reply was lost): those jobs never started here."""
         known = self.keeper.known_ids()  # before the read: only this thread claims
-        released = self.store.transitions.release_orphans(self.spec.worker_id, known)
+        released = self.store.transitions.sweep.release_orphans(self.spec.worker_id, known)
         self.claim_unsure = False
         if released:
             emit("worker.orphans_released", worker=self.spec.label, jobs=released)

@@ -16,13 +16,22 @@ class JobServices:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.journal = Journal(store.logs)
+        self._client: Any = None
 
     def extras(self, job: ClaimedJob, secrets: Any) -> dict[str, Any]:
         """The JobContext fields of `job` beyond its row (`secrets`: what to scrub from what it logs)."""
-        extras: dict[str, Any] = {"log": self.journal.logger(job, secrets)}
+        extras: dict[str, Any] = {"client_loader": self.client, "log": self.journal.logger(job, secrets)}
         if job.workflow_id is not None:
             extras["upstream_loader"] = partial(self.store.reads.job_upstream, job.id)
         return extras
+
+    def client(self) -> Any:
+        """One `jobsup.Client` per worker, on the worker's own database."""
+        if self._client is None:
+            from jobsup.client import Client
+
+            self._client = Client(database=self.store.db)
+        return self._client
 
     def finished(self, job: ClaimedJob) -> None:
         """The job's call has returned: called before its outcome is written."""

@@ -3,6 +3,7 @@
 - `jobsup_job` gains the links of `jobsup.store.links` (all null for a plain job, so a
   plain job's rows and claim are as before) and a status `waiting`, outside the claim index.
 - `jobsup_workflow`, `jobsup_job_dependency`, `jobsup_batch`, `jobsup_job_log`.
+- `jobsup_job_definition.triggers`: what every job of a type triggers.
 
 Revision ID: 0004
 Revises: 0003
@@ -46,6 +47,7 @@ def _where(condition: str) -> dict[str, Any]:
 def upgrade() -> None:
     for name, type_ in JOB_COLUMNS:
         op.add_column("jobsup_job", sa.Column(name, type_))
+    op.add_column("jobsup_job_definition", sa.Column("triggers", LongText))
     op.create_table(
         "jobsup_workflow",
         sa.Column("id", ID, sa.Identity(), primary_key=True),
@@ -106,6 +108,8 @@ def downgrade() -> None:
         op.drop_index(index, table_name="jobsup_job")
     for table in ("jobsup_job_log", "jobsup_batch", "jobsup_job_dependency", "jobsup_workflow"):
         op.drop_table(table)
+    with op.batch_alter_table("jobsup_job_definition") as batch:
+        batch.drop_column("triggers")
     with op.batch_alter_table("jobsup_job") as batch:
         for name, _ in reversed(JOB_COLUMNS):
             batch.drop_column(name)

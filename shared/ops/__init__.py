@@ -1,8 +1,9 @@
 """jobsup.ops: the operator's commands (enqueue, jobs, dead letters, recurring schedules,
-definitions, workers, stats, bench) and their output: aligned tables for people, ``--json`` for
-scripts (the API's field names). They read through the same client as applications do."""
+definitions, workflows, batches, workers, stats, bench) and their output: aligned tables
+for people, ``--json`` for scripts (the API's field names). They read through the same
+client as applications do."""
 
 
 def register() -> None:
     """Add the operator commands to `jobsup.cli.cli` (imported for their effect)."""
-    from jobsup.ops import bench, definitions, jobs, queues, recurring  # noqa: F401
+    from jobsup.ops import bench, definitions, jobs, links, queues, recurring  # noqa: F401

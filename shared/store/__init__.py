@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from jobsup.jobtypes import Resolver
+from jobsup.store import links  # noqa: F401 - registers the steps of linked jobs
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
@@ -34,6 +35,7 @@ class Store:
         self.retention = Retention(db, self.reads)
         self.recurring = RecurringStore(db)
         self.processes = ProcessTable(db)
+        self.workflows, self.batches = self.transitions.workflows, self.transitions.batches
         self.logs = JobLogs(db)
 
     def schema_check(self) -> None:

@@ -90,7 +90,21 @@ def as_jobtype(definition: Definition) -> JobType:
         definition.max_attempts,
         definition.timeout,
         RetryPolicy.from_description(definition.retry),
+        _triggers(definition.triggers),
     )
+
+
+def _triggers(described: list[dict[str, Any]] | None) -> tuple[Any, ...]:
+    from jobsup.errors import BadInput
+    from jobsup.links import Trigger
+
+    triggers = []
+    for item in described or ():
+        try:
+            triggers.append(Trigger(item["job"], item.get("on", "any"), item.get("payload"), item.get("queue")))
+        except (BadInput, KeyError, TypeError):
+            continue  # a hand-edited row: that trigger is left out rather than every enqueue failing
+    return tuple(triggers)
 
 
 def _columns(settings: dict[str, Any]) -> dict[str, Any]:
@@ -100,17 +114,21 @@ def _columns(settings: dict[str, Any]) -> dict[str, Any]:
         "max_attempts": settings["max_attempts"],
         "timeout": settings["timeout"],
         "retry_policy": json.dumps(settings["retry"], sort_keys=True),
+        "triggers": json.dumps(settings["then"]) if settings.get("then") else None,
     }
 
 
 def _settings(definition: Definition) -> dict[str, Any]:
-    return {
+    settings = {
         "queue": definition.queue,
         "priority": definition.priority,
         "max_attempts": definition.max_attempts,
         "timeout": definition.timeout,
         "retry": definition.retry,
     }
+    if definition.triggers:
+        settings["then"] = definition.triggers
+    return settings
 
 
 def _definition(row: Any) -> Definition:
@@ -125,6 +143,7 @@ def _definition(row: Any) -> Definition:
         declared_at=row.declared_at,
         first_seen_at=row.first_seen_at,
         disagreement=_json(row.disagreement),
+        triggers=_json(row.triggers),
     )
 
 

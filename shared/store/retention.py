@@ -4,16 +4,17 @@ batches, so a purge never holds long locks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, delete
+from sqlalchemy import ColumnElement, and_, delete, or_, select
 
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.joblogs import JobLogs
 from jobsup.store.reads import BATCH, Reads
-from jobsup.store.schema import job, job_attempt
+from jobsup.store.schema import batch as batch_table
+from jobsup.store.schema import job, job_attempt, job_dependency, workflow
 
 
 class Retention:
@@ -42,6 +43,7 @@ class Retention:
             gone = conn.execute(delete(job).where(job.c.id.in_(job_ids), condition).returning(job.c.id)).scalars().all()
             if gone:
                 conn.execute(delete(job_attempt).where(job_attempt.c.job_id.in_(gone)))
+                conn.execute(delete(job_dependency).where(job_dependency.c.job_id.in_(gone)))
                 JobLogs.delete_for(conn, gone)
         return len(gone)
 
@@ -64,4 +66,39 @@ class Retention:
                 break
             purged += self.job_delete(ids, status=status, operation=operation)
             batches += 1
+        return purged
+
+    def purge_groups(
+        self, ages: Mapping[str, float], *, batch: int = BATCH, limit: int = 20, now: datetime | None = None
+    ) -> int:
+        """Delete finished workflows and batches all of whose jobs are past their status's
+        retention age in `ages` (a group with a job in a status `ages` leaves out is kept),
+        with those jobs, `batch` jobs per transaction, at most `limit` groups of each kind;
+        return how many jobs went. A group's jobs go together, never one by one (`purge`
+        leaves them out), so a workflow is never shown with steps missing."""
+        if not ages:
+            return 0
+        dialect = self.db.dialect
+        offsets = {f"cutoff_{s}": -age for s, age in ages.items()}
+        clock = dialect.clock_params(now, youngest=-min(ages.values()), **offsets)
+        kept = ~or_(*(and_(status_is(s), job.c.finished_at < dialect.clock(f"cutoff_{s}")) for s in ages))
+        purged = 0
+        for table, column, old in (
+            (workflow, job.c.workflow_id, workflow.c.created_at),
+            (batch_table, job.c.batch_id, batch_table.c.finished_at),
+        ):
+            member = select(job.c.id).where(column == table.c.id, kept)
+            stmt = (
+                select(table.c.id)
+                .where(old < dialect.clock("youngest"), ~member.exists())
+                .order_by(table.c.id)
+                .limit(limit)
+            )
+            with self.db.read("retention") as conn:
+                groups = list(conn.execute(stmt, clock).scalars())
+            for group_id in groups:
+                while ids := self.reads.job_ids_of(column, group_id, limit=batch):
+                    purged += self._delete(ids, column == group_id, "retention")
+                with self.db.transaction("retention") as conn:
+                    conn.execute(delete(table).where(table.c.id == group_id))
         return purged

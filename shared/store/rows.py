@@ -75,6 +75,12 @@ class Held:
     def id(self) -> int:
         return self.lease.job_id
 
+    @classmethod
+    def of_row(cls, row: Any) -> Held:
+        """From a row of `Statements.held_by`."""
+        linked = row.workflow_id is not None or row.batch_id is not None or row.triggers is not None
+        return cls(Lease(row.id, row.lease_owner, row.attempts), row.name, row.queue, linked)
+
 
 @dataclass(frozen=True)
 class ClaimedJob:
@@ -217,6 +223,60 @@ class Definition:
     declared_at: datetime | None
     first_seen_at: datetime | None
     disagreement: dict[str, Any] | None
+    triggers: list[dict[str, Any]] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: _plain(value) for key, value in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """A batch: `status` is open (children may be added), running (closed, children left),
+    succeeded or failed (every child ended, all succeeded or not), or cancelled; `counts`
+    has every job status; `callbacks` as given."""
+
+    id: int
+    name: str | None
+    status: str
+    total: int
+    counts: dict[str, int]
+    callbacks: dict[str, Any]
+    created_at: datetime | None
+    closed_at: datetime | None
+    finished_at: datetime | None
+    cancelled_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: _plain(value) for key, value in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One step of a workflow as stored."""
+
+    name: str
+    job_id: int
+    job: str
+    status: str
+    depends_on: tuple[str, ...]
+    on_failure: str
+    attempts: int
+    last_error: str | None
+    result: Any
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    """A workflow: `status` is running (a step is unfinished), succeeded (every step
+    succeeded), failed (a step did not succeed), or cancelled (an operator cancelled it)."""
+
+    id: int
+    name: str
+    status: str
+    created_at: datetime | None
+    cancelled_at: datetime | None
+    counts: dict[str, int]
+    steps: tuple[StepInfo, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items()}

@@ -141,6 +141,7 @@ job_definition = Table(
     Column("first_seen_at", UTCDateTime, nullable=False),
     # JSON: the newest declaration that disagreed with this one, by another instance.
     Column("disagreement", LongText),
+    Column("triggers", LongText),  # JSON: what every job of this type triggers (`jobsup.Trigger`)
 )
 
 workflow = Table(

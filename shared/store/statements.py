@@ -42,9 +42,15 @@ from jobsup.store.schema import (
     PENDING,
     RUNNING,
     SUCCEEDED,
+    UNFINISHED_STATUSES,
+    WAITING,
     job,
     job_attempt,
+    job_dependency,
 )
+
+# What the in-transaction steps of a job that finished need to know of it (`jobsup.store.links`).
+LINKS = (job.c.workflow_id, job.c.batch_id, job.c.triggers)
 
 
 class Statements:
@@ -125,7 +131,7 @@ class Statements:
                 lease_expires_at=None,
                 result=bindparam("p_result"),
             )
-            .returning(job.c.id)
+            .returning(job.c.id, job.c.status, *LINKS)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -144,7 +150,7 @@ class Statements:
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id, job.c.status)
+            .returning(job.c.id, job.c.status, *LINKS)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -214,15 +220,14 @@ class Statements:
     def held_by(self) -> Select[Any]:
         """The leases one owner holds, in the order it claimed (and runs) them."""
         return (
-            select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name, job.c.queue)
+            select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name, job.c.queue, *LINKS)
             .where(status_is(RUNNING), job.c.lease_owner == bindparam("p_owner"))
             .order_by(job.c.priority.desc(), job.c.run_at, job.c.id)
         )
 
     # -- operators -----------------------------------------------------------------------------
 
-    @cached_property
-    def cancel(self) -> Chain:
+    def _cancel(self, which: ColumnElement[bool]) -> Chain:
         # Two statements on every dialect: a cancel may wait on the row lock of a claim that
         # is committing; its attempt row is then only visible to a statement that starts
         # after that commit (one fused statement would read its first snapshot and leave the
@@ -230,11 +235,30 @@ class Statements:
         clock = self.dialect.clock()
         first = (
             update(job)
-            .where(job.c.id == bindparam("p_job"), job.c.status.in_(LIVE_STATUSES))
-            .values(status=CANCELLED, finished_at=clock, updated_at=clock, lease_owner=None, lease_expires_at=None)
-            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts)
+            .where(which, job.c.status.in_(UNFINISHED_STATUSES))
+            .values(
+                status=CANCELLED,
+                finished_at=clock,
+                updated_at=clock,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=func.coalesce(bindparam("p_reason", type_=job.c.last_error.type), job.c.last_error),
+            )
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
         )
         return Sequential.of(first, self.close_attempts)
+
+    @cached_property
+    def cancel(self) -> Chain:
+        return self._cancel(job.c.id == bindparam("p_job"))
+
+    @cached_property
+    def cancel_workflow(self) -> Chain:
+        return self._cancel(job.c.workflow_id == bindparam("p_workflow"))
+
+    @cached_property
+    def cancel_batch(self) -> Chain:
+        return self._cancel(job.c.batch_id == bindparam("p_batch"))
 
     @cached_property
     def retry(self) -> Update:
@@ -254,4 +278,76 @@ class Statements:
                 finished_at=None,
             )
             .returning(job.c.id, job.c.name, job.c.queue)
+        )
+
+    # -- links: workflow steps waiting on their dependencies (`jobsup.store.links`) --------
+
+    @cached_property
+    def dependents_of(self) -> Select[Any]:
+        """The edges out of jobs that finished: (dependent, dependency)."""
+        return (
+            select(job_dependency.c.job_id, job_dependency.c.depends_on)
+            .where(job_dependency.c.depends_on.in_(bindparam("p_ids", expanding=True)))
+            .order_by(job_dependency.c.job_id)
+        )
+
+    @cached_property
+    def unblock(self) -> Update:
+        """A waiting step counts `p_done` more of its dependencies finished, `p_failed` of them
+        without succeeding. The row lock serialises the steps' counts, so exactly one
+        transition sees its count reach zero."""
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), status_is(WAITING))
+            .values(
+                waiting_on=job.c.waiting_on - bindparam("p_done", type_=Integer),
+                failed_deps=func.coalesce(job.c.failed_deps, 0) + bindparam("p_failed", type_=Integer),
+                updated_at=self.dialect.clock(),
+            )
+            .returning(job.c.id, job.c.waiting_on, job.c.failed_deps, job.c.on_failure, job.c.queue)
+        )
+
+    @cached_property
+    def promote(self) -> Update:
+        """waiting -> pending: every dependency has finished."""
+        return (
+            update(job)
+            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
+            .values(status=PENDING, updated_at=self.dialect.clock())
+            .returning(job.c.id, job.c.queue)
+        )
+
+    @cached_property
+    def cancel_blocked(self) -> Update:
+        """waiting -> cancelled: a dependency failed and the step's policy is to cancel. A
+        waiting step never started, so it has no attempt to close."""
+        clock = self.dialect.clock()
+        return (
+            update(job)
+            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
+            .values(status=CANCELLED, finished_at=clock, updated_at=clock, last_error=bindparam("p_error"))
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
+        )
+
+    @cached_property
+    def reopen(self) -> Update:
+        """A failed or cancelled step of a finished workflow runs again (`p_waiting_on` None:
+        now; else once that many dependencies have finished), with its own budget of attempts
+        again, as a dead-letter retry gives."""
+        clock = self.dialect.clock()
+        budget = func.coalesce(job.c.budget, job.c.max_attempts)
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), job.c.status.in_((DEAD_LETTERED, CANCELLED)))
+            .values(
+                status=bindparam("p_status"),
+                waiting_on=bindparam("p_waiting_on", type_=Integer),
+                failed_deps=0,
+                max_attempts=job.c.attempts + budget,
+                budget=budget,
+                run_at=clock,
+                updated_at=clock,
+                finished_at=None,
+            )
+            .returning(job.c.id, job.c.queue)
         )

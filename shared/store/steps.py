@@ -44,26 +44,31 @@ class Change:
     transition: str
     rows: Sequence[Row[Any]] | Sequence[Any]
     params: Mapping[str, Any] = field(default_factory=dict)
+    transitions: Any = None  # the `Transitions` running it: its statements, resolver and insert
 
 
 Step = Callable[[Connection, Change], None]
 
-_steps: dict[str, list[Step]] = {name: [] for name in TRANSITIONS}
+_steps: dict[str, list[tuple[Step, bool]]] = {name: [] for name in TRANSITIONS}
 
 
-def register(transition: str, step: Step) -> Step:
+def register(transition: str, step: Step, *, linked_only: bool = False) -> Step:
     """Run `step` inside every `transition` from now on; returns it (usable as a decorator
-    through `functools.partial`)."""
+    through `functools.partial`). A `linked_only` step concerns linked jobs alone (in a
+    workflow or batch, or with triggers, see `Held.linked`): a transition of plain jobs
+    skips it, and keeps its single-statement fast path."""
     if transition not in _steps:
         raise ValueError(f"no transition named {transition!r}; the transitions are {', '.join(TRANSITIONS)}")
-    _steps[transition].append(step)
+    _steps[transition].append((step, linked_only))
     return step
 
 
-def of(transition: str) -> tuple[Step, ...]:
-    return tuple(_steps[transition])
+def of(transition: str, *, linked: bool = True) -> tuple[Step, ...]:
+    """The steps a `transition` runs: all of them when it touches a linked job, else those
+    that concern every job."""
+    return tuple(step for step, linked_only in _steps[transition] if linked or not linked_only)
 
 
-def run(conn: Connection, change: Change) -> None:
-    for step in _steps[change.transition]:
+def run(conn: Connection, change: Change, *, linked: bool = True) -> None:
+    for step in of(change.transition, linked=linked):
         step(conn, change)

@@ -13,7 +13,7 @@ time-dependent transition takes an optional `now`; without it the reference cloc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,10 +25,12 @@ from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
 from jobsup.store import steps
+from jobsup.store.batches import Batches
 from jobsup.store.builder import build
 from jobsup.store.chain import Chain
 from jobsup.store.claim import claim_params, claimed_job
 from jobsup.store.database import Database, after_commit
+from jobsup.store.groups import Groups
 from jobsup.store.insert import row_params
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.rows import (
@@ -45,9 +47,10 @@ from jobsup.store.rows import (
 )
 from jobsup.store.schema import DEAD_LETTERED
 from jobsup.store.statements import Statements
+from jobsup.store.sweep import Sweep
+from jobsup.store.workflows import Workflows
 
 FIRED, ALREADY_FIRED = "fired", "already_fired"
-LAPSED = "lease expired: the worker died or stopped renewing"
 
 
 class Transitions:
@@ -56,6 +59,8 @@ class Transitions:
     def __init__(self, db: Database, resolver: Resolver) -> None:
         self.db, self.dialect, self.resolver = db, db.dialect, resolver
         self.sql = Statements(db.dialect)
+        self.workflows, self.batches = Workflows(db), Batches(db)
+        self.groups, self.sweep = Groups(self), Sweep(self)
 
     # -- enqueue: (nothing) -> pending -------------------------------------------------------
 
@@ -65,22 +70,26 @@ class Transitions:
         """Insert `jobs`; return their ids in order. A job whose unique key belongs to a live
         job is not inserted: the live job's id is returned in its place. With `connection`
         the jobs are written in the caller's transaction and announced when it commits."""
+        clock = self.dialect.clock_params(now)
         if connection is not None:
             with self.db.errors():
-                ids, inserted = self._insert(connection, jobs, now)
-            after_commit(connection, lambda: _announce_enqueued(jobs, ids, inserted))
+                ids, inserted = self.insert(connection, jobs, clock)
+            after_commit(connection, lambda: announce_enqueued(jobs, ids, inserted))
             return ids
         # No unique key and no enqueue step: one atomic insert where the dialect has one
         # (PostgreSQL: a single round trip in autocommit), else a transaction.
         alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
         alone = alone and all(new.unique_key is None for new in jobs)
         with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
-            ids, inserted = self._insert(conn, jobs, now)
-        _announce_enqueued(jobs, ids, inserted)
+            ids, inserted = self.insert(conn, jobs, clock)
+        announce_enqueued(jobs, ids, inserted)
         return ids
 
-    def _insert(self, conn: Connection, jobs: Sequence[NewJob], now: datetime | None) -> tuple[list[int], list[int]]:
-        clock = self.dialect.clock_params(now)
+    def insert(self, conn: Connection, jobs: Sequence[NewJob], clock: Mapping[str, Any]) -> tuple[list[int], list[int]]:
+        """Insert `jobs` on `conn`, in its transaction, at `clock` (`Dialect.clock_params`);
+        their ids, and the positions of those inserted (a live unique key's job is not).
+        For the in-transaction steps that enqueue follow-ups, and for `enqueue`."""
+        clock = dict(clock)
         keyed = [i for i, new in enumerate(jobs) if new.unique_key is not None]
         inserted = [i for i, new in enumerate(jobs) if new.unique_key is None] if keyed else list(range(len(jobs)))
         ids, woken = [0] * len(jobs), set[str]()
@@ -94,7 +103,7 @@ class Transitions:
                 inserted.append(i)
         if inserted:
             if steps.of("enqueue"):
-                steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock))
+                steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock, self))
             self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted} - woken)
         return ids, inserted
 
@@ -122,7 +131,7 @@ class Transitions:
         params = claim_params(self.dialect, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
 
         def after(conn: Connection, rows: Sequence[Row[Any]]) -> None:
-            steps.run(conn, steps.Change("claim", rows, params))
+            steps.run(conn, steps.Change("claim", rows, params, self))
 
         rows = self.dialect.claim(self.db, params, after if steps.of("claim") else None)
         return [claimed_job(row) for row in rows]
@@ -155,7 +164,8 @@ class Transitions:
             }
             for result, group in by_result.items()
         ]
-        rows = self._run_each("complete", self.sql.complete, groups, "settle") if groups else []
+        linked = any(outcome.held.linked for outcome in outcomes)
+        rows = self._run_each("complete", self.sql.complete, groups, "settle", linked) if groups else []
         settled = {row[0] for row in rows}
         for outcome in outcomes:
             if outcome.held.id in settled:
@@ -188,7 +198,7 @@ class Transitions:
         }
         chain = self.sql.fail_expired if expired_only else self.sql.fail
         transition = "expire" if outcome.kind == LEASE_EXPIRED else "fail"
-        rows = self._run(transition, chain, params, operation)
+        rows = self._run(transition, chain, params, operation, held.linked)
         status = str(rows[0].status) if rows else None
         kind = "failed" if outcome.kind == DISCARDED else outcome.kind
         fields = {**_fields(held, outcome), "outcome": kind, "error": outcome.error}
@@ -230,79 +240,36 @@ class Transitions:
                 "p_error": None,
             }
             chain = self.sql.release_expired if expired_only else self.sql.release
-            released |= {row[0] for row in self._run("release", chain, params, operation)}
+            linked = any(h.linked for h in mine)
+            released |= {row[0] for row in self._run("release", chain, params, operation, linked)}
         for h in held:
             emit("job.released", **_fields(h), stale=h.id not in released)
         return released
 
-    # -- expire: running (lease lapsed or owner dead) -> pending | dead_lettered ------------------
-
-    def expire(self, *, now: datetime | None = None, limit: int = 100) -> int:
-        """The sweep: close leases that lapsed, of at most `limit` owners; returns how many.
-
-        An owner that let its leases lapse is gone (a live worker ends itself before its
-        lease can lapse). Of its leases, the first in the order of its latest claim is the
-        job it was running: that attempt ends `lease_expired` (retried, or dead-lettered if it
-        was the last). Its other leases were jobs waiting in a claimed batch, or successes not
-        yet written; they never used an attempt and are released. Every write also requires
-        the lease to have lapsed still. Owners the dialect knows are alive (SQLite, where the
-        clock is the host's) are left alone."""
-        clock = self.dialect.clock_params(now)
-        with self.db.read("maintenance") as conn:
-            owners = list(conn.execute(self.sql.lapsed_owners, {**clock, "p_limit": limit}).scalars())
-        alive = self.dialect.owners_alive(self.db, set(owners))
-        closed = 0
-        for owner in owners:
-            if owner in alive:
-                continue
-            with self.db.read("maintenance") as conn:
-                held = conn.execute(self.sql.lapsed_of, {**clock, "p_owner": owner}).all()
-            if not held:
-                continue
-            latest = max(row.started_at for row in held)
-            running = next(row for row in held if row.started_at == latest)
-            # Release before charging: another sweep (or this one's next tick, if the release
-            # fails) that reads in between then still sees the running job among the lapsed
-            # ones, never a waiting job alone that it would take for the running one.
-            rest = [_held(row) for row in held if row is not running]
-            closed += len(self.release(rest, now=now, expired_only=True, operation="maintenance"))
-            outcome = Outcome(_held(running), LEASE_EXPIRED, LAPSED)
-            closed += self.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
-        return closed
-
-    def release_orphans(self, owner: str, known: Collection[int]) -> list[int]:
-        """running -> pending for the leases a live owner holds but does not know of (its
-        claim committed, the reply was lost): they never started. Returns their job ids."""
-        with self.db.read("claim") as conn:
-            held = [_held(row) for row in conn.execute(self.sql.held_by, {"p_owner": owner})]
-        return sorted(self.release([h for h in held if h.id not in known], operation="claim"))
-
-    def expire_owner(self, owner: str, charged: Mapping[int, tuple[int, str, str]]) -> int:
-        """Close every lease of an owner known dead (its supervisor reaped it). `charged`
-        says how the attempts it was running end: job id -> (attempt, kind, error), where
-        kind is `lease_expired`, `timed_out`, or `released` (a job that ignored shutdown);
-        every other lease it held was a job that never started, or a success or release it
-        had not written: released. Returns how many were closed."""
-        with self.db.read("maintenance") as conn:
-            held = [_held(row) for row in conn.execute(self.sql.held_by, {"p_owner": owner})]
-        ends = {h.id: charged[h.id] for h in held if h.id in charged and charged[h.id][0] == h.lease.attempt}
-        failing = [h for h in held if h.id in ends and ends[h.id][1] != RELEASED]
-        closed = len(self.release([h for h in held if h not in failing], operation="maintenance"))
-        for h in failing:
-            _, kind, error = ends[h.id]
-            closed += self.fail(Outcome(h, kind, error), operation="maintenance") is not None
-        return closed
-
     # -- operators ---------------------------------------------------------------------------------
 
     def cancel(self, job_id: int, *, now: datetime | None = None) -> bool:
-        """pending or running -> cancelled. A running job's worker sees its lease gone and
-        sets the job's cancel event. False when the job was not live."""
-        params = {**self.dialect.clock_params(now), "p_job": job_id, "p_outcome": "cancelled", "p_error": None}
-        rows = self._run("cancel", self.sql.cancel, params, "cancel")
+        """waiting, pending or running -> cancelled. A running job's worker sees its lease
+        gone and sets the job's cancel event. False when the job had finished."""
+        return bool(self.cancel_where(self.sql.cancel, {"p_job": job_id}, now))
+
+    def cancel_where(
+        self,
+        chain: Chain,
+        which: Mapping[str, Any],
+        now: datetime | None,
+        also: Callable[[Connection, dict[str, Any]], object] | None = None,
+    ) -> Sequence[Row[Any]]:
+        """Cancel what `chain` matches, and do `also` in the same transaction."""
+        params = {**self.dialect.clock_params(now), **which, "p_outcome": "cancelled", "p_error": None}
+        params["p_reason"] = None
+        with self.db.transaction("cancel") as conn:
+            if also is not None:
+                also(conn, params)
+            rows = self._steps_after(conn, "cancel", chain, params, True)
         for row in rows:
             emit("job.cancelled", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
-        return bool(rows)
+        return rows
 
     def retry(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
         """dead_lettered -> pending, with the job's own budget of attempts again on top of
@@ -315,7 +282,7 @@ class Transitions:
                 with self.db.transaction("dead_letters") as conn:
                     rows = conn.execute(self.sql.retry, params).all()
                     if rows:
-                        steps.run(conn, steps.Change("retry", rows, params))
+                        steps.run(conn, steps.Change("retry", rows, params, self))
             except ConstraintViolation:
                 raise DuplicateJob(
                     f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None
@@ -344,42 +311,52 @@ class Transitions:
                 if not recurring.advance(conn, schedule, following, at):
                     emit("recurring.already_fired", schedule=schedule.name)
                     return ALREADY_FIRED
-                ids, _ = self._insert(conn, [new], now)
-                fired = steps.Change("fire", [(schedule.name, slot, ids[0])], self.dialect.clock_params(now))
+                ids, _ = self.insert(conn, [new], self.dialect.clock_params(now))
+                fired = steps.Change("fire", [(schedule.name, slot, ids[0])], self.dialect.clock_params(now), self)
                 steps.run(conn, fired)
         except ConstraintViolation:
             emit("recurring.already_fired", schedule=schedule.name)
             return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held
-        _announce_enqueued([new], ids, [0])
+        announce_enqueued([new], ids, [0])
         emit("recurring.fired", schedule=schedule.name, job=ids[0], name=schedule.job, slot=slot.isoformat())
         return FIRED
 
     # -- the unit of every transition ------------------------------------------------------------
 
-    def _run(self, transition: str, chain: Chain, params: Mapping[str, Any], operation: str) -> Sequence[Row[Any]]:
-        return self._run_each(transition, chain, [params], operation)
+    def _run(
+        self, transition: str, chain: Chain, params: Mapping[str, Any], operation: str, linked: bool = True
+    ) -> Sequence[Row[Any]]:
+        return self._run_each(transition, chain, [params], operation, linked)
 
     def _run_each(
-        self, transition: str, chain: Chain, each: Sequence[Mapping[str, Any]], operation: str
+        self,
+        transition: str,
+        chain: Chain,
+        each: Sequence[Mapping[str, Any]],
+        operation: str,
+        linked: bool = True,
     ) -> Sequence[Row[Any]]:
         """Run a compare-and-set once per parameter set, each with its in-transaction steps,
-        as one unit. One set with no step registered: a single-statement chain runs alone
-        (PostgreSQL: one round trip)."""
-        if len(each) == 1 and chain.single and not steps.of(transition):
+        as one unit. `linked`: some of the jobs are linked (`Held.linked`), so the steps
+        that concern linked jobs only run too. One set and no step to run: a
+        single-statement chain runs alone (PostgreSQL: one round trip)."""
+        if len(each) == 1 and chain.single and not steps.of(transition, linked=linked):
             with self.db.statement(operation) as conn:
                 return chain.run(conn, each[0])
         matched: list[Row[Any]] = []
         with self.db.transaction(operation) as conn:
             for params in each:
-                rows = chain.run(conn, params)
-                if rows:
-                    steps.run(conn, steps.Change(transition, rows, params))
-                matched.extend(rows)
+                matched.extend(self._steps_after(conn, transition, chain, params, linked))
         return matched
 
-
-def _held(row: Any) -> Held:
-    return Held(Lease(row.id, row.lease_owner, row.attempts), row.name, row.queue)
+    def _steps_after(
+        self, conn: Connection, transition: str, chain: Chain, params: Mapping[str, Any], linked: bool
+    ) -> Sequence[Row[Any]]:
+        """The compare-and-set on `conn`, then, if it matched, the transition's steps."""
+        rows = chain.run(conn, params)
+        if rows:
+            steps.run(conn, steps.Change(transition, rows, params, self), linked=linked)
+        return rows
 
 
 def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
@@ -391,7 +368,7 @@ def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
     return fields
 
 
-def _announce_enqueued(jobs: Sequence[NewJob], ids: Sequence[int], inserted: Sequence[int]) -> None:
+def announce_enqueued(jobs: Sequence[NewJob], ids: Sequence[int], inserted: Sequence[int]) -> None:
     if len(inserted) == 1:
         new = jobs[inserted[0]]
         emit("job.enqueued", job=ids[inserted[0]], name=new.name, queue=new.queue)

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, Update
+from sqlalchemy import ColumnElement, Connection, Engine, Row, Select, Update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
@@ -137,6 +137,12 @@ class Dialect(Protocol):
 
     def migration_lock(self, conn: Connection) -> None:
         """Inside `conn`'s open transaction, wait for the lock that serialises upgrades."""
+
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
+        """`stmt` (a SELECT of job rows) locking what it returns until the transaction ends,
+        so that no other transaction changes them meanwhile: skipping rows another
+        transaction is changing (`skip_locked`), or waiting for it to end and reading what
+        it left. Where writers take turns (SQLite) there is nothing to lock."""
 
     def classify(self, error: DBAPIError) -> type[DatabaseError]:
         """Which jobsup error a driver error is."""

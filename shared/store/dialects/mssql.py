@@ -25,6 +25,7 @@ from sqlalchemy import (
     Engine,
     Insert,
     Row,
+    Select,
     Update,
     bindparam,
     create_engine,
@@ -128,6 +129,11 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
 
     def listener(self, db: Any, queue: str) -> None:
         return None
+
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
+        # Under locking READ COMMITTED a plain read already waits for a writer to end; the
+        # update lock is held to the end of the transaction (a shared one would not be).
+        return stmt.with_hint(job, LOCK_HINTS) if skip_locked else stmt
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(

@@ -294,6 +294,10 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
     def listener(self, db: Any, queue: str) -> NotifyListener:
         return NotifyListener(db, queue)
 
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
+        # FOR SHARE: the checks of two siblings may hold one row at once; a writer waits.
+        return stmt.with_for_update(read=True, skip_locked=skip_locked)
+
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 

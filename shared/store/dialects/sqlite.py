@@ -298,6 +298,9 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
             return set()
         return {owner for owner in owners if _locked(folder / _owner_file(owner))}
 
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
+        return stmt  # BEGIN IMMEDIATE: no other writer runs until this transaction ends
+
     def migration_lock(self, conn: Connection) -> None:
         """Nothing more to do: the migration's transaction began with BEGIN EXCLUSIVE."""
 

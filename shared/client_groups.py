@@ -1,0 +1,211 @@
+"""The client's workflows and batches (a part of `jobsup.Client`, kept apart by role)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from jobsup.errors import BadInput, JobNotFound
+from jobsup.links import MAX_BATCH, Callback, Workflow
+from jobsup.store.rows import BatchInfo, NewJob, WorkflowInfo
+
+if TYPE_CHECKING:
+    from jobsup.jobtypes import JobType
+    from jobsup.store import Store
+
+
+class GroupsAPI:
+    """`Client`'s methods for workflows and batches."""
+
+    if TYPE_CHECKING:
+        store: Store
+
+        def _ready(self) -> None: ...
+        def _job_type(self, name: str, allow_unknown: bool) -> JobType: ...
+        def _build(
+            self, name: object, payload: Any, options: Mapping[str, Any], allow_unknown: bool, links: Any = None
+        ) -> NewJob: ...
+        def _build_many(self, jobs: Iterable[Mapping[str, Any]], allow_unknown: bool, what: str) -> list[NewJob]: ...
+
+    # -- workflows ------------------------------------------------------------------------
+
+    def enqueue_workflow(
+        self,
+        workflow: Workflow,
+        *,
+        key: str | None = None,
+        connection: Connection | None = None,
+        allow_unknown: bool = False,
+    ) -> int:
+        """Store a workflow's steps atomically and return its id. Steps without
+        dependencies are pending at once; the others wait. `key`: at most one workflow per
+        key, ever (the existing one's id is returned). With `connection`, in your
+        transaction. A cycle, a dependency on no step of this workflow, or a bad step
+        raises `BadInput`, and nothing is written."""
+        if not isinstance(workflow, Workflow):
+            raise BadInput(f"enqueue_workflow takes a jobsup.Workflow, not {type(workflow).__name__}")
+        if key is not None:
+            _text(key, "key")
+        order = workflow.ordered()
+        if not order:
+            raise BadInput(f"workflow {workflow.name!r} has no steps")
+        position = {step.name: index for index, (step, _) in enumerate(order)}
+        plan = []
+        for step, deps in order:
+            links = {"step": step.name, "waiting_on": len(deps) or None, "on_failure": step.on_failure}
+            try:
+                new = self._build(step.job, step.payload, step.options, allow_unknown, links)
+            except BadInput as exc:
+                raise type(exc)(f"step {step.name!r}: {exc}") from None
+            plan.append((new, [position[dep] for dep in deps]))
+        self._ready()
+        workflow_id, _ = self.store.transitions.groups.enqueue_workflow(workflow.name, key, plan, connection=connection)
+        return workflow_id
+
+    def get_workflow(self, workflow_id: int) -> WorkflowInfo | None:
+        """The workflow with each step's status, dependencies and result; None if unknown."""
+        self._ready()
+        return self.store.workflows.get(_id(workflow_id, "workflow"))
+
+    def list_workflows(self, *, limit: int = 100) -> list[WorkflowInfo]:
+        """Workflows, newest first, with their step counts (not the steps)."""
+        self._ready()
+        return self.store.workflows.list(limit=_check_limit(limit))
+
+    def cancel_workflow(self, workflow_id: int) -> int:
+        """Cancel every unfinished step; returns how many were cancelled."""
+        self._ready()
+        return self.store.transitions.groups.cancel_workflow(_id(workflow_id, "workflow"))
+
+    def retry_workflow(self, workflow_id: int) -> list[int]:
+        """Run a finished workflow's failed and cancelled steps again; returns their ids."""
+        self._ready()
+        if self.store.workflows.get(_id(workflow_id, "workflow")) is None:
+            raise JobNotFound(f"no workflow with id {workflow_id}")
+        return self.store.transitions.groups.retry_workflow(workflow_id)
+
+    # -- batches --------------------------------------------------------------------------
+
+    def enqueue_batch(
+        self,
+        children: Iterable[Mapping[str, Any]],
+        *,
+        on_complete: object = None,
+        on_success: object = None,
+        on_failure: object = None,
+        name: str | None = None,
+        connection: Connection | None = None,
+        allow_unknown: bool = False,
+        progress: Callable[[int], object] | None = None,
+    ) -> int:
+        """Store a closed batch of `children` (mappings like `enqueue_many`'s) in one
+        transaction and return its id. Once every child has ended, `on_complete` fires;
+        then `on_success` if all succeeded, else `on_failure`. Each is a job name or a
+        (job name, payload mapping) pair; the callback's payload gets ``"batch": {"id",
+        "counts"}`` added. `progress(n)` is called as each chunk is written."""
+        batch = self.open_batch(
+            on_complete=on_complete,
+            on_success=on_success,
+            on_failure=on_failure,
+            name=name,
+            connection=connection,
+            allow_unknown=allow_unknown,
+        )
+        batch.add(children, progress=progress, close=True)
+        return batch.id
+
+    def open_batch(
+        self,
+        *,
+        on_complete: object = None,
+        on_success: object = None,
+        on_failure: object = None,
+        name: str | None = None,
+        connection: Connection | None = None,
+        allow_unknown: bool = False,
+    ) -> Batch:
+        """An open batch: add children with `Batch.add` (until `Batch.close`); its callbacks
+        fire once it is closed and every child has ended."""
+        callbacks = {}
+        for key, value in (("on_complete", on_complete), ("on_success", on_success), ("on_failure", on_failure)):
+            callback = Callback.of(value, key)
+            if callback is not None:
+                self._job_type(callback.job, allow_unknown)
+                callbacks[key] = callback.describe()
+        if name is not None:
+            _text(name, "batch name")
+        self._ready()
+        batch_id = self.store.transitions.groups.open_batch(name, callbacks, connection=connection)
+        return Batch(self, batch_id, connection, allow_unknown)
+
+    def get_batch(self, batch_id: int) -> BatchInfo | None:
+        """The batch with its children's counts by status; None if unknown."""
+        self._ready()
+        return self.store.batches.get(_id(batch_id, "batch"))
+
+    def list_batches(self, *, unfinished: bool = False, limit: int = 100) -> list[BatchInfo]:
+        self._ready()
+        return self.store.batches.list(unfinished=unfinished, limit=_check_limit(limit))
+
+    def cancel_batch(self, batch_id: int) -> int:
+        """Cancel every unfinished child and close the batch (its callbacks fire with the
+        counts); returns how many children were cancelled."""
+        self._ready()
+        if self.store.batches.get(_id(batch_id, "batch")) is None:
+            raise JobNotFound(f"no batch with id {batch_id}")
+        return self.store.transitions.groups.cancel_batch(batch_id)
+
+
+class Batch:
+    """An open batch (`Client.open_batch`): add children, then close it."""
+
+    def __init__(self, client: GroupsAPI, batch_id: int, connection: Connection | None, allow_unknown: bool) -> None:
+        self.client, self.id, self.connection, self.allow_unknown = client, batch_id, connection, allow_unknown
+        self.added = 0
+
+    def add(
+        self,
+        children: Iterable[Mapping[str, Any]],
+        *,
+        progress: Callable[[int], object] | None = None,
+        close: bool = False,
+    ) -> list[int]:
+        """Store more children (all or none) and return their ids; with `close`, close the
+        batch in the same transaction. `BadInput` over `MAX_BATCH` children in all, or when
+        the batch is closed."""
+        news = self.client._build_many(children, self.allow_unknown, "children")
+        if self.added + len(news) > MAX_BATCH:
+            total = self.added + len(news)
+            raise BadInput(f"a batch holds at most {MAX_BATCH:,} children; this would make it {total:,}")
+        ids = self.client.store.transitions.groups.add_to_batch(
+            self.id, news, connection=self.connection, progress=progress, close=close
+        )
+        self.added += len(ids)
+        return ids
+
+    def close(self) -> bool:
+        """No more children; False if it was closed already."""
+        return self.client.store.transitions.groups.close_batch(self.id, connection=self.connection)
+
+
+def _id(value: object, what: str) -> int:
+    from jobsup.client import _job_id
+
+    try:
+        return _job_id(value)
+    except BadInput:
+        raise BadInput(f"a {what} id is a whole number of at most 64 bits, not {value!r}") from None
+
+
+def _check_limit(value: object) -> int:
+    from jobsup.client import _limit
+
+    return _limit(value)
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 200:
+        raise BadInput(f"{what} must be a string of 1-200 characters, not {value!r}")
+    return value

@@ -1,0 +1,167 @@
+"""`jobsup workflows list|show|cancel|retry` and `jobsup batches list|show|cancel|enqueue`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jobsup.cli import cli
+from jobsup.errors import BadInput
+from jobsup.ops.options import NotFound, Target, json_option, parse_payload, with_target
+from jobsup.ops.tables import emit_json, emit_table
+
+_LIVE = ("waiting", "pending", "running")
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "-"
+
+
+@cli.group()
+def workflows() -> None:
+    """Workflows: jobs that run after the jobs they depend on."""
+
+
+@workflows.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option
+@with_target
+def workflows_list(target: Target, limit: int, as_json: bool) -> None:
+    """Workflows, newest first, with their steps' counts by status."""
+    found = target.client().list_workflows(limit=limit)
+    if as_json:
+        emit_json([w.to_dict() for w in found])
+        return
+    rows = [(w.id, w.name, w.status, sum(w.counts.values()), _counts(w.counts), w.created_at) for w in found]
+    emit_table(["id", "name", "status", "steps", "counts", "created"], rows, empty="no workflows")
+
+
+@workflows.command("show")
+@click.argument("workflow_id", type=int)
+@json_option
+@with_target
+def workflows_show(target: Target, workflow_id: int, as_json: bool) -> None:
+    """One workflow with each step's status and dependencies."""
+    found = target.client().get_workflow(workflow_id)
+    if found is None:
+        raise NotFound(f"no workflow with id {workflow_id}")
+    if as_json:
+        emit_json(found.to_dict())
+        return
+    click.echo(f"workflow {found.id} {found.name!r}: {found.status} ({_counts(found.counts)})")
+    emit_table(
+        ["step", "job id", "job", "status", "after", "attempts", "last error"],
+        [
+            (s.name, s.job_id, s.job, s.status, ", ".join(s.depends_on) or "-", s.attempts, s.last_error)
+            for s in found.steps
+        ],
+    )
+
+
+@workflows.command("cancel")
+@click.argument("workflow_id", type=int)
+@with_target
+def workflows_cancel(target: Target, workflow_id: int) -> None:
+    """Cancel every unfinished step."""
+    client = target.client()
+    if client.get_workflow(workflow_id) is None:
+        raise NotFound(f"no workflow with id {workflow_id}")
+    click.echo(f"cancelled {client.cancel_workflow(workflow_id)} steps of workflow {workflow_id}")
+
+
+@workflows.command("retry")
+@click.argument("workflow_id", type=int)
+@with_target
+def workflows_retry(target: Target, workflow_id: int) -> None:
+    """Run a finished workflow's failed and cancelled steps again."""
+    retried = target.client().retry_workflow(workflow_id)
+    click.echo(f"retrying {len(retried)} steps of workflow {workflow_id}")
+
+
+@cli.group()
+def batches() -> None:
+    """Batches: many jobs with callbacks once they have all ended."""
+
+
+@batches.command("list")
+@click.option("--unfinished", is_flag=True, help="Only batches whose callbacks have not fired.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option
+@with_target
+def batches_list(target: Target, unfinished: bool, limit: int, as_json: bool) -> None:
+    """Batches, newest first, with their children's counts by status."""
+    found = target.client().list_batches(unfinished=unfinished, limit=limit)
+    if as_json:
+        emit_json([b.to_dict() for b in found])
+        return
+    rows = [(b.id, b.name, b.status, b.total, _counts(b.counts), b.created_at) for b in found]
+    emit_table(["id", "name", "status", "children", "counts", "created"], rows, empty="no batches")
+
+
+@batches.command("show")
+@click.argument("batch_id", type=int)
+@json_option
+@with_target
+def batches_show(target: Target, batch_id: int, as_json: bool) -> None:
+    """One batch: its children's counts and its callbacks."""
+    found = target.client().get_batch(batch_id)
+    if found is None:
+        raise NotFound(f"no batch with id {batch_id}")
+    fields = found.to_dict()
+    if as_json:
+        emit_json(fields)
+        return
+    width = max(len(key) for key in fields)
+    for key, value in fields.items():
+        click.echo(f"{key.ljust(width)}  {json.dumps(value) if isinstance(value, dict | list) else value}")
+
+
+@batches.command("cancel")
+@click.argument("batch_id", type=int)
+@with_target
+def batches_cancel(target: Target, batch_id: int) -> None:
+    """Cancel every unfinished child; the callbacks then fire with the counts."""
+    click.echo(f"cancelled {target.client().cancel_batch(batch_id)} children of batch {batch_id}")
+
+
+@batches.command("enqueue")
+@click.argument("children", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--name", help="A label for the batch.")
+@click.option("--on-complete", help="Job to enqueue once every child has ended.")
+@click.option("--on-success", help="Job to enqueue once every child has succeeded.")
+@click.option("--on-failure", help="Job to enqueue once every child has ended, not all succeeded.")
+@click.option("--callback-payload", help="JSON object given to each callback (with the batch's counts).")
+@click.option("--allow-unknown", is_flag=True, help="Enqueue names no definition knows (with the defaults).")
+@json_option
+@with_target
+def batches_enqueue(target: Target, children: Path, callback_payload: str | None, as_json: bool, **given: Any) -> None:
+    """Enqueue the jobs of CHILDREN (a JSON Lines file, one {"name", "payload", ...} per
+    line, as `enqueue_many` takes) as one batch, atomically, and print its id."""
+    specs = _read_lines(children)
+    payload = parse_payload(callback_payload)
+    callbacks = {
+        key: (name, payload) for key in ("on_complete", "on_success", "on_failure") if (name := given[key]) is not None
+    }
+    progress: Any = click.progressbar(length=len(specs), label="enqueuing", file=sys.stderr)
+    with progress as bar:
+        batch_id = target.client().enqueue_batch(
+            specs, name=given["name"], allow_unknown=given["allow_unknown"], progress=bar.update, **callbacks
+        )
+    emit_json({"id": batch_id, "children": len(specs)}) if as_json else click.echo(batch_id)
+
+
+def _read_lines(path: Path) -> list[Any]:
+    specs = []
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                specs.append(json.loads(line))
+            except ValueError as exc:
+                raise BadInput(f"{path}:{number}: not JSON ({exc})") from None
+    return specs

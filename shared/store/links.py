@@ -1,0 +1,188 @@
+"""The in-transaction steps of linked jobs: what happens, in the transaction that ends a
+job, to the jobs that depend on it.
+
+A job is linked when it is a workflow step, a batch child, or has triggers (`Held.linked`);
+a plain job's transitions skip these steps and keep their single-statement fast paths.
+When a linked job ends (succeeded, dead-lettered, cancelled), in that same transaction:
+
+- **Triggers** enqueue their follow-ups. The end is a compare-and-set, so they fire exactly
+  once per finished job.
+- **Workflow dependents** count one more dependency finished (`unblock`). Each count is an
+  UPDATE of the dependent's own row, so concurrent settles of its dependencies queue on
+  that row lock and exactly one sees the count reach zero. It then makes the dependent
+  pending, or cancelled when a dependency failed and its policy says so; a cancelled
+  dependent has ended too, so its own dependents and triggers follow, level by level.
+  Dependents are counted in id order, so two settles lock shared dependents in one order.
+- **Batches**: is any sibling unfinished? The check must not make every child contend on
+  one row, nor miss the end when the last two children end at once on two hosts (each
+  would see the other unfinished). So the check locks the unfinished sibling it finds,
+  skipping siblings another transaction is changing (`Dialect.lock_rows`): a sibling
+  found and locked cannot end before this transaction commits, so whoever ends it later
+  sees this child ended. If every unfinished sibling was skipped, they are ending now:
+  once this transaction has committed, `settle_batch` looks again, waiting for them, and
+  fires. Firing is a compare-and-set on the batch row, so it happens once. SQLite has one
+  writer at a time: the check sees every sibling as it is, and fires in the transaction.
+  A process that dies between its commit and that second look leaves a closed batch with
+  no unfinished child: the maintenance sweep fires it (`Transitions.sweep_batches`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from jobsup.errors import BadInput
+from jobsup.store import steps
+from jobsup.store.builder import build
+from jobsup.store.database import after_commit
+from jobsup.store.rows import NewJob
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED, FINISHED_STATUSES, SUCCEEDED
+
+if TYPE_CHECKING:
+    from jobsup.store.transitions import Transitions
+
+log = logging.getLogger("jobsup.links")
+
+# The transitions that end jobs.
+FINISHING = ("complete", "fail", "expire", "cancel")
+
+
+def linked_rows(rows: Sequence[Any]) -> list[Any]:
+    """The rows of jobs that ended and are linked."""
+    return [
+        row
+        for row in rows
+        if row.status in FINISHED_STATUSES
+        and (row.workflow_id is not None or row.batch_id is not None or row.triggers is not None)
+    ]
+
+
+def after_finish(conn: Connection, change: steps.Change) -> None:
+    finished = linked_rows(change.rows)
+    if finished:
+        settle_links(conn, change.transitions, finished, {"p_now": change.params.get("p_now")})
+
+
+def settle_links(conn: Connection, t: Transitions, finished: Sequence[Any], clock: Mapping[str, Any]) -> None:
+    level = list(finished)
+    while level:
+        fire_triggers(conn, t, [row for row in level if row.triggers is not None], clock)
+        for batch_id in sorted({row.batch_id for row in level if row.batch_id is not None}):
+            child_ended(conn, t, batch_id, clock)
+        level = unblock_dependents(conn, t, [row for row in level if row.workflow_id is not None], clock)
+
+
+# -- triggers -------------------------------------------------------------------------------
+
+# Which `Trigger.on` values fire for each way a job ends.
+FIRES_ON = {
+    SUCCEEDED: {"succeeded", "any"},
+    DEAD_LETTERED: {"failed", "dead_lettered", "any"},
+    CANCELLED: {"failed", "cancelled", "any"},
+}
+
+
+def stored_triggers(text: str | None) -> list[dict[str, Any]]:
+    """A row's triggers; an unreadable (hand-edited) value fires nothing rather than failing the settle."""
+    try:
+        described = json.loads(text or "[]")
+    except ValueError:
+        return []
+    if not isinstance(described, list):
+        return []
+    return [t for t in described if isinstance(t, dict) and isinstance(t.get("job"), str)]
+
+
+def fire_triggers(conn: Connection, t: Transitions, rows: Sequence[Any], clock: Mapping[str, Any]) -> None:
+    news: list[NewJob] = []
+    for row in rows:
+        for trigger in stored_triggers(row.triggers):
+            if trigger.get("on", "any") not in FIRES_ON.get(row.status, ()):
+                continue
+            try:
+                jobtype = t.resolver.settings_of(trigger["job"])
+                options = {"queue": trigger["queue"]} if trigger.get("queue") else {}
+                news.append(build(jobtype, trigger.get("payload"), options, links={"parent_id": row.id}))
+            except BadInput as exc:  # a stored trigger that was valid at enqueue, edited since
+                log.warning("job %s: trigger %r not fired: %s", row.id, trigger.get("job"), exc)
+    if news:
+        t.insert(conn, news, clock)
+
+
+# -- workflows ------------------------------------------------------------------------------
+
+
+def unblock_dependents(conn: Connection, t: Transitions, rows: Sequence[Any], clock: Mapping[str, Any]) -> list[Any]:
+    """Count the ended `rows` on their dependents; returns the dependents this cancelled."""
+    if not rows:
+        return []
+    failed = {row.id for row in rows if row.status != SUCCEEDED}
+    done: dict[int, list[int]] = defaultdict(list)
+    for dependent, depends_on in conn.execute(t.sql.dependents_of, {"p_ids": [row.id for row in rows]}):
+        done[int(dependent)].append(int(depends_on))
+    ready, blocked = [], []
+    for dependent in sorted(done):
+        deps = done[dependent]
+        params = {**clock, "p_job": dependent, "p_done": len(deps), "p_failed": sum(d in failed for d in deps)}
+        counted = conn.execute(t.sql.unblock, params).first()
+        if counted is None or counted.waiting_on > 0:
+            continue  # no longer waiting (cancelled by an operator), or more to wait for
+        if counted.failed_deps and (counted.on_failure or "cancel") == "cancel":
+            blocked.append(dependent)
+        else:
+            ready.append(dependent)
+    if ready:
+        promoted = conn.execute(t.sql.promote, {**clock, "p_ids": ready}).all()
+        t.dialect.after_enqueue(conn, {row.queue for row in promoted})
+    if not blocked:
+        return []
+    reason = "cancelled: a step it depends on did not succeed"
+    return list(conn.execute(t.sql.cancel_blocked, {**clock, "p_ids": blocked, "p_error": reason}).all())
+
+
+# -- batches --------------------------------------------------------------------------------
+
+
+def child_ended(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[str, Any]) -> None:
+    """A child of `batch_id` ended in this transaction (or the batch was closed): fire the
+    batch now, or look again after the commit, or leave it to the sibling that will end
+    after this commit (see the module's docstring)."""
+    if t.batches.any_unfinished(conn, batch_id, skip_locked=True):
+        return
+    if t.dialect.one_writer:
+        fire_batch(conn, t, batch_id, clock)
+        return
+    after_commit(conn, lambda: t.groups.settle_batch(batch_id))
+
+
+def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[str, Any]) -> bool:
+    """Finish the batch and enqueue its callbacks, in `conn`'s transaction; False when it
+    is not closed yet or has already fired."""
+    callbacks = t.batches.finish(conn, batch_id, clock)
+    if callbacks is None:
+        return False
+    counts = t.batches.counts(conn, batch_id)
+    ended = sum(counts[s] for s in FINISHED_STATUSES)
+    which = ["on_complete", "on_success" if counts[SUCCEEDED] == ended else "on_failure"]
+    news = []
+    for key in which:
+        callback = callbacks.get(key)
+        if not isinstance(callback, dict) or not isinstance(callback.get("job"), str):
+            continue
+        payload = {**(callback.get("payload") or {}), "batch": {"id": batch_id, "counts": counts}}
+        try:
+            news.append(build(t.resolver.settings_of(callback["job"]), payload, {}))
+        except BadInput as exc:
+            log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
+    if news:
+        t.insert(conn, news, clock)
+    return True
+
+
+for _transition in FINISHING:
+    steps.register(_transition, after_finish, linked_only=True)

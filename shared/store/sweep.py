@@ -1,0 +1,79 @@
+"""The lease sweep's transitions: leases that lapsed, or whose owner is known dead, are
+closed (running -> pending | dead_lettered), and a live owner's orphaned leases released.
+Each write is the core's `release` or `fail`, fenced as ever (`jobsup.store.transitions`)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from jobsup.store.rows import LEASE_EXPIRED, RELEASED, Held, Outcome
+
+if TYPE_CHECKING:
+    from jobsup.store.transitions import Transitions
+
+LAPSED = "lease expired: the worker died or stopped renewing"
+
+
+class Sweep:
+    def __init__(self, t: Transitions) -> None:
+        self.t = t
+
+    # -- expire: running (lease lapsed or owner dead) -> pending | dead_lettered ------------------
+
+    def expire(self, *, now: datetime | None = None, limit: int = 100) -> int:
+        """The sweep: close leases that lapsed, of at most `limit` owners; returns how many.
+
+        An owner that let its leases lapse is gone (a live worker ends itself before its
+        lease can lapse). Of its leases, the first in the order of its latest claim is the
+        job it was running: that attempt ends `lease_expired` (retried, or dead-lettered if it
+        was the last). Its other leases were jobs waiting in a claimed batch, or successes not
+        yet written; they never used an attempt and are released. Every write also requires
+        the lease to have lapsed still. Owners the dialect knows are alive (SQLite, where the
+        clock is the host's) are left alone."""
+        clock = self.t.dialect.clock_params(now)
+        with self.t.db.read("maintenance") as conn:
+            owners = list(conn.execute(self.t.sql.lapsed_owners, {**clock, "p_limit": limit}).scalars())
+        alive = self.t.dialect.owners_alive(self.t.db, set(owners))
+        closed = 0
+        for owner in owners:
+            if owner in alive:
+                continue
+            with self.t.db.read("maintenance") as conn:
+                held = conn.execute(self.t.sql.lapsed_of, {**clock, "p_owner": owner}).all()
+            if not held:
+                continue
+            latest = max(row.started_at for row in held)
+            running = next(row for row in held if row.started_at == latest)
+            # Release before charging: another sweep (or this one's next tick, if the release
+            # fails) that reads in between then still sees the running job among the lapsed
+            # ones, never a waiting job alone that it would take for the running one.
+            rest = [Held.of_row(row) for row in held if row is not running]
+            closed += len(self.t.release(rest, now=now, expired_only=True, operation="maintenance"))
+            outcome = Outcome(Held.of_row(running), LEASE_EXPIRED, LAPSED)
+            closed += self.t.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
+        return closed
+
+    def release_orphans(self, owner: str, known: Collection[int]) -> list[int]:
+        """running -> pending for the leases a live owner holds but does not know of (its
+        claim committed, the reply was lost): they never started. Returns their job ids."""
+        with self.t.db.read("claim") as conn:
+            held = [Held.of_row(row) for row in conn.execute(self.t.sql.held_by, {"p_owner": owner})]
+        return sorted(self.t.release([h for h in held if h.id not in known], operation="claim"))
+
+    def expire_owner(self, owner: str, charged: Mapping[int, tuple[int, str, str]]) -> int:
+        """Close every lease of an owner known dead (its supervisor reaped it). `charged`
+        says how the attempts it was running end: job id -> (attempt, kind, error), where
+        kind is `lease_expired`, `timed_out`, or `released` (a job that ignored shutdown);
+        every other lease it held was a job that never started, or a success or release it
+        had not written: released. Returns how many were closed."""
+        with self.t.db.read("maintenance") as conn:
+            held = [Held.of_row(row) for row in conn.execute(self.t.sql.held_by, {"p_owner": owner})]
+        ends = {h.id: charged[h.id] for h in held if h.id in charged and charged[h.id][0] == h.lease.attempt}
+        failing = [h for h in held if h.id in ends and ends[h.id][1] != RELEASED]
+        closed = len(self.t.release([h for h in held if h not in failing], operation="maintenance"))
+        for h in failing:
+            _, kind, error = ends[h.id]
+            closed += self.t.fail(Outcome(h, kind, error), operation="maintenance") is not None
+        return closed
