@@ -77,6 +77,30 @@ for _name in ("a", "b", "x", "ok", "noop", "send-email", "report", "works", "mak
     jobsup.job(_name)(_noop)
 
 
+@jobsup.job("step", retry_in=lambda attempt: 0.2)
+def step(ctx: jobsup.JobContext, payload: Any) -> Any:
+    """A workflow step or batch child: records what it saw upstream; fails if `fail` is set."""
+    payload = payload or {}
+    record(ctx, "ran", upstream=dict(ctx.upstream), payload=payload)
+    if payload.get("fail"):
+        raise RuntimeError("failing as asked")
+    return payload.get("result", f"step {ctx.job_id}")
+
+
+@jobsup.job("callback")
+def callback(ctx: jobsup.JobContext, payload: Any) -> None:
+    """A batch callback or a triggered job: records its payload."""
+    record(ctx, "ran", payload=payload)
+
+
+@jobsup.workflow("etl-factory")
+def etl_factory(payload: Any) -> jobsup.Workflow:
+    wf = jobsup.Workflow("etl")
+    extract = wf.add("step", {"result": "rows"}, step="extract")
+    wf.add("step", {"result": f"report for {payload['day']}"}, step="report", deps=[extract])
+    return wf
+
+
 @jobsup.job("async-work")
 async def async_work(ctx: jobsup.JobContext, payload: Any) -> Any:
     """`work` for the event loop: sleeps `seconds` in asyncio.sleep, ticking; a cancelled
