@@ -92,6 +92,12 @@ def waits(ctx: jobsup.JobContext, payload: Any) -> None:
     ctx.log.info("second")
 
 
+@jobsup.job("joblog-nul")
+def nul(ctx: jobsup.JobContext, payload: Any) -> None:
+    ctx.log.info("a\x00b")
+    ctx.log.info("after")
+
+
 @pytest.fixture
 def client(url: str) -> Iterator[jobsup.Client]:
     c = jobsup.Client(url)
@@ -146,6 +152,36 @@ def test_lines_are_stored_in_order_with_level_attempt_and_time(client: jobsup.Cl
     times = [line.logged_at for line in lines]
     assert all(time is not None for time in times) and times == sorted(times)  # type: ignore[type-var]
     assert before <= times[0] <= datetime.now(UTC)  # type: ignore[operator]
+
+
+def test_a_nul_in_a_line_is_stored_escaped_and_the_lines_after_it_too(
+    client: jobsup.Client, services: JobServices
+) -> None:
+    job_id = run_job(client, services, "joblog-nul")
+    assert [line.message for line in client.logs(job_id)] == ["a\\0b", "after"]
+
+
+@pytest.mark.postgres
+def test_a_line_the_database_refuses_is_dropped_and_the_others_written(postgres_url: str) -> None:
+    from jobsup.observe.events import subscribe, unsubscribe
+
+    client = jobsup.Client(postgres_url)
+    db = Database(postgres_url)
+    services = JobServices(Store(db))
+    job, _ = start_job(client, services, "joblog-many", {"lines": 0})
+    logger = services.journal.open[job.id]
+    seen: list[str] = []
+    listener = subscribe(lambda kind, fields: seen.append(kind))
+    try:
+        services.journal.add(logger, "info", "refused\x00")  # past the escaping, as a database quirk would be
+        services.journal.add(logger, "info", "kept")
+        services.finished(job)
+    finally:
+        unsubscribe(listener)
+    assert [line.message for line in client.logs(job.id)] == ["kept"]
+    assert "joblog.line_dropped" in seen
+    db.dispose()
+    client.close()
 
 
 def test_each_line_is_mirrored_to_the_worker_s_log(client: jobsup.Client, services: JobServices) -> None:

@@ -125,7 +125,7 @@ def message(msg: object, args: tuple[object, ...], secrets: list[str], with_trac
         text = f"{_shown(msg)} {_shown(args)} (not formatted: {type(exc).__name__})"
     if with_traceback and sys.exc_info()[0] is not None:
         text += "\n" + traceback.format_exc().rstrip()
-    text = scrub(text, secrets)
+    text = scrub(text, secrets).replace("\x00", "\\0")  # PostgreSQL refuses NUL in text
     if len(text) <= MESSAGE_CAP:
         return text
     marker = f" [cut: {len(text):,} characters]"

@@ -22,7 +22,7 @@ import threading
 from typing import Any
 
 from jobsup.clock import host_clock
-from jobsup.errors import DatabaseError
+from jobsup.errors import DatabaseError, DatabaseUnavailable
 from jobsup.observe.events import emit
 from jobsup.store.joblogs import JobLogs
 from jobsup.store.rows import ClaimedJob
@@ -113,12 +113,31 @@ class Journal:
                 return
             try:
                 self.logs.write(rows)
-            except DatabaseError as exc:
+            except DatabaseUnavailable as exc:
                 emit("joblog.write_failed", lines=self.held, error=exc, retry_in=FLUSH_EVERY)
                 return
+            except DatabaseError as exc:
+                # Refused rather than unreachable: a line the database will never take must
+                # not hold back every line after it. One by one, dropping what it refuses.
+                emit("joblog.write_failed", lines=self.held, error=exc, retry_in=0)
+                rows = self._write_each(rows)
             with self.lock:
-                self.unwritten = []
+                self.unwritten = self.unwritten[len(rows) :]
                 self.held -= len(rows)
+
+    def _write_each(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Write `rows` one at a time; the rows dealt with (written, or refused and dropped),
+        up to the first the database could not be reached for."""
+        done = []
+        for row in rows:
+            try:
+                self.logs.write([row])
+            except DatabaseUnavailable:
+                break
+            except DatabaseError as exc:
+                emit("joblog.line_dropped", job=row.get("job_id"), error=exc)
+            done.append(row)
+        return done
 
     def _within_cap(self, taken: list[tuple[Tally, dict[str, Any]]]) -> list[dict[str, Any]]:
         """The lines of `taken` within their job's cap, once its earlier attempts count (under the lock)."""

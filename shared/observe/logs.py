@@ -19,6 +19,8 @@ _WARNINGS = {
     "job.traceback",
     "job.result_dropped",
     "joblog.write_failed",
+    "joblog.line_dropped",
+    "links.late",
     "worker.died",
     "worker.boot_failed",
     "worker.killed_overdue",
