@@ -117,8 +117,10 @@ def supervisor_pids(name: str) -> list[int]:
 
 
 def stop_supervisors(name: str) -> None:
-    """SIGTERM the run's supervisors and wait (bounded) until they are gone."""
-    pids = supervisor_pids(name)
+    """SIGTERM the run's supervisors and wait (bounded) until they are gone. Only processes
+    still running on the run's database: a supervisor stopped earlier may have left its pid
+    to another test's process by now."""
+    pids = [pid for pid in supervisor_pids(name) if _runs_on(pid, name)]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -128,6 +130,13 @@ def stop_supervisors(name: str) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
+
+
+def _runs_on(pid: int, name: str) -> bool:
+    try:
+        return name in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
 
 
 def _participate(name: str, records: Path) -> None:

@@ -52,14 +52,17 @@ class Result:
         return self
 
 
-_CLAIMED = ("id", "name", "queue", "payload", "attempts", "max_attempts", "timeout", "actor", "lease_owner", "due_at")
+_CLAIMED = (
+    *("id", "name", "queue", "payload", "attempts", "max_attempts", "timeout", "actor", "lease_owner"),
+    *("workflow_id", "batch_id", "triggers", "due_at"),  # a plain job: no links
+)
 
 
 class _Row(tuple):  # type: ignore[type-arg]
     """A returned row: a running job of "a" with the given id, in a claim's column order."""
 
     def __new__(cls, job_id: int) -> _Row:
-        return super().__new__(cls, (job_id, "a", "default", "null", 2, 5, None, None, "w", None, 0))
+        return super().__new__(cls, (job_id, "a", "default", "null", 2, 5, None, None, "w", None, None, None, None, 0))
 
     def __getattr__(self, name: str) -> Any:
         if name in _CLAIMED:

@@ -62,7 +62,8 @@ def test_a_killed_workers_waiting_batch_jobs_are_released_not_charged(url: str, 
 def test_a_job_waiting_behind_a_long_one_runs_elsewhere_meanwhile(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
     """Item 2: a claimed batch does not hold its waiting jobs for the whole long job."""
     client = jobsup.Client(url)
-    long, quick = client.enqueue_many([{"name": "work", "payload": {"seconds": 6}}, {"name": "work"}])
+    # Long enough for a second supervisor to boot on a loaded machine.
+    long, quick = client.enqueue_many([{"name": "work", "payload": {"seconds": 12}}, {"name": "work"}])
     start(claim_batch="2")  # its one worker claims both
     started_by(record, long)
     start()  # then an idle worker elsewhere
