@@ -105,16 +105,14 @@ class GroupsAPI:
         then `on_success` if all succeeded, else `on_failure`. Each is a job name or a
         (job name, payload mapping) pair; the callback's payload gets ``"batch": {"id",
         "counts"}`` added. `progress(n)` is called as each chunk is written."""
-        batch = self.open_batch(
-            on_complete=on_complete,
-            on_success=on_success,
-            on_failure=on_failure,
-            name=name,
-            connection=connection,
-            allow_unknown=allow_unknown,
-        )
-        batch.add(children, progress=progress, close=True)
-        return batch.id
+        callbacks = self._callbacks(on_complete, on_success, on_failure, allow_unknown)
+        if name is not None:
+            _text(name, "batch name")
+        news = _children(self._build_many(children, allow_unknown, "children"), 0)
+        self._ready()
+        groups = self.store.transitions.groups
+        batch_id, _ = groups.enqueue_batch(name, callbacks, news, connection=connection, progress=progress)
+        return batch_id
 
     def open_batch(
         self,
@@ -128,17 +126,22 @@ class GroupsAPI:
     ) -> Batch:
         """An open batch: add children with `Batch.add` (until `Batch.close`); its callbacks
         fire once it is closed and every child has ended."""
+        callbacks = self._callbacks(on_complete, on_success, on_failure, allow_unknown)
+        if name is not None:
+            _text(name, "batch name")
+        self._ready()
+        batch_id = self.store.transitions.groups.open_batch(name, callbacks, connection=connection)
+        return Batch(self, batch_id, connection, allow_unknown)
+
+    def _callbacks(self, on_complete: object, on_success: object, on_failure: object, allow_unknown: bool) -> dict:
+        """The callbacks as stored; `BadInput` for a bad one, `UnknownJob` for a job no one defines."""
         callbacks = {}
         for key, value in (("on_complete", on_complete), ("on_success", on_success), ("on_failure", on_failure)):
             callback = Callback.of(value, key)
             if callback is not None:
                 self._job_type(callback.job, allow_unknown)
                 callbacks[key] = callback.describe()
-        if name is not None:
-            _text(name, "batch name")
-        self._ready()
-        batch_id = self.store.transitions.groups.open_batch(name, callbacks, connection=connection)
-        return Batch(self, batch_id, connection, allow_unknown)
+        return callbacks
 
     def get_batch(self, batch_id: int) -> BatchInfo | None:
         """The batch with its children's counts by status; None if unknown."""
@@ -175,10 +178,7 @@ class Batch:
         """Store more children (all or none) and return their ids; with `close`, close the
         batch in the same transaction. `BadInput` over `MAX_BATCH` children in all, or when
         the batch is closed."""
-        news = self.client._build_many(children, self.allow_unknown, "children")
-        if self.added + len(news) > MAX_BATCH:
-            total = self.added + len(news)
-            raise BadInput(f"a batch holds at most {MAX_BATCH:,} children; this would make it {total:,}")
+        news = _children(self.client._build_many(children, self.allow_unknown, "children"), self.added)
         ids = self.client.store.transitions.groups.add_to_batch(
             self.id, news, connection=self.connection, progress=progress, close=close
         )
@@ -188,6 +188,17 @@ class Batch:
     def close(self) -> bool:
         """No more children; False if it was closed already."""
         return self.client.store.transitions.groups.close_batch(self.id, connection=self.connection)
+
+
+def _children(news: list[NewJob], added: int) -> list[NewJob]:
+    """`news` as a batch's children, after `added` others: `BadInput` over the cap, or for
+    a unique key (a live job's id would stand for a child that was never added)."""
+    if added + len(news) > MAX_BATCH:
+        raise BadInput(f"a batch holds at most {MAX_BATCH:,} children; this would make it {added + len(news):,}")
+    for index, new in enumerate(news):
+        if new.unique_key is not None:
+            raise BadInput(f"children[{index}]: a batch's child cannot have a unique_key")
+    return news
 
 
 def _id(value: object, what: str) -> int:

@@ -102,7 +102,7 @@ class Workflow:
         job: str,
         payload: Any = None,
         *,
-        deps: Iterable[Step | str] = (),
+        deps: Step | str | Iterable[Step | str] = (),
         on_failure: str = "cancel",
         step: str | None = None,
         **options: Any,
@@ -120,7 +120,7 @@ class Workflow:
             raise BadInput("a workflow step cannot have a unique_key: give the workflow one (key=)")
         if len(self.steps) >= MAX_STEPS:
             raise BadInput(f"a workflow may have at most {MAX_STEPS} steps")
-        listed = tuple(deps)
+        listed = (deps,) if isinstance(deps, Step | str) else tuple(deps)
         for dep in listed:
             if isinstance(dep, Step) and dep.workflow is not self:
                 raise BadInput(

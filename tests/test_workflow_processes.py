@@ -94,8 +94,8 @@ def test_batches_and_triggers_fire_exactly_once_under_four_competing_supervisors
     parents = client.enqueue_many(
         [{"name": "step", "then": [jobsup.Trigger("callback", on="succeeded")]} for _ in range(200)]
     )
-    for _ in range(4):
-        start("--queue", "default=2:4", "--claim-batch", "8")
+    for _ in range(4):  # the sweep (maintenance) all but off: the settles alone must fire
+        start("--queue", "default=2:4", "--claim-batch", "8", maintenance_interval="300s")
 
     def all_fired() -> dict[int, list[dict[str, Any]]] | None:
         runs = callback_runs(client, record)
@@ -132,9 +132,10 @@ def test_a_kill_between_a_childs_settle_and_its_callback_loses_nothing(
         postgres_url, record, tmp_path / "supervisor.log", "--queue", "default=1", faults="worker:batches@0s+600s:hang"
     )
     try:
-        worker = supervisor.wait_for_workers(1)[0]
         wait_until(lambda: status_of(client, child) == "succeeded", timeout=60, what="the child to settle")
         assert callback_runs(client, record) == {}
+        (worker,) = supervisor.wait_for_workers(1)
+        assert worker == ran(record, child)[0]["pid"], "the worker that settled the child is not the one hanging"
         os.kill(worker, signal.SIGKILL)
         runs = wait_until(
             lambda: callback_runs(client, record).get(batch_id), timeout=60, what="the sweep to fire the batch"

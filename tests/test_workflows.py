@@ -165,6 +165,31 @@ def test_a_step_of_an_unknown_job_is_refused(client: jobsup.Client) -> None:
     assert count(client, job) == 0
 
 
+def test_a_dead_letter_retry_of_a_step_makes_its_waiting_dependents_wait_for_it_again(
+    client: jobsup.Client,
+) -> None:
+    wf = jobsup.Workflow("retried")
+    first, second = wf.add("a", step="first"), wf.add("a", step="second")
+    wf.add("report", deps=[first, second])  # a single Step or name is taken as well as a list
+    workflow_id = client.enqueue_workflow(wf)
+    one, two = claim(client, "w1", limit=2)
+    fail(client, one, kind="discarded")
+    assert client.dead_letters.retry(one.id)
+    assert statuses(client, workflow_id) == {"first": "pending", "second": "running", "report": "waiting"}
+    succeed(client, [two])
+    assert statuses(client, workflow_id)["report"] == "waiting"  # first runs again: not counted twice
+    succeed(client, [claim_one(client)])
+    report = claim_one(client)
+    assert client.get(report.id).step == "report"  # type: ignore[union-attr]
+
+
+def test_a_single_dependency_need_not_be_a_list(client: jobsup.Client) -> None:
+    wf = jobsup.Workflow("single")
+    wf.add("b", deps=wf.add("a", step="first"))
+    wf.add("x", deps="first")
+    assert statuses(client, client.enqueue_workflow(wf)) == {"first": "pending", "b": "waiting", "x": "waiting"}
+
+
 def test_a_workflow_key_enqueues_it_once(client: jobsup.Client) -> None:
     first = client.enqueue_workflow(diamond(), key="etl-2026-12-01")
     assert client.enqueue_workflow(diamond(), key="etl-2026-12-01") == first
@@ -197,7 +222,7 @@ def test_retry_of_a_running_workflow_is_refused(client: jobsup.Client) -> None:
         client.retry_workflow(workflow_id)
 
 
-def test_a_ten_thousand_step_chain_enqueues_and_settles_one_step_at_a_time(client: jobsup.Client) -> None:
+def test_a_long_chain_enqueues_with_only_its_first_step_pending(client: jobsup.Client) -> None:
     wf = jobsup.Workflow("long")
     previous = wf.add("a", step="s0")
     for index in range(1, 2000):
@@ -311,6 +336,17 @@ def test_closing_a_batch_whose_children_all_ended_fires_it(client: jobsup.Client
     assert [j.name for j in callbacks(client)] == ["report"]
 
 
+def test_a_batch_closed_in_the_callers_transaction_fires_when_its_children_have_ended(
+    client: jobsup.Client,
+) -> None:
+    batch = client.open_batch(on_complete="report")
+    batch.add([{"name": "a"}])
+    succeed(client, [claim_one(client)])
+    with client.database.engine.connect() as conn, conn.begin():
+        assert client.store.transitions.groups.close_batch(batch.id, connection=conn)
+    assert [j.name for j in callbacks(client)] == ["report"]
+
+
 def test_cancelling_a_batch_cancels_its_children_and_fires_on_failure(client: jobsup.Client) -> None:
     batch_id = client.enqueue_batch([{"name": "a"}] * 3, on_success="report", on_failure="cleanup")
     succeed(client, [claim_one(client)])
@@ -342,8 +378,9 @@ def test_bad_batches_are_refused_and_nothing_is_written(client: jobsup.Client, m
     monkeypatch.setattr(jobsup.client_groups, "MAX_BATCH", 3)
     with pytest.raises(jobsup.BadInput, match="at most 3 children"):
         client.enqueue_batch([{"name": "a"}] * 4, on_complete="report")
-    assert count(client, job) == 0
-    assert count(client, batch) <= 2  # an open batch row may remain; it never fires (never closed)
+    with pytest.raises(jobsup.BadInput, match=r"children\[0\]: a batch's child cannot have a unique_key"):
+        client.enqueue_batch([{"name": "a", "unique_key": "k"}], on_complete="report")
+    assert (count(client, job), count(client, batch)) == (0, 0)
 
 
 # -- retention ------------------------------------------------------------------------------------

@@ -83,8 +83,8 @@ class Batches:
 
     @cached_property
     def unfinished_child(self) -> Select[Any]:
-        """One unfinished child of batch `p_batch`, the newest first (claimed last, so the
-        one least in the way of the claims while locked)."""
+        """One unfinished child of batch `p_batch`, the newest first (of equal priority and
+        due time the one claimed last, so the one least in the way of claims while locked)."""
         return (
             select(job.c.id)
             .where(job.c.batch_id == bindparam("p_batch", type_=Integer), job.c.status.in_(UNFINISHED_STATUSES))
@@ -135,21 +135,6 @@ class Batches:
             stmt = stmt.where(batch.c.finished_at.is_(None))
         with self.db.read("inspect") as conn:
             return [_info(row, self.counts(conn, row.id)) for row in conn.execute(stmt).all()]
-
-    @cached_property
-    def finished_before(self) -> Select[Any]:
-        """Finished batches whose newest child ended before `p_before` (retention)."""
-        child = job.alias("child")
-        recent = select(child.c.id).where(
-            child.c.batch_id == batch.c.id,
-            (child.c.finished_at.is_(None)) | (child.c.finished_at >= bindparam("p_before")),
-        )
-        return (
-            select(batch.c.id)
-            .where(batch.c.finished_at.is_not(None), batch.c.finished_at < bindparam("p_before"), ~recent.exists())
-            .order_by(batch.c.id)
-            .limit(bindparam("p_limit", type_=Integer))
-        )
 
 
 def _info(row: Any, counts: dict[str, int]) -> BatchInfo:

@@ -101,6 +101,26 @@ class Groups:
         with self.unit(connection, "enqueue") as conn:
             return self.t.batches.create(conn, name, callbacks, self.t.dialect.clock_params(now))
 
+    def enqueue_batch(
+        self,
+        name: str | None,
+        callbacks: Mapping[str, Any],
+        news: Sequence[NewJob],
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> tuple[int, list[int]]:
+        """Create a batch, insert its children and close it, in one transaction (all or
+        none); its id and the children's ids."""
+        clock = self.t.dialect.clock_params(now)
+        with self.unit(connection, "enqueue") as conn:
+            batch_id = self.t.batches.create(conn, name, callbacks, clock)
+            ids = self._add(conn, batch_id, news, clock, progress)
+            self._close_batch(conn, batch_id, clock)
+        self._announce(connection, news, ids, range(len(ids)))
+        return batch_id, ids
+
     def add_to_batch(
         self,
         batch_id: int,
@@ -108,28 +128,39 @@ class Groups:
         *,
         connection: Connection | None = None,
         now: datetime | None = None,
-        chunk: int = 5000,
         progress: Callable[[int], object] | None = None,
         close: bool = False,
     ) -> list[int]:
-        """Insert children of an open batch, `chunk` per statement, in one transaction (all
-        or none); `progress(n)` after each chunk; with `close`, close it in that transaction.
-        `BadInput` when the batch is closed or does not exist."""
+        """Insert children of an open batch in one transaction (all or none); with `close`,
+        close it in that transaction. `BadInput` when the batch is closed or does not exist."""
         clock = self.t.dialect.clock_params(now)
-        ids: list[int] = []
         with self.unit(connection, "enqueue") as conn:
-            if not self.t.batches.grow(conn, batch_id, len(news)):
-                raise BadInput(f"batch {batch_id} is closed or does not exist: children are added to an open batch")
-            for start in range(0, len(news), chunk):
-                part = news[start : start + chunk]
-                for new in part:
-                    new.batch_id = batch_id
-                ids.extend(self.t.insert(conn, part, clock)[0])
-                if progress is not None:
-                    progress(len(part))
+            ids = self._add(conn, batch_id, news, clock, progress)
             if close:
                 self._close_batch(conn, batch_id, clock)
         self._announce(connection, news, ids, range(len(ids)))
+        return ids
+
+    def _add(
+        self,
+        conn: Connection,
+        batch_id: int,
+        news: Sequence[NewJob],
+        clock: Mapping[str, Any],
+        progress: Callable[[int], object] | None,
+        chunk: int = 5000,
+    ) -> list[int]:
+        """Insert children, `chunk` per statement; `progress(n)` after each chunk."""
+        if not self.t.batches.grow(conn, batch_id, len(news)):
+            raise BadInput(f"batch {batch_id} is closed or does not exist: children are added to an open batch")
+        ids: list[int] = []
+        for start in range(0, len(news), chunk):
+            part = news[start : start + chunk]
+            for new in part:
+                new.batch_id = batch_id
+            ids.extend(self.t.insert(conn, part, clock)[0])
+            if progress is not None:
+                progress(len(part))
         return ids
 
     def close_batch(self, batch_id: int, *, connection: Connection | None = None, now: datetime | None = None) -> bool:
@@ -139,11 +170,16 @@ class Groups:
             return self._close_batch(conn, batch_id, self.t.dialect.clock_params(now))
 
     def _close_batch(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
-        from jobsup.store.links import child_ended
+        """Close it, and fire it in this transaction if every child has ended already:
+        waiting for the transactions ending children now (no child's settle waits for the
+        batch row this holds, so nothing waits in a circle). Not after the commit: on your
+        connection (`connection=`) that would run before your COMMIT, unable to see it."""
+        from jobsup.store.links import fire_batch
 
         if not self.t.batches.close(conn, batch_id, clock):
             return False
-        child_ended(conn, self.t, batch_id, clock)  # the last child may have ended already
+        if not self.t.batches.any_unfinished(conn, batch_id, skip_locked=False):
+            fire_batch(conn, self.t, batch_id, clock)
         return True
 
     def settle_batch(self, batch_id: int, *, now: datetime | None = None, operation: str = "batches") -> bool:

@@ -16,14 +16,21 @@ When a linked job ends (succeeded, dead-lettered, cancelled), in that same trans
 - **Batches**: is any sibling unfinished? The check must not make every child contend on
   one row, nor miss the end when the last two children end at once on two hosts (each
   would see the other unfinished). So the check locks the unfinished sibling it finds,
-  skipping siblings another transaction is changing (`Dialect.lock_rows`): a sibling
+  skipping siblings another transaction is changing or checking (`Dialect.lock_rows`:
+  PostgreSQL FOR NO KEY UPDATE SKIP LOCKED, SQL Server UPDLOCK READPAST): a sibling
   found and locked cannot end before this transaction commits, so whoever ends it later
   sees this child ended. If every unfinished sibling was skipped, they are ending now:
   once this transaction has committed, `settle_batch` looks again, waiting for them, and
   fires. Firing is a compare-and-set on the batch row, so it happens once. SQLite has one
   writer at a time: the check sees every sibling as it is, and fires in the transaction.
   A process that dies between its commit and that second look leaves a closed batch with
-  no unfinished child: the maintenance sweep fires it (`Transitions.sweep_batches`).
+  no unfinished child: the maintenance sweep fires it (`Groups.sweep_batches`). Closing a
+  batch looks the same way, waiting, inside its own transaction (`Groups._close_batch`).
+  The steps of a transition run once, after all its compare-and-sets, so a transaction
+  takes every lock of its own rows before any lock of a sibling's.
+
+A dead-lettered step retried on its own (`Transitions.retry`) had been counted finished by
+its dependents: those still waiting count it unfinished again (`after_retry`).
 """
 
 from __future__ import annotations
@@ -184,5 +191,13 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
     return True
 
 
+def after_retry(conn: Connection, change: steps.Change) -> None:
+    """A dead-lettered workflow step runs again: whoever still waits on it waits again."""
+    for row in change.rows:
+        if row.workflow_id is not None:
+            conn.execute(change.transitions.sql.recount, {"p_job": row.id, "p_now": change.params.get("p_now")})
+
+
 for _transition in FINISHING:
     steps.register(_transition, after_finish, linked_only=True)
+steps.register("retry", after_retry, linked_only=True)

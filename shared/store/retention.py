@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, or_, select
 
@@ -35,12 +36,19 @@ class Retention:
             after = ids[-1]
         return deleted
 
-    def _delete(self, job_ids: Sequence[int], condition: ColumnElement[bool], operation: str) -> int:
+    def _delete(
+        self,
+        job_ids: Sequence[int],
+        condition: ColumnElement[bool],
+        operation: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> int:
         """Delete the jobs of `job_ids` that still meet `condition`, their attempts and their log lines."""
         if not job_ids:
             return 0
         with self.db.transaction(operation) as conn:
-            gone = conn.execute(delete(job).where(job.c.id.in_(job_ids), condition).returning(job.c.id)).scalars().all()
+            stmt = delete(job).where(job.c.id.in_(job_ids), condition).returning(job.c.id)
+            gone = conn.execute(stmt, dict(params or {})).scalars().all()
             if gone:
                 conn.execute(delete(job_attempt).where(job_attempt.c.job_id.in_(gone)))
                 conn.execute(delete(job_dependency).where(job_dependency.c.job_id.in_(gone)))
@@ -69,36 +77,45 @@ class Retention:
         return purged
 
     def purge_groups(
-        self, ages: Mapping[str, float], *, batch: int = BATCH, limit: int = 20, now: datetime | None = None
+        self,
+        ages: Mapping[str, float],
+        *,
+        batch: int = BATCH,
+        limit: int = 20,
+        max_jobs: int = 20 * BATCH,
+        now: datetime | None = None,
     ) -> int:
         """Delete finished workflows and batches all of whose jobs are past their status's
         retention age in `ages` (a group with a job in a status `ages` leaves out is kept),
-        with those jobs, `batch` jobs per transaction, at most `limit` groups of each kind;
-        return how many jobs went. A group's jobs go together, never one by one (`purge`
-        leaves them out), so a workflow is never shown with steps missing."""
+        with those jobs, `batch` jobs per transaction, at most `limit` groups of each kind and
+        about `max_jobs` jobs per call (the next call goes on); return how many jobs went. A
+        group's jobs go together, never one by one (`purge` leaves them out), so a workflow is
+        never shown with steps missing. Each delete checks again that its jobs are finished
+        and past their age: a group retried meanwhile keeps its live jobs, and its row."""
         if not ages:
             return 0
         dialect = self.db.dialect
         offsets = {f"cutoff_{s}": -age for s, age in ages.items()}
         clock = dialect.clock_params(now, youngest=-min(ages.values()), **offsets)
-        kept = ~or_(*(and_(status_is(s), job.c.finished_at < dialect.clock(f"cutoff_{s}")) for s in ages))
+        past = or_(*(and_(status_is(s), job.c.finished_at < dialect.clock(f"cutoff_{s}")) for s in ages))
         purged = 0
         for table, column, old in (
             (workflow, job.c.workflow_id, workflow.c.created_at),
             (batch_table, job.c.batch_id, batch_table.c.finished_at),
         ):
-            member = select(job.c.id).where(column == table.c.id, kept)
-            stmt = (
-                select(table.c.id)
-                .where(old < dialect.clock("youngest"), ~member.exists())
-                .order_by(table.c.id)
-                .limit(limit)
-            )
+            kept = select(job.c.id).where(column == table.c.id, ~past).exists()
+            stmt = select(table.c.id).where(old < dialect.clock("youngest"), ~kept).order_by(table.c.id).limit(limit)
             with self.db.read("retention") as conn:
                 groups = list(conn.execute(stmt, clock).scalars())
             for group_id in groups:
-                while ids := self.reads.job_ids_of(column, group_id, limit=batch):
-                    purged += self._delete(ids, column == group_id, "retention")
+                while purged < max_jobs and (ids := self.reads.job_ids_of(column, group_id, limit=batch)):
+                    gone = self._delete(ids, and_(column == group_id, past), "retention", clock)
+                    purged += gone
+                    if gone < len(ids):
+                        break  # a job that came back to life: the group stays
                 with self.db.transaction("retention") as conn:
-                    conn.execute(delete(table).where(table.c.id == group_id))
+                    member = select(job.c.id).where(column == table.c.id).exists()
+                    conn.execute(delete(table).where(table.c.id == group_id, ~member))
+                if purged >= max_jobs:
+                    return purged
         return purged

@@ -242,7 +242,6 @@ class Statements:
                 updated_at=clock,
                 lease_owner=None,
                 lease_expires_at=None,
-                last_error=func.coalesce(bindparam("p_reason", type_=job.c.last_error.type), job.c.last_error),
             )
             .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
         )
@@ -277,7 +276,7 @@ class Statements:
                 updated_at=clock,
                 finished_at=None,
             )
-            .returning(job.c.id, job.c.name, job.c.queue)
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.workflow_id)
         )
 
     # -- links: workflow steps waiting on their dependencies (`jobsup.store.links`) --------
@@ -305,6 +304,21 @@ class Statements:
                 updated_at=self.dialect.clock(),
             )
             .returning(job.c.id, job.c.waiting_on, job.c.failed_deps, job.c.on_failure, job.c.queue)
+        )
+
+    @cached_property
+    def recount(self) -> Update:
+        """The dependents still waiting on a dead-lettered step that is retried wait for it
+        again: it had been counted finished, and failed."""
+        dependents = select(job_dependency.c.job_id).where(job_dependency.c.depends_on == bindparam("p_job"))
+        return (
+            update(job)
+            .where(job.c.id.in_(dependents.scalar_subquery()), status_is(WAITING))
+            .values(
+                waiting_on=job.c.waiting_on + 1,
+                failed_deps=job.c.failed_deps - 1,
+                updated_at=self.dialect.clock(),
+            )
         )
 
     @cached_property

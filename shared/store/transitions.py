@@ -262,7 +262,6 @@ class Transitions:
     ) -> Sequence[Row[Any]]:
         """Cancel what `chain` matches, and do `also` in the same transaction."""
         params = {**self.dialect.clock_params(now), **which, "p_outcome": "cancelled", "p_error": None}
-        params["p_reason"] = None
         with self.db.transaction("cancel") as conn:
             if also is not None:
                 also(conn, params)
@@ -342,11 +341,21 @@ class Transitions:
         single-statement chain runs alone (PostgreSQL: one round trip)."""
         if len(each) == 1 and chain.single and not steps.of(transition, linked=linked):
             with self.db.statement(operation) as conn:
-                return chain.run(conn, each[0])
+                rows = chain.run(conn, each[0])
+            if not linked and steps.of(transition) and links_of(rows):
+                # A caller that did not say the jobs were linked: their steps run late, in a
+                # transaction of their own, rather than never (a dependent would wait forever).
+                emit("links.late", transition=transition, jobs=[row[0] for row in links_of(rows)])
+                with self.db.transaction(operation) as conn:
+                    steps.run(conn, steps.Change(transition, links_of(rows), each[0], self))
+            return rows
         matched: list[Row[Any]] = []
         with self.db.transaction(operation) as conn:
             for params in each:
-                matched.extend(self._steps_after(conn, transition, chain, params, linked))
+                matched.extend(chain.run(conn, params))
+            # Once, after every compare-and-set: a step's locks come after all the rows'.
+            if matched:
+                steps.run(conn, steps.Change(transition, matched, each[0], self), linked=linked)
         return matched
 
     def _steps_after(
@@ -366,6 +375,14 @@ def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
         fields["worker"] = outcome.worker
         fields["seconds"] = None if outcome.seconds is None else round(outcome.seconds, 6)
     return fields
+
+
+def links_of(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+    """The rows of linked jobs, by the links (`statements.LINKS`) a compare-and-set returned."""
+    return [row for row in rows if any(getattr(row, name, None) is not None for name in LINK_NAMES)]
+
+
+LINK_NAMES = ("workflow_id", "batch_id", "triggers")
 
 
 def announce_enqueued(jobs: Sequence[NewJob], ids: Sequence[int], inserted: Sequence[int]) -> None:

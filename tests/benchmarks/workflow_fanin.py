@@ -22,46 +22,17 @@ drops its own database. Progress goes to stderr, the results to stdout.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from claim_throughput import TARGETS
+from sqlalchemy import text
 
 import jobsup
-from jobsup.store import Database, migrate
 from jobsup.store.rows import SUCCEEDED, Outcome
 
-PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
 SAMPLE = 500
-
-
-@contextmanager
-def database(kind: str) -> Iterator[str]:
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="jobsup_bench_") as folder:
-            url = f"sqlite:///{Path(folder) / 'bench.db'}"
-            migrate.upgrade(Database(url))
-            yield url
-        return
-    name = f"jobsup_bench_fanin_{os.getpid()}"
-    admin = create_engine(f"{PG_SERVER}/postgres", isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    try:
-        url = f"{PG_SERVER}/{name}"
-        migrate.upgrade(Database(url))
-        yield url
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
 
 
 def empty(client: jobsup.Client) -> None:
@@ -118,8 +89,8 @@ def main() -> None:
     args = parser.parse_args()
     jobsup.job("bench-noop")(lambda ctx, payload: None)
     for kind in args.databases:
-        with database(kind) as url:
-            client = jobsup.Client(url)
+        with TARGETS[kind]("fanin") as target:  # a fresh, migrated database of that kind
+            client = jobsup.Client(target.url)
             runs = [enqueue_seconds(client, args.steps) for _ in range(args.repeat)]
             median = statistics.median(runs)
             print(

@@ -131,8 +131,10 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
         return None
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
-        # Under locking READ COMMITTED a plain read already waits for a writer to end; the
-        # update lock is held to the end of the transaction (a shared one would not be).
+        # The update lock is held to the end of the transaction (a shared one would not be).
+        # Waiting: a plain read, which under locking READ COMMITTED waits for a writer to end;
+        # under READ_COMMITTED_SNAPSHOT it reads the last committed rows instead, and the
+        # look of whichever transaction commits last still sees every child ended.
         return stmt.with_hint(job, LOCK_HINTS) if skip_locked else stmt
 
     def migration_lock(self, conn: Connection) -> None:

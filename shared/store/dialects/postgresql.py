@@ -295,8 +295,11 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
         return NotifyListener(db, queue)
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
-        # FOR SHARE: the checks of two siblings may hold one row at once; a writer waits.
-        return stmt.with_for_update(read=True, skip_locked=skip_locked)
+        # Skipping: FOR NO KEY UPDATE, so that two checks lock two different siblings (a
+        # shared lock would let every check pile onto one row). Waiting: FOR SHARE.
+        if skip_locked:
+            return stmt.with_for_update(key_share=True, skip_locked=True)  # FOR NO KEY UPDATE SKIP LOCKED
+        return stmt.with_for_update(read=True)
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
