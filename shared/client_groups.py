@@ -133,7 +133,9 @@ class GroupsAPI:
         batch_id = self.store.transitions.groups.open_batch(name, callbacks, connection=connection)
         return Batch(self, batch_id, connection, allow_unknown)
 
-    def _callbacks(self, on_complete: object, on_success: object, on_failure: object, allow_unknown: bool) -> dict:
+    def _callbacks(
+        self, on_complete: object, on_success: object, on_failure: object, allow_unknown: bool
+    ) -> dict[str, Any]:
         """The callbacks as stored; `BadInput` for a bad one, `UnknownJob` for a job no one defines."""
         callbacks = {}
         for key, value in (("on_complete", on_complete), ("on_success", on_success), ("on_failure", on_failure)):
