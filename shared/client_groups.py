@@ -9,6 +9,7 @@ from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, JobNotFound
 from jobsup.links import MAX_BATCH, Callback, Workflow
+from jobsup.registry import check_text
 from jobsup.store.rows import BatchInfo, NewJob, WorkflowInfo
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class GroupsAPI:
         if not isinstance(workflow, Workflow):
             raise BadInput(f"enqueue_workflow takes a jobsup.Workflow, not {type(workflow).__name__}")
         if key is not None:
-            _text(key, "key")
+            check_text(key, "key")
         order = workflow.ordered()
         if not order:
             raise BadInput(f"workflow {workflow.name!r} has no steps")
@@ -107,7 +108,7 @@ class GroupsAPI:
         "counts"}`` added. `progress(n)` is called as each chunk is written."""
         callbacks = self._callbacks(on_complete, on_success, on_failure, allow_unknown)
         if name is not None:
-            _text(name, "batch name")
+            check_text(name, "batch name")
         news = _children(self._build_many(children, allow_unknown, "children"), 0)
         self._ready()
         groups = self.store.transitions.groups
@@ -128,7 +129,7 @@ class GroupsAPI:
         fire once it is closed and every child has ended."""
         callbacks = self._callbacks(on_complete, on_success, on_failure, allow_unknown)
         if name is not None:
-            _text(name, "batch name")
+            check_text(name, "batch name")
         self._ready()
         batch_id = self.store.transitions.groups.open_batch(name, callbacks, connection=connection)
         return Batch(self, batch_id, connection, allow_unknown)
@@ -216,9 +217,3 @@ def _check_limit(value: object) -> int:
     from jobsup.client import _limit
 
     return _limit(value)
-
-
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= 200:
-        raise BadInput(f"{what} must be a string of 1-200 characters, not {value!r}")
-    return value

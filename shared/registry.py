@@ -132,6 +132,13 @@ def check_name(value: object, what: str) -> str:
     return value
 
 
+def check_text(value: object, what: str) -> str:
+    """A free-text label (a unique key, an actor, a workflow key, a batch name)."""
+    if not isinstance(value, str) or not 0 < len(value) <= 200:
+        raise BadInput(f"{what} must be a string of 1-200 characters, not {value!r}")
+    return value
+
+
 def check_attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT32:
         raise BadInput(f"max_attempts must be a whole number from 1 to {INT32}, not {value!r}")

@@ -16,7 +16,7 @@ from jobsup.errors import BadInput
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers, triggers_text
 from jobsup.payload import encode_payload
-from jobsup.registry import check_attempts, check_name, check_priority
+from jobsup.registry import check_attempts, check_name, check_priority, check_text
 from jobsup.store.rows import NewJob
 
 
@@ -72,9 +72,8 @@ def build(
     elif delay is not None and (seconds := parse_duration(delay, what="delay")):
         run_at = host_clock() + timedelta(seconds=seconds)
     for key in ("unique_key", "actor"):
-        text = get(key)
-        if text is not None and (not isinstance(text, str) or not 0 < len(text) <= 200):
-            raise BadInput(f"{key} must be a string of 1-200 characters")
+        if get(key) is not None:
+            check_text(get(key), key)
     timeout = get("timeout")
     then = get("then")
     triggers = (*jobtype.triggers, *(check_triggers(then) if then else ()))

@@ -47,7 +47,7 @@ from jobsup.errors import BadInput
 from jobsup.store import steps
 from jobsup.store.builder import build
 from jobsup.store.database import after_commit
-from jobsup.store.rows import NewJob
+from jobsup.store.rows import NewJob, has_links
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, FINISHED_STATUSES, SUCCEEDED
 
 if TYPE_CHECKING:
@@ -61,12 +61,7 @@ FINISHING = ("complete", "fail", "expire", "cancel")
 
 def linked_rows(rows: Sequence[Any]) -> list[Any]:
     """The rows of jobs that ended and are linked."""
-    return [
-        row
-        for row in rows
-        if row.status in FINISHED_STATUSES
-        and (row.workflow_id is not None or row.batch_id is not None or row.triggers is not None)
-    ]
+    return [row for row in rows if row.status in FINISHED_STATUSES and has_links(row)]
 
 
 def after_finish(conn: Connection, change: steps.Change) -> None:

@@ -62,6 +62,12 @@ class Lease:
     attempt: int
 
 
+def has_links(row: Any) -> bool:
+    """Is the job of `row` (a `ClaimedJob`, or a row with the link columns; a row without
+    them is plain) linked: in a workflow or batch, or with triggers?"""
+    return any(getattr(row, name, None) is not None for name in ("workflow_id", "batch_id", "triggers"))
+
+
 @dataclass(frozen=True)
 class Held:
     """A lease with the job's name and queue: enough to settle it and to say so."""
@@ -78,8 +84,7 @@ class Held:
     @classmethod
     def of_row(cls, row: Any) -> Held:
         """From a row of `Statements.held_by`."""
-        linked = row.workflow_id is not None or row.batch_id is not None or row.triggers is not None
-        return cls(Lease(row.id, row.lease_owner, row.attempts), row.name, row.queue, linked)
+        return cls(Lease(row.id, row.lease_owner, row.attempts), row.name, row.queue, has_links(row))
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ class ClaimedJob:
 
     @property
     def linked(self) -> bool:
-        return self.workflow_id is not None or self.batch_id is not None or self.triggers is not None
+        return has_links(self)
 
     @property
     def held(self) -> Held:

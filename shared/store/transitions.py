@@ -44,6 +44,7 @@ from jobsup.store.rows import (
     NewJob,
     Outcome,
     RecurringSchedule,
+    has_links,
 )
 from jobsup.store.schema import DEAD_LETTERED
 from jobsup.store.statements import Statements
@@ -342,12 +343,12 @@ class Transitions:
         if len(each) == 1 and chain.single and not steps.of(transition, linked=linked):
             with self.db.statement(operation) as conn:
                 rows = chain.run(conn, each[0])
-            if not linked and steps.of(transition) and links_of(rows):
+            if not linked and steps.of(transition) and (late := [row for row in rows if has_links(row)]):
                 # A caller that did not say the jobs were linked: their steps run late, in a
                 # transaction of their own, rather than never (a dependent would wait forever).
-                emit("links.late", transition=transition, jobs=[row[0] for row in links_of(rows)])
+                emit("links.late", transition=transition, jobs=[row[0] for row in late])
                 with self.db.transaction(operation) as conn:
-                    steps.run(conn, steps.Change(transition, links_of(rows), each[0], self))
+                    steps.run(conn, steps.Change(transition, late, each[0], self))
             return rows
         matched: list[Row[Any]] = []
         with self.db.transaction(operation) as conn:
@@ -375,14 +376,6 @@ def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
         fields["worker"] = outcome.worker
         fields["seconds"] = None if outcome.seconds is None else round(outcome.seconds, 6)
     return fields
-
-
-def links_of(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
-    """The rows of linked jobs, by the links (`statements.LINKS`) a compare-and-set returned."""
-    return [row for row in rows if any(getattr(row, name, None) is not None for name in LINK_NAMES)]
-
-
-LINK_NAMES = ("workflow_id", "batch_id", "triggers")
 
 
 def announce_enqueued(jobs: Sequence[NewJob], ids: Sequence[int], inserted: Sequence[int]) -> None:
