@@ -42,7 +42,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -89,6 +89,7 @@ job = Table(
     Column("failed_deps", Integer),
     Column("on_failure", Unicode(10)),
     Column("triggers", LongText),  # JSON: [{"job", "on", "payload", "queue"}]
+    Column("key_id", Unicode(64)),  # the key its sensitive values are sealed with (`jobsup.secrets`)
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -123,6 +124,7 @@ recurring_job = Table(
     Column("last_fired_at", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    Column("key_id", Unicode(64)),  # the key its payload's sensitive values are sealed with
 )
 
 # One row per job type, published by the processes that register it (`jobsup start`,
@@ -142,6 +144,7 @@ job_definition = Table(
     # JSON: the newest declaration that disagreed with this one, by another instance.
     Column("disagreement", LongText),
     Column("triggers", LongText),  # JSON: what every job of this type triggers (`jobsup.Trigger`)
+    Column("params", LongText),  # JSON Schema of its parameters (`jobsup.params`); null: untyped
 )
 
 workflow = Table(
@@ -186,6 +189,33 @@ job_log = Table(
     Column("logged_at", UTCDateTime, nullable=False),
     Column("level", Unicode(10), nullable=False),
     Column("message", LongText, nullable=False),
+)
+
+# One row per operator action (`jobsup.store.audit`).
+audit = Table(
+    "jobsup_audit",
+    metadata,
+    Column("id", _ID, Identity(), primary_key=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("actor", _NAME, nullable=False),
+    Column("action", Unicode(64), nullable=False),
+    Column("target", _NAME),  # a queue, a schedule, a job type: what the action named
+    Column("job_count", Integer),
+    Column("job_ids", LongText),  # JSON: the first ids of the jobs it touched
+    Column("outcome", Unicode(20), nullable=False),
+    Column("detail", LongText),  # JSON
+    sqlite_autoincrement=True,
+)
+
+# A row per queue an operator paused; resuming keeps the row (who resumed it, and when).
+queue_state = Table(
+    "jobsup_queue_state",
+    metadata,
+    Column("queue", _NAME, primary_key=True),
+    Column("paused", Boolean, nullable=False),
+    Column("reason", LongText),
+    Column("changed_by", _NAME, nullable=False),
+    Column("changed_at", UTCDateTime, nullable=False),
 )
 
 process = Table(
@@ -253,3 +283,5 @@ Index("jobsup_batch_open", batch.c.id, **_filtered("finished_at IS NULL"))
 Index("jobsup_job_log_job", job_log.c.job_id, job_log.c.id)
 Index("jobsup_job_attempt_job", job_attempt.c.job_id, job_attempt.c.attempt)
 Index("jobsup_process_heartbeat", process.c.heartbeat_at)
+Index("jobsup_job_sealed", job.c.id, **_filtered("key_id IS NOT NULL"))
+Index("jobsup_audit_at", audit.c.at)
