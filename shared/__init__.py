@@ -30,6 +30,7 @@ from jobsup.errors import (
     UnsupportedDatabase,
 )
 from jobsup.links import Trigger, Workflow
+from jobsup.params import Sensitive
 from jobsup.registry import job, workflow
 from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, StepInfo, WorkflowInfo
 
@@ -55,6 +56,7 @@ __all__ = [
     "JobsupError",
     "Retry",
     "SchemaOutdated",
+    "Sensitive",
     "StepInfo",
     "Trigger",
     "UnknownJob",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Unpack
 
 from sqlalchemy import Connection
@@ -14,10 +15,10 @@ from jobsup.errors import BadInput, DuplicateJob
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
 from jobsup.observe.events import emit
-from jobsup.payload import encode_payload
 from jobsup.registry import check_name, check_priority
+from jobsup.secrets import mask
 from jobsup.store import Database, Store
-from jobsup.store.builder import EnqueueOptions, build
+from jobsup.store.builder import EnqueueOptions, build, schedule_payload
 from jobsup.store.rows import Definition, Job, LogLine, NewJob, RecurringSchedule
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
@@ -180,13 +181,15 @@ class Client(GroupsAPI):
         check_name(name, "schedule name")
         check_name(job, "job name")
         jobtype = self._job_type(job, allow_unknown)
+        text, key_id = schedule_payload(jobtype, name, payload)
         self._ready()
         return self.store.recurring.recurring_upsert(
             name=name,
             job_name=job,
             cron=check_cron(cron),
             timezone=zone(timezone).key,
-            payload=encode_payload(payload),
+            payload=text,
+            key_id=key_id,
             queue=check_name(queue or jobtype.queue, "queue"),
             priority=jobtype.priority if priority is None else check_priority(priority),
         )
@@ -201,8 +204,9 @@ class Client(GroupsAPI):
         return self.store.recurring.recurring_set_enabled(name, enabled)
 
     def list_recurring(self) -> list[RecurringSchedule]:
+        """Every schedule, its sensitive values shown as ``***``."""
         self._ready()
-        return self.store.recurring.recurring_list()
+        return [replace(s, payload=mask(s.payload)) for s in self.store.recurring.recurring_list()]
 
     # -- operations ---------------------------------------------------------------------
 

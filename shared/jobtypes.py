@@ -68,6 +68,14 @@ class JobType:
     timeout: float | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     triggers: tuple[Any, ...] = ()  # `jobsup.Trigger`s every job of this type fires
+    params: dict[str, Any] | None = field(default=None, compare=False)  # JSON Schema (`jobsup.params`)
+
+    @property
+    def sensitive(self) -> frozenset[str]:
+        """The parameters sealed at rest (`writeOnly` in the schema)."""
+        if self.params is None:
+            return frozenset()
+        return frozenset(name for name, schema in self.params.get("properties", {}).items() if schema.get("writeOnly"))
 
     def settings(self) -> dict[str, Any]:
         """What a definition stores and compares (the retry policy as its description)."""
@@ -80,6 +88,8 @@ class JobType:
         }
         if self.triggers:  # absent rather than empty, so older definitions still compare equal
             settings["then"] = [trigger.describe() for trigger in self.triggers]
+        if self.params is not None:
+            settings["params"] = self.params
         return settings
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from jobsup.context import JobContext
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput
 from jobsup.jobtypes import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobType, RetryPolicy
+from jobsup.params import Params, params_of
 
 JobFunction = Callable[[JobContext, Any], Any]
 F = TypeVar("F", bound=JobFunction)
@@ -31,6 +32,7 @@ class Registered:
     type: JobType
     function: JobFunction
     is_async: bool = False  # an ``async def``: run on the worker's event loop
+    params: Params | None = None  # typed parameters: what the function receives
 
 
 _registry: dict[str, Registered] = {}
@@ -45,6 +47,8 @@ def job(
     priority: int = 0,
     retry_in: Callable[[int], float] | None = None,
     then: object = (),
+    params: object = None,
+    sensitive: Iterable[str] = (),
 ) -> Callable[[F], F]:
     """Register a job function under a stable `name`.
 
@@ -54,6 +58,11 @@ def job(
     The function is called as ``function(ctx, payload)`` and returned unchanged. It may be
     an ``async def``: it then runs on the worker's event loop, and a cancellation (timeout,
     operator cancel, shutdown, lost lease) also cancels its task.
+
+    `params` (a dataclass, a TypedDict, a pydantic model, or ``{"field": type}``) types the
+    payload: enqueues are checked against it and get its defaults, and the function
+    receives the typed object. `sensitive` names parameters to seal at rest (as does
+    ``Annotated[str, jobsup.Sensitive]``).
     """
     check_name(name, "job name")
     check_name(queue, "queue")
@@ -63,13 +72,17 @@ def job(
     from jobsup.links import check_triggers
 
     triggers = check_triggers(then) if then else ()
-    jobtype = JobType(name, queue, priority, max_attempts, seconds, RetryPolicy(custom=retry_in), triggers)
+    typed = None if params is None else params_of(params, job=name, sensitive=sensitive)
+    if typed is None and sensitive:
+        raise BadInput(f"job {name!r}: sensitive= names parameters, so give params= too (their types)")
+    schema = None if typed is None else typed.schema
+    jobtype = JobType(name, queue, priority, max_attempts, seconds, RetryPolicy(custom=retry_in), triggers, schema)
 
     def register(function: F) -> F:
         existing = _registry.get(name)
         if existing is not None and _origin(existing.function) != _origin(function):
             raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
-        _registry[name] = Registered(jobtype, function, _is_async(function))
+        _registry[name] = Registered(jobtype, function, _is_async(function), typed)
         return function
 
     return register

@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, ConfigurationError, JobsupError
 from jobsup.observe.events import emit
+from jobsup.secrets import SealedParameterError
 from jobsup.store import Store
 from jobsup.store.rows import RecurringSchedule
 from jobsup.store.transitions import FIRED
@@ -41,11 +42,13 @@ class CronTick:
     def fire(self, schedule: RecurringSchedule, now: datetime | None) -> str | None:
         try:
             return self.store.transitions.fire(self.store.recurring, schedule, now=now)
-        except BadInput as exc:
+        except (BadInput, ConfigurationError, SealedParameterError) as exc:
+            # A payload that no longer fits its job's parameters, or sealed values this
+            # supervisor's keys do not open: said once; the slot fires once it is mended.
             self.report_invalid(schedule.name, schedule.cron, schedule.timezone, exc)
             return None
 
-    def report_invalid(self, name: str, cron: str, timezone: str, exc: BadInput) -> None:
+    def report_invalid(self, name: str, cron: str, timezone: str, exc: JobsupError) -> None:
         # A row edited to a bad cron or zone: say so once, keep firing the others.
         key = (name, cron, timezone)
         if key not in self.reported:

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobsup.context import JobContext
-from jobsup.errors import Cancelled, Discard, InvalidPayload, Retry
+from jobsup.errors import Cancelled, ConfigurationError, Discard, InvalidPayload, Retry
 from jobsup.observe.events import emit
+from jobsup.paramcheck import check
 from jobsup.payload import decode_payload
 from jobsup.registry import lookup
 from jobsup.scrub import error_text, scrub, secrets_of
+from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyring
 from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
 from jobsup.worker.services import JobServices
 
@@ -65,14 +67,39 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
         return Ran(FAILED, f"UnknownJob: no job named {job.name!r} is registered in this worker")
     try:
         payload = decode_payload(job.payload)
-        secrets = secrets_of(payload)
     except (InvalidPayload, RecursionError) as exc:
         return Ran(DISCARDED, f"InvalidPayload: {exc}")  # retrying cannot mend it
+    try:
+        payload = opened(job, payload)
+    except (SealedParameterError, ConfigurationError) as exc:
+        # Retried: the key may be added to JOBSUP_ENCRYPTION_KEYS by the next attempt.
+        emit("secrets.unseal_failed", job=job.id, name=job.name, error=exc)
+        return Ran(FAILED, f"{type(exc).__name__}: {exc}")
+    secrets = secrets_of(payload)
+    if registered.params is not None:
+        try:
+            payload = registered.params.make(check(registered.params.schema, payload, job=job.name))
+        except Exception as exc:
+            # Retried, not discarded: a deploy may bring parameters this payload fits
+            # (`jobsup start` warns about pending jobs a new schema does not fit).
+            return _raised(job, exc, secrets)
     extras = {} if services is None else services.extras(job, secrets)
     ctx = JobContext(
         job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled, **extras
     )
     return Prepared(registered.function, ctx, payload, secrets, registered.is_async)
+
+
+def opened(job: ClaimedJob, payload: Any) -> Any:
+    """`payload` with its sealed values opened (only the worker running the job does this)."""
+    if not has_sealed(payload):
+        return payload
+    found = keyring()
+    if found is None:
+        raise SealedParameterError(
+            f"job {job.id} has sealed parameters and JOBSUP_ENCRYPTION_KEYS is not set in this worker"
+        )
+    return found.unseal(payload, job_binding(job.id), what=f"job {job.id}")
 
 
 def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:

@@ -96,6 +96,9 @@ def _m() -> dict[str, Any]:
         "already_fired": Counter("jobsup_recurring_already_fired", "Slots another instance fired first.", ["schedule"]),
         "maintenance_errors": Counter("jobsup_maintenance_errors", "Failed maintenance steps.", ["step"]),
         "db_errors": Counter("jobsup_db_errors", "Database errors, by operation.", ["operation"]),
+        "unseal_failures": Counter(
+            "jobsup_sealed_parameter_failures", "Attempts failed: a sealed parameter did not open.", ["job"]
+        ),
     }
 
 
@@ -150,6 +153,8 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         m["maintenance_errors"].labels(fields["step"]).inc()
     elif kind == "db.error":
         m["db_errors"].labels(fields.get("operation", "other")).inc()
+    elif kind == "secrets.unseal_failed":
+        m["unseal_failures"].labels(job_label(fields.get("name"))).inc()
 
 
 def declared_names() -> set[str]:

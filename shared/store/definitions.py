@@ -91,6 +91,7 @@ def as_jobtype(definition: Definition) -> JobType:
         definition.timeout,
         RetryPolicy.from_description(definition.retry),
         _triggers(definition.triggers),
+        definition.params if isinstance(definition.params, dict) else None,
     )
 
 
@@ -115,6 +116,7 @@ def _columns(settings: dict[str, Any]) -> dict[str, Any]:
         "timeout": settings["timeout"],
         "retry_policy": json.dumps(settings["retry"], sort_keys=True),
         "triggers": json.dumps(settings["then"]) if settings.get("then") else None,
+        "params": json.dumps(settings["params"], sort_keys=True) if settings.get("params") is not None else None,
     }
 
 
@@ -128,6 +130,8 @@ def _settings(definition: Definition) -> dict[str, Any]:
     }
     if definition.triggers:
         settings["then"] = definition.triggers
+    if definition.params is not None:
+        settings["params"] = definition.params
     return settings
 
 
@@ -144,6 +148,7 @@ def _definition(row: Any) -> Definition:
         first_seen_at=row.first_seen_at,
         disagreement=_json(row.disagreement),
         triggers=_json(row.triggers),
+        params=_json(row.params),
     )
 
 

@@ -19,7 +19,7 @@ from jobsup.store.rows import NewJob
 from jobsup.store.schema import PENDING, WAITING, job
 
 # The columns a new job gives (`NewJob`'s fields, in its order); `run_at` None means now.
-GIVEN = tuple(field.name for field in fields(NewJob))
+GIVEN = tuple(field.name for field in fields(NewJob) if field.metadata.get("column", True))
 given_of = attrgetter(*GIVEN)  # a NewJob's given values, in GIVEN's order
 
 

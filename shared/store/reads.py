@@ -11,6 +11,7 @@ from sqlalchemy import and_, bindparam, func, select
 
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
+from jobsup.secrets import mask
 from jobsup.store.rows import Attempt, Job, decode_stored
 from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
@@ -170,7 +171,7 @@ def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
         queue=row.queue,
         status=row.status,
         priority=row.priority,
-        payload=decode_stored(row.payload),
+        payload=mask(decode_stored(row.payload)),  # sealed values are opened only by the worker
         attempts=row.attempts,
         max_attempts=row.max_attempts,
         run_at=row.run_at,

@@ -35,6 +35,7 @@ class RecurringStore:
         payload: str,
         queue: str,
         priority: int,
+        key_id: str | None = None,
         now: datetime | None = None,
     ) -> RecurringSchedule:
         check_cron(cron)
@@ -45,6 +46,7 @@ class RecurringStore:
             "payload": payload,
             "queue": queue,
             "priority": priority,
+            "key_id": key_id,
             "updated_at": at,
         }
         for _ in range(3):

@@ -173,6 +173,8 @@ class NewJob:
     waiting_on: int | None = None  # dependencies to finish first (>= 1): inserted `waiting`
     on_failure: str | None = None
     triggers: str | None = None  # JSON
+    # Not a column: its sensitive values, sealed once the insert gives it an id.
+    sealing: Any = field(default=None, compare=False, metadata={"column": False})
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,7 @@ class Definition:
     first_seen_at: datetime | None
     disagreement: dict[str, Any] | None
     triggers: list[dict[str, Any]] | None = None
+    params: dict[str, Any] | None = None  # JSON Schema of its parameters; None: untyped
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items()}

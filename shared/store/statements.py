@@ -103,6 +103,18 @@ class Statements:
         return values_statement(self.dialect.clock())
 
     @cached_property
+    def seal(self) -> Update:
+        """A new job's payload with its sensitive values sealed (they need its id), or a
+        sealed job's payload re-sealed under the newest key (`jobsup keys rotate`, fenced on
+        the key it was read under)."""
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"))
+            .where(or_(job.c.key_id.is_(None), job.c.key_id == bindparam("p_old_key")))
+            .values(payload=bindparam("p_payload"), key_id=bindparam("p_key"))
+        )
+
+    @cached_property
     def live_with_key(self) -> Select[Any]:
         return select(job.c.id).where(job.c.unique_key == bindparam("p_key"), job.c.status.in_(LIVE_STATUSES))
 

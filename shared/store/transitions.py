@@ -24,9 +24,10 @@ from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
+from jobsup.payload import encode_payload
 from jobsup.store import steps
 from jobsup.store.batches import Batches
-from jobsup.store.builder import build
+from jobsup.store.builder import build, fired_payload
 from jobsup.store.chain import Chain
 from jobsup.store.claim import claim_params, claimed_job
 from jobsup.store.database import Database, after_commit
@@ -80,7 +81,7 @@ class Transitions:
         # No unique key and no enqueue step: one atomic insert where the dialect has one
         # (PostgreSQL: a single round trip in autocommit), else a transaction.
         alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
-        alone = alone and all(new.unique_key is None for new in jobs)
+        alone = alone and all(new.unique_key is None and new.sealing is None for new in jobs)
         with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
             ids, inserted = self.insert(conn, jobs, clock)
         announce_enqueued(jobs, ids, inserted)
@@ -103,10 +104,16 @@ class Transitions:
             if is_new:
                 inserted.append(i)
         if inserted:
+            self._seal(conn, [(ids[i], jobs[i].sealing) for i in inserted if jobs[i].sealing is not None])
             if steps.of("enqueue"):
                 steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock, self))
             self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted} - woken)
         return ids, inserted
+
+    def _seal(self, conn: Connection, sealings: Sequence[tuple[int, Any]]) -> None:
+        if sealings:
+            sealed = [(job_id, encode_payload(sealing.seal(job_id)), sealing.keyring.newest) for job_id, sealing in sealings]
+            conn.execute(self.sql.seal, [{"p_job": i, "p_payload": p, "p_key": k, "p_old_key": None} for i, p, k in sealed])
 
     def _insert_unique(self, conn: Connection, params: dict[str, Any], key: str) -> tuple[int, bool]:
         # The filtered unique index decides, so this holds across processes. The insert
@@ -305,7 +312,7 @@ class Transitions:
         following = next_slot(schedule.cron, schedule.timezone, slot)
         jobtype = self.resolver.settings_of(schedule.job)
         options = {"queue": schedule.queue, "priority": schedule.priority}
-        new = build(jobtype, schedule.payload, options, recurring=(schedule.name, slot))
+        new = build(jobtype, fired_payload(schedule.name, schedule.payload), options, recurring=(schedule.name, slot))
         try:
             with self.db.transaction("recurring") as conn:
                 if not recurring.advance(conn, schedule, following, at):

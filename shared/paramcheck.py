@@ -1,0 +1,144 @@
+"""Checking a payload against a job type's parameter schema (the JSON Schema `jobsup.params`
+writes, which a definition publishes), with defaults filled in.
+
+It runs where the job is enqueued, from the definition row alone, so a process that does
+not import the workers' code refuses a bad payload before anything is written. It reads
+only the part of JSON Schema that `jobsup.params` writes: type, properties, required,
+additionalProperties, items, enum, anyOf, default.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from jobsup.errors import InvalidPayload
+
+_TYPES = {
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "integer": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "number": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+    "boolean": (lambda v: isinstance(v, bool), "true or false"),
+    "null": (lambda v: v is None, "null"),
+    "array": (lambda v: isinstance(v, list), "a list"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+def check(schema: Mapping[str, Any], payload: Any, *, job: str, sealed_ok: bool = False) -> dict[str, Any]:
+    """`payload` with its defaults filled in, or `InvalidPayload` naming the field, what it
+    should be and what it is. No payload (None) is an empty object. With `sealed_ok`, a
+    sealed value (`jobsup.secrets`) stands for any value of a sensitive field."""
+    value = {} if payload is None else payload
+    checked = _check(schema, value, "", _Where(job, sealed_ok))
+    assert isinstance(checked, dict)
+    return checked
+
+
+def expected(schema: Mapping[str, Any]) -> str:
+    """What `schema` allows, in words: ``a string``, ``an integer or null``, ``one of 'a', 'b'``."""
+    if "enum" in schema:
+        return "one of " + ", ".join(repr(value) for value in schema["enum"])
+    if "anyOf" in schema:
+        return " or ".join(expected(option) for option in schema["anyOf"])
+    kind = schema.get("type")
+    if kind is None:
+        return "any JSON value"
+    if kind == "array" and "items" in schema:
+        return f"a list of {_plural(expected(schema['items']))}"
+    return _TYPES[kind][1] if kind in _TYPES else f"a {kind}"
+
+
+class _Where:
+    def __init__(self, job: str, sealed_ok: bool) -> None:
+        self.job, self.sealed_ok = job, sealed_ok
+
+    def fail(self, path: str, message: str) -> InvalidPayload:
+        field = f"field {path!r}" if path else "the payload"
+        return InvalidPayload(f"payload of job {self.job!r}: {field} {message}")
+
+
+def _check(schema: Mapping[str, Any], value: Any, path: str, where: _Where) -> Any:
+    if "anyOf" in schema:
+        failures = []
+        for option in schema["anyOf"]:
+            try:
+                return _check(option, value, path, where)
+            except InvalidPayload as exc:
+                failures.append((option, exc))
+        # One option of the value's own kind (an object for an optional dataclass): its
+        # error says more (which field inside) than "must be an object or null".
+        same_kind = [exc for option, exc in failures if _of_kind(option, value)]
+        if len(same_kind) == 1:
+            raise same_kind[0]
+        raise where.fail(path, f"must be {expected(schema)}, not {_shown(value)}")
+    if "enum" in schema:
+        if not any(value == allowed and type(value) is type(allowed) for allowed in schema["enum"]):
+            raise where.fail(path, f"must be {expected(schema)}, not {_shown(value)}")
+        return value
+    kind = schema.get("type")
+    if kind is None:
+        return value
+    test, _ = _TYPES.get(kind, (lambda v: True, ""))
+    if not test(value):
+        raise where.fail(path, f"must be {expected(schema)}, not {_shown(value)}")
+    if kind == "array" and "items" in schema:
+        return [_check(schema["items"], item, f"{path}[{index}]", where) for index, item in enumerate(value)]
+    if kind == "object":
+        return _object(schema, value, path, where)
+    return value
+
+
+def _object(schema: Mapping[str, Any], value: dict[str, Any], path: str, where: _Where) -> dict[str, Any]:
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    extras = schema.get("additionalProperties", True)
+    checked: dict[str, Any] = {}
+    for key in schema.get("required", ()):
+        if key not in value:
+            raise where.fail(_join(path, key), f"is required ({expected(properties.get(key, {}))}) and missing")
+    for key, item in value.items():
+        inner = properties.get(key)
+        if inner is None:
+            if extras is False:
+                known = ", ".join(map(repr, properties)) or "none"
+                raise where.fail(_join(path, key), f"is not a parameter of this job (its parameters: {known})")
+            inner = extras if isinstance(extras, Mapping) else {}
+        if where.sealed_ok and inner.get("writeOnly") and _is_sealed(item):
+            checked[key] = item
+            continue
+        checked[key] = _check(inner, item, _join(path, key), where)
+    for key, inner in properties.items():
+        if key not in checked and "default" in inner:
+            checked[key] = copy.deepcopy(inner["default"])
+    return checked
+
+
+def _of_kind(schema: Mapping[str, Any], value: Any) -> bool:
+    kind = _TYPES.get(schema.get("type", ""))
+    return kind is not None and kind[0](value)
+
+
+def _is_sealed(value: Any) -> bool:
+    from jobsup.secrets import is_sealed
+
+    return is_sealed(value)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _shown(value: Any) -> str:
+    """What was given, by type only: a payload value may be a secret, and errors are shown."""
+    for kind, (test, words) in _TYPES.items():
+        if kind not in ("number",) and test(value):
+            return words
+    return type(value).__name__
+
+
+def _plural(words: str) -> str:
+    for article in ("an ", "a "):
+        if words.startswith(article):
+            return words[len(article) :] + "s"
+    return words

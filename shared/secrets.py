@@ -1,0 +1,184 @@
+"""Sensitive parameters, sealed at rest (AES-GCM through `cryptography`).
+
+A sensitive field's value is stored as ``{"$sealed": "<key id>.<nonce and ciphertext>"}``:
+its JSON encrypted under the newest key of ``JOBSUP_ENCRYPTION_KEYS`` with a fresh 96-bit
+nonce, and the job's id and the field's name as associated data, so a ciphertext copied
+into another job, or to another field, does not open. The key's id is stored beside the
+ciphertext (and on the row, as `key_id`), so keys rotate without rewriting old rows: a
+list holds the new key first and the old ones after it, until `jobsup keys rotate` has
+re-sealed every row.
+
+``JOBSUP_ENCRYPTION_KEYS`` is a comma-separated list of ``id:key``, newest first, each key
+16, 24 or 32 bytes in URL-safe base64 (`jobsup keys generate` prints one). Only the worker
+running a job opens its sealed values; every read path shows them as `MASK`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jobsup.errors import ConfigurationError, JobsupError
+
+ENV = "JOBSUP_ENCRYPTION_KEYS"
+MARK = "$sealed"
+MASK = "***"
+_KEY_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+_NONCE = 12
+
+
+class SealedParameterError(JobsupError):
+    """A sensitive parameter could not be opened: that attempt fails, the worker goes on."""
+
+
+def is_sealed(value: object) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and MARK in value
+
+
+def mask(payload: Any) -> Any:
+    """`payload` with every sealed value shown as `MASK` (what every read path shows)."""
+    if is_sealed(payload):
+        return MASK
+    if isinstance(payload, dict):
+        return {key: mask(item) for key, item in payload.items()}
+    if isinstance(payload, list):
+        return [mask(item) for item in payload]
+    return payload
+
+
+def has_sealed(payload: Any) -> bool:
+    return isinstance(payload, dict) and any(is_sealed(item) for item in payload.values())
+
+
+def job_binding(job_id: int) -> str:
+    return f"job:{job_id}"
+
+
+def schedule_binding(name: str) -> str:
+    return f"recurring:{name}"
+
+
+@dataclass(frozen=True)
+class Keyring:
+    keys: tuple[tuple[str, bytes], ...]  # (id, key), newest first
+
+    @property
+    def newest(self) -> str:
+        return self.keys[0][0]
+
+    def seal(self, payload: Mapping[str, Any], fields: frozenset[str], binding: str) -> dict[str, Any]:
+        """`payload` with the values of `fields` sealed under the newest key, bound to `binding`."""
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        key_id, key = self.keys[0]
+        sealed = dict(payload)
+        for name in fields & payload.keys():
+            nonce = os.urandom(_NONCE)
+            plain = json.dumps(payload[name], separators=(",", ":"), ensure_ascii=False).encode()
+            box = AESGCM(key).encrypt(nonce, plain, _associated(binding, name))
+            sealed[name] = {MARK: f"{key_id}.{base64.urlsafe_b64encode(nonce + box).decode()}"}
+        return sealed
+
+    def unseal(self, payload: Mapping[str, Any], binding: str, *, what: str) -> dict[str, Any]:
+        """`payload` with every sealed value opened, or `SealedParameterError` saying which
+        field, which key, and what to do."""
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        opened = dict(payload)
+        known = dict(self.keys)
+        for name, value in payload.items():
+            if not is_sealed(value):
+                continue
+            text = value[MARK]
+            key_id, _, box = text.partition(".") if isinstance(text, str) else ("", "", "")
+            if not box:
+                raise SealedParameterError(f"{what}: field {name!r} holds no ciphertext (the row was altered)")
+            key = known.get(key_id)
+            if key is None:
+                raise SealedParameterError(
+                    f"{what}: field {name!r} is sealed with key {key_id!r}, which {ENV} does not hold "
+                    f"(it holds {', '.join(map(repr, known))}): add that key after the newest one"
+                )
+            try:
+                raw = base64.urlsafe_b64decode(box)
+                plain = AESGCM(key).decrypt(raw[:_NONCE], raw[_NONCE:], _associated(binding, name))
+            except (InvalidTag, ValueError):
+                raise SealedParameterError(
+                    f"{what}: field {name!r} does not open with key {key_id!r}: the key under that id is "
+                    "not the one it was sealed with, or the ciphertext was altered or copied from another job"
+                ) from None
+            opened[name] = json.loads(plain)
+        return opened
+
+
+@dataclass(frozen=True)
+class Sealing:
+    """A new job's sensitive values, sealed once the insert has given the job its id (the
+    associated data): the row is first written with `placeholder` in their place, and
+    rewritten in the same transaction, so a value is never written in clear."""
+
+    payload: Mapping[str, Any]  # checked, in clear
+    fields: frozenset[str]
+    keyring: Keyring
+
+    def placeholder(self) -> dict[str, Any]:
+        return {key: {MARK: None} if key in self.fields else value for key, value in self.payload.items()}
+
+    def seal(self, job_id: int) -> dict[str, Any]:
+        return self.keyring.seal(self.payload, self.fields, job_binding(job_id))
+
+
+def _associated(binding: str, field: str) -> bytes:
+    return f"jobsup.v1|{binding}|{field}".encode()
+
+
+def keyring() -> Keyring | None:
+    """The keys of ``JOBSUP_ENCRYPTION_KEYS`` (None when unset), or `ConfigurationError`
+    naming what is wrong with them."""
+    text = os.environ.get(ENV, "").strip()
+    return parse_keys(text) if text else None
+
+
+def required_keyring() -> Keyring:
+    found = keyring()
+    if found is None:
+        raise ConfigurationError(
+            f"this job has sensitive parameters and {ENV} is not set: set it to id:key "
+            "(`jobsup keys generate` prints one) where jobs are enqueued and where they run"
+        )
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def parse_keys(text: str) -> Keyring:
+    keys: list[tuple[str, bytes]] = []
+    for index, item in enumerate(part.strip() for part in text.split(",")):
+        key_id, sep, encoded = item.partition(":")
+        if not sep or not _KEY_ID.match(key_id):
+            raise ConfigurationError(
+                f"{ENV} entry {index + 1} is not id:key with an id of 1-64 letters, digits, _ or -"
+            )
+        try:
+            key = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        except ValueError:
+            key = b""
+        if len(key) not in (16, 24, 32):
+            raise ConfigurationError(
+                f"{ENV} key {key_id!r} is not 16, 24 or 32 bytes of URL-safe base64 "
+                "(`jobsup keys generate` prints a good one)"
+            )
+        if any(key_id == seen for seen, _ in keys):
+            raise ConfigurationError(f"{ENV} names key {key_id!r} twice")
+        keys.append((key_id, key))
+    return Keyring(tuple(keys))
+
+
+def generate_key() -> str:
+    return base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
