@@ -142,3 +142,65 @@ def _plural(words: str) -> str:
         if words.startswith(article):
             return words[len(article) :] + "s"
     return words
+
+
+def from_text(schema: Mapping[str, Any] | None, name: str, text: str, *, job: str) -> Any:
+    """The value of ``--param name=text``, converted by the parameter's type in `schema`
+    (an untyped job's is JSON when it parses as JSON, else the text itself)."""
+    if schema is None:
+        return _json_or_text(text)
+    properties = schema.get("properties", {})
+    if name not in properties:
+        known = ", ".join(map(repr, properties)) or "none"
+        raise InvalidPayload(f"job {job!r} has no parameter {name!r} (its parameters: {known})")
+    converted = _converted(properties[name], text)
+    if converted is _NO:
+        raise InvalidPayload(f"--param {name}={text!r}: job {job!r} takes {expected(properties[name])} there")
+    return converted
+
+
+_NO = object()
+_BOOLEANS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _converted(schema: Mapping[str, Any], text: str) -> Any:
+    options = schema.get("anyOf")
+    if options is not None:
+        # null first: "null" means no value wherever null is allowed.
+        for option in sorted(options, key=lambda o: o.get("type") != "null"):
+            value = _converted(option, text)
+            if value is not _NO:
+                return value
+        return _NO
+    if "enum" in schema:
+        for allowed in schema["enum"]:
+            if str(allowed) == text or (isinstance(allowed, bool) and _BOOLEANS.get(text.lower()) is allowed):
+                return allowed
+        return _NO
+    kind = schema.get("type")
+    try:
+        if kind == "string":
+            return text
+        if kind == "integer":
+            return int(text)
+        if kind == "number":
+            return float(text)
+        if kind == "boolean":
+            return _BOOLEANS.get(text.lower(), _NO)
+        if kind == "null":
+            return None if text.lower() in ("null", "none", "") else _NO
+        value = _json_or_text(text)
+        if kind is None or _TYPES[kind][0](value):
+            return value
+    except ValueError:
+        pass
+    return _NO
+
+
+def _json_or_text(text: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

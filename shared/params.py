@@ -59,7 +59,9 @@ def params_of(spec: object, *, job: str, sensitive: Iterable[str] = ()) -> Param
     named = set(sensitive) if not isinstance(sensitive, str) else {sensitive}
     unknown = named - {f.name for f in fields}
     if unknown:
-        raise BadInput(f"job {job!r}: sensitive={sorted(unknown)} names no parameter; the parameters are {_names(fields)}")
+        raise BadInput(
+            f"job {job!r}: sensitive={sorted(unknown)} names no parameter; the parameters are {_names(fields)}"
+        )
     properties, required = {}, []
     for f in fields:
         schema, marked = _schema(f.annotation, job, f.name, top=True)
@@ -159,25 +161,35 @@ def _schema(annotation: Any, job: str, where: str, *, top: bool = False) -> tupl
     if origin is typing.Annotated:
         marked = any(meta is Sensitive or isinstance(meta, Sensitive) for meta in annotation.__metadata__)
         if marked and not top:
-            raise BadInput(f"job {job!r}: parameter {where!r} is marked Sensitive, but only top-level parameters can be")
+            raise BadInput(
+                f"job {job!r}: parameter {where!r} is marked Sensitive, but only top-level parameters can be"
+            )
         schema, _ = _schema(args[0], job, where)
         return schema, marked
     if annotation in _SCALARS:
         return dict(_SCALARS[annotation]), False
     if origin in (list, tuple, set, frozenset) or origin is typing.Union or origin is types.UnionType:
         if origin is list:
-            return {"type": "array", "items": _schema(args[0], job, f"{where}[]")[0]} if args else {"type": "array"}, False
+            return {"type": "array", "items": _schema(args[0], job, f"{where}[]")[0]} if args else {
+                "type": "array"
+            }, False
         if origin in (tuple, set, frozenset):
             raise BadInput(f"job {job!r}: parameter {where!r} is a {origin.__name__}, which JSON cannot keep; use list")
         return {"anyOf": [_schema(arg, job, where)[0] for arg in args]}, False
     if origin is dict:
         if args and args[0] is not str:
             raise BadInput(f"job {job!r}: parameter {where!r} has keys of {args[0]!r}; JSON object keys are str")
-        return {"type": "object", **({"additionalProperties": _schema(args[1], job, f"{where}{{}}")[0]} if args else {})}, False
+        return {
+            "type": "object",
+            **({"additionalProperties": _schema(args[1], job, f"{where}{{}}")[0]} if args else {}),
+        }, False
     if origin is typing.Literal:
         return {"enum": [_json_value(value, job, where) for value in args]}, False
     if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return {"enum": [_json_value(member.value, job, where) for member in annotation], "title": annotation.__name__}, False
+        return {
+            "enum": [_json_value(member.value, job, where) for member in annotation],
+            "title": annotation.__name__,
+        }, False
     if isinstance(annotation, type) and (dataclasses.is_dataclass(annotation) or typing.is_typeddict(annotation)):
         nested = params_of(annotation, job=job)
         return {key: value for key, value in nested.schema.items()}, False

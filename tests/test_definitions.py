@@ -103,7 +103,7 @@ def test_sync_publishes_and_list_shows_a_disagreement(url: str) -> None:
     assert report["disagreement"]["queue"] == "default" and report["disagreement"]["by"].endswith(":sync")
     table = run_jobsup("definitions", "list", "--database-url", url).stdout
     assert "said queue=default, max_attempts=5" in table
-    shown = json.loads(run_jobsup("definitions", "show", "report", "--database-url", url).stdout)
+    shown = json.loads(run_jobsup("definitions", "show", "report", "--json", "--database-url", url).stdout)
     assert shown["queue"] == "reports"
     missing = run_jobsup("definitions", "show", "nope", "--database-url", url)
     assert missing.returncode == 1 and "no job type named 'nope' is published" in missing.stderr

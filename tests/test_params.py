@@ -175,7 +175,9 @@ def test_a_payload_that_does_not_fit_is_refused_naming_the_field_and_nothing_is_
         client.enqueue("typed-email", payload)
     assert "payload of job 'typed-email'" in str(caught.value) and words in str(caught.value)
     with pytest.raises(jobsup.InvalidPayload):
-        client.enqueue_many([{"name": "typed-email", "payload": {"to": "ok"}}, {"name": "typed-email", "payload": payload}])
+        client.enqueue_many(
+            [{"name": "typed-email", "payload": {"to": "ok"}}, {"name": "typed-email", "payload": payload}]
+        )
     assert count_jobs(client) == 0
 
 

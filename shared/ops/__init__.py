@@ -6,4 +6,4 @@ client as applications do."""
 
 def register() -> None:
     """Add the operator commands to `jobsup.cli.cli` (imported for their effect)."""
-    from jobsup.ops import bench, definitions, jobs, links, queues, recurring  # noqa: F401
+    from jobsup.ops import bench, definitions, jobs, keys, links, queues, recurring  # noqa: F401

@@ -6,6 +6,7 @@ deploy step, so a web app deployed before its workers can enqueue by name."""
 from __future__ import annotations
 
 import importlib
+import json
 import socket
 
 import click
@@ -14,6 +15,7 @@ from jobsup.cli import cli
 from jobsup.errors import ConfigurationError
 from jobsup.ops.options import NotFound, Target, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
+from jobsup.paramcheck import expected
 from jobsup.store.rows import Definition
 
 
@@ -56,13 +58,40 @@ def disagreement(definition: Definition) -> str | None:
 
 @definitions.command("show")
 @click.argument("name")
+@json_option
 @with_target
-def definitions_show(target: Target, name: str) -> None:
-    """One job type as published (JSON)."""
+def definitions_show(target: Target, name: str, as_json: bool) -> None:
+    """One job type as published: its settings and its parameters' schema."""
     found = [d for d in target.client().definitions() if d.name == name]
     if not found:
         raise NotFound(f"no job type named {name!r} is published")
-    emit_json(found[0].to_dict())
+    shown = found[0]
+    if as_json:
+        emit_json(shown.to_dict())
+        return
+    click.echo(
+        f"{shown.name}: queue {shown.queue}, priority {shown.priority}, {shown.max_attempts} attempts, "
+        f"timeout {shown.timeout or '-'}, declared by {shown.declared_by} {age(shown.declared_at)} ago"
+    )
+    if shown.params is None:
+        click.echo("parameters: untyped (any JSON payload)")
+        return
+    required = set(shown.params.get("required", ()))
+    emit_table(
+        ["parameter", "type", "required", "default", "sensitive", "description"],
+        [
+            (
+                field,
+                expected(schema),
+                "yes" if field in required else "no",
+                json.dumps(schema["default"]) if "default" in schema else None,
+                "yes" if schema.get("writeOnly") else None,
+                schema.get("description"),
+            )
+            for field, schema in shown.params.get("properties", {}).items()
+        ],
+        empty="no parameters",
+    )
 
 
 @definitions.command("sync")

@@ -22,6 +22,13 @@ FOLLOW_EVERY = 0.5  # seconds between looks for new lines
 @cli.command()
 @click.argument("name")
 @click.option("--payload", help="The job's payload as JSON.")
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="One parameter, converted by the job type's schema (repeatable; over --payload's).",
+)
 @click.option("--queue")
 @click.option("--priority", type=int)
 @click.option("--delay", help="Run after this long (10s, 5m, 1h).")
@@ -32,7 +39,15 @@ FOLLOW_EVERY = 0.5  # seconds between looks for new lines
 @click.option("--allow-unknown", is_flag=True, help="Enqueue a name no definition knows (with the defaults).")
 @json_option
 @with_target
-def enqueue(target: Target, name: str, payload: str | None, run_at: str | None, as_json: bool, **options: Any) -> None:
+def enqueue(
+    target: Target,
+    name: str,
+    payload: str | None,
+    params: tuple[str, ...],
+    run_at: str | None,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Enqueue job NAME and print its id."""
     if run_at is not None and options["delay"] is not None:
         raise click.UsageError("give --delay or --run-at, not both")
@@ -40,8 +55,27 @@ def enqueue(target: Target, name: str, payload: str | None, run_at: str | None, 
     given = {key: value for key, value in options.items() if value is not None}
     if run_at is not None:
         given["run_at"] = parse_instant(run_at)
-    job_id = target.client().enqueue(name, parse_payload(payload), allow_unknown=allow_unknown, **given)
+    client = target.client()
+    value = parse_payload(payload)
+    if params:
+        value = with_params(client, name, value, params, allow_unknown)
+    job_id = client.enqueue(name, value, allow_unknown=allow_unknown, **given)
     emit_json({"id": job_id}) if as_json else click.echo(job_id)
+
+
+def with_params(client: Any, name: str, payload: Any, params: tuple[str, ...], allow_unknown: bool) -> dict[str, Any]:
+    from jobsup.paramcheck import from_text
+
+    if payload is not None and not isinstance(payload, dict):
+        raise click.UsageError("--param adds to a --payload that is a JSON object")
+    jobtype = client._job_type(name, allow_unknown)
+    merged = dict(payload or {})
+    for param in params:
+        key, sep, text = param.partition("=")
+        if not sep or not key:
+            raise click.UsageError(f"--param {param!r} is not NAME=VALUE")
+        merged[key] = from_text(jobtype.params, key, text, job=name)
+    return merged
 
 
 @cli.group()

@@ -20,6 +20,7 @@ from jobsup.store.processes import ProcessTable
 from jobsup.store.reads import Reads
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.retention import Retention
+from jobsup.store.sealed import SealedRows
 from jobsup.store.transitions import Transitions
 
 
@@ -37,6 +38,7 @@ class Store:
         self.processes = ProcessTable(db)
         self.workflows, self.batches = self.transitions.workflows, self.transitions.batches
         self.logs = JobLogs(db)
+        self.sealed = SealedRows(db, self.transitions.sql)
 
     def schema_check(self) -> None:
         """Raise `SchemaOutdated` unless the schema is at this code's revision."""

@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, func, select
 
+from jobsup.secrets import mask
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
-from jobsup.secrets import mask
 from jobsup.store.rows import Attempt, Job, decode_stored
 from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 

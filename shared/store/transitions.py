@@ -112,8 +112,12 @@ class Transitions:
 
     def _seal(self, conn: Connection, sealings: Sequence[tuple[int, Any]]) -> None:
         if sealings:
-            sealed = [(job_id, encode_payload(sealing.seal(job_id)), sealing.keyring.newest) for job_id, sealing in sealings]
-            conn.execute(self.sql.seal, [{"p_job": i, "p_payload": p, "p_key": k, "p_old_key": None} for i, p, k in sealed])
+            sealed = [
+                (job_id, encode_payload(sealing.seal(job_id)), sealing.keyring.newest) for job_id, sealing in sealings
+            ]
+            conn.execute(
+                self.sql.seal, [{"p_job": i, "p_payload": p, "p_key": k, "p_old_key": None} for i, p, k in sealed]
+            )
 
     def _insert_unique(self, conn: Connection, params: dict[str, Any], key: str) -> tuple[int, bool]:
         # The filtered unique index decides, so this holds across processes. The insert

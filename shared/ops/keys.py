@@ -1,0 +1,74 @@
+"""`jobsup keys generate|rotate`: the encryption keys of sensitive parameters.
+
+Rotation is a deploy in three steps: put a new key first in ``JOBSUP_ENCRYPTION_KEYS``
+(old ones after it) everywhere, run `jobsup keys rotate` to re-seal every row under it,
+then drop the old keys. Until the last step every process opens rows of either key.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from jobsup.cli import cli
+from jobsup.ops.options import Target, json_option, with_target
+from jobsup.ops.tables import emit_json
+from jobsup.secrets import generate_key, required_keyring
+
+
+@cli.group()
+def keys() -> None:
+    """Encryption keys for sensitive parameters (JOBSUP_ENCRYPTION_KEYS)."""
+
+
+@keys.command("generate")
+@click.option("--id", "key_id", default="k1", show_default=True, help="The id stored beside its ciphertexts.")
+def keys_generate(key_id: str) -> None:
+    """Print a new 256-bit key as an entry of JOBSUP_ENCRYPTION_KEYS."""
+    click.echo(f"{key_id}:{generate_key()}")
+
+
+@keys.command("rotate")
+@json_option
+@with_target
+def keys_rotate(target: Target, as_json: bool) -> None:
+    """Re-seal every job and schedule sealed under an older key with the newest one."""
+    from jobsup.store.sealed import Rotation
+
+    ring = required_keyring()
+    client = target.client()
+    client._ready()
+    sealed = client.store.sealed
+    rotation = Rotation()
+    total = sealed.older_than_newest(ring)
+    show = not as_json and sys.stderr.isatty()
+    progress: Any = click.progressbar(length=total, label=f"re-sealing under {ring.newest}", file=sys.stderr)
+    with progress if show else _Silent() as bar:
+        after: int | None = 0
+        while after is not None:
+            done = rotation.resealed
+            after = sealed.rotate_jobs(ring, after, rotation)
+            bar.update(rotation.resealed - done)
+        sealed.rotate_schedules(ring, rotation)
+    summary = {"key": ring.newest, "resealed": rotation.resealed, "failed": rotation.failed}
+    if as_json:
+        emit_json(summary)
+    else:
+        click.echo(f"re-sealed {rotation.resealed} rows under key {ring.newest!r}")
+        for why in rotation.failed.values():
+            click.echo(f"not re-sealed: {why}", err=True)
+    if rotation.failed:
+        raise SystemExit(1)
+
+
+class _Silent:
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, steps: int) -> None:
+        return None

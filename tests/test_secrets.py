@@ -1,0 +1,186 @@
+"""Sensitive parameters sealed at rest (issue 11, part 3), in one process against the real
+databases: the value is stored only sealed and shown only masked, the worker opens it, a
+ciphertext moved to another job does not open, keys rotate. (`test_secret_processes.py`
+checks the same through `jobsup start`, its logs and `/metrics`.)"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from sqlalchemy import select, update
+
+import jobsup
+from jobsup.secrets import ENV
+from jobsup.store.schema import job, recurring_job
+from jobsup.worker.execute import execute
+
+from helpers import claim_one, fail, run_jobsup
+
+SECRET = "tok-Zq81vXw3-secret"
+# Fixed test keys (xdist workers must collect the same parameters); a real one comes from
+# `jobsup keys generate`.
+K1 = "k1:" + base64.urlsafe_b64encode(bytes(range(32))).decode()
+K2 = "k2:" + base64.urlsafe_b64encode(bytes(range(32, 64))).decode()
+OTHER_K1 = "k1:" + base64.urlsafe_b64encode(bytes(range(64, 96))).decode()
+
+opened: list[Any] = []
+
+
+@jobsup.job("sealed-call", params={"to": str, "token": Annotated[str, jobsup.Sensitive]})
+def sealed_call(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
+    opened.append(params)
+    if params["to"] == "fail":
+        ctx.log.info("calling with %s", params["token"])
+        raise RuntimeError(f"the partner refused token {params['token']}")
+
+
+@jobsup.job("sealed-by-name", params={"api_key": str}, sensitive={"api_key"})
+def sealed_by_name(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
+    opened.append(params)
+
+
+@pytest.fixture(autouse=True)
+def keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, K1)
+
+
+def raw(client: jobsup.Client, job_id: int) -> Any:
+    with client.database.read() as conn:
+        row = conn.execute(select(job.c.payload, job.c.key_id).where(job.c.id == job_id)).one()
+    return json.loads(row.payload), row.key_id
+
+
+def run_next(client: jobsup.Client) -> Any:
+    opened.clear()
+    return execute(claim_one(client), threading.Event())
+
+
+def test_a_sensitive_value_is_stored_sealed_shown_masked_and_opened_by_the_worker(url: str) -> None:
+    client = jobsup.Client(url)
+    job_id = client.enqueue("sealed-call", {"to": "a@example.com", "token": SECRET})
+    payload, key_id = raw(client, job_id)
+    assert key_id == "k1" and payload["to"] == "a@example.com"
+    assert set(payload["token"]) == {"$sealed"} and payload["token"]["$sealed"].startswith("k1.")
+    assert SECRET not in json.dumps(payload)
+    assert client.get(job_id).payload == {"to": "a@example.com", "token": "***"}  # type: ignore[union-attr]
+    assert client.list_jobs()[0].payload["token"] == "***"
+    ran = run_next(client)
+    assert ran.kind == "succeeded" and opened == [{"to": "a@example.com", "token": SECRET}]
+
+
+def test_sensitive_by_name_and_every_enqueue_path_seals(url: str) -> None:
+    client = jobsup.Client(url)
+    ids = client.enqueue_many([{"name": "sealed-by-name", "payload": {"api_key": f"{SECRET}-{n}"}} for n in range(3)])
+    for n, job_id in enumerate(ids):
+        payload, key_id = raw(client, job_id)
+        assert key_id == "k1" and SECRET not in json.dumps(payload)
+        assert run_next(client).kind == "succeeded" and opened == [{"api_key": f"{SECRET}-{n}"}]
+
+
+def test_without_a_key_a_sensitive_enqueue_is_refused_and_nothing_written(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV)
+    client = jobsup.Client(url)
+    with pytest.raises(jobsup.ConfigurationError, match=f"{ENV} is not set"):
+        client.enqueue("sealed-call", {"to": "a", "token": SECRET})
+    assert client.list_jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("k1", "entry 1 is not id:key"),
+        ("k1:c2hvcnQ", "key 'k1' is not 16, 24 or 32 bytes"),
+        ("bad id!" + K1[2:], "entry 1 is not id:key"),
+        (f"{K1},{K1}", "names key 'k1' twice"),
+    ],
+)
+def test_a_malformed_key_is_a_clear_error_and_nothing_written(
+    url: str, monkeypatch: pytest.MonkeyPatch, value: str, words: str
+) -> None:
+    monkeypatch.setenv(ENV, value)
+    client = jobsup.Client(url)
+    with pytest.raises(jobsup.ConfigurationError, match=words):
+        client.enqueue("sealed-call", {"to": "a", "token": SECRET})
+    assert client.list_jobs() == []
+
+
+def test_a_ciphertext_moved_to_another_job_does_not_open(url: str) -> None:
+    client = jobsup.Client(url)
+    first = client.enqueue("sealed-call", {"to": "a", "token": SECRET})
+    second = client.enqueue("sealed-call", {"to": "b", "token": "other"})
+    stolen, _ = raw(client, first)
+    with client.database.transaction() as conn:
+        moved = {"to": "b", "token": stolen["token"]}
+        conn.execute(update(job).where(job.c.id == second).values(payload=json.dumps(moved)))
+    assert run_next(client).kind == "succeeded"  # the first job, untouched
+    ran = run_next(client)
+    assert ran.kind == "failed" and opened == []
+    assert "SealedParameterError" in ran.error and "copied from another job" in ran.error  # type: ignore[operator]
+
+
+def test_a_wrong_or_missing_key_fails_the_attempt_with_a_clear_error(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = jobsup.Client(url)
+    client.enqueue("sealed-call", {"to": "a", "token": SECRET})
+    client.enqueue("sealed-call", {"to": "a", "token": SECRET})
+    monkeypatch.setenv(ENV, OTHER_K1)  # the same id, another key
+    ran = run_next(client)
+    assert ran.kind == "failed" and "does not open with key 'k1'" in ran.error  # type: ignore[operator]
+    monkeypatch.setenv(ENV, K2)
+    ran = run_next(client)
+    assert ran.kind == "failed" and "sealed with key 'k1', which JOBSUP_ENCRYPTION_KEYS does not hold" in ran.error  # type: ignore[operator]
+
+
+def test_an_error_and_a_log_line_naming_the_secret_are_scrubbed(url: str) -> None:
+    client = jobsup.Client(url)
+    client.enqueue("sealed-call", {"to": "fail", "token": SECRET})
+    ran = run_next(client)
+    assert ran.kind == "failed" and SECRET not in ran.error and "***" in ran.error  # type: ignore[operator]
+
+
+def test_a_dead_letter_retry_keeps_the_ciphertext(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = jobsup.Client(url)
+    job_id = client.enqueue("sealed-call", {"to": "a", "token": SECRET}, max_attempts=1)
+    before = raw(client, job_id)
+    monkeypatch.setenv(ENV, K2)  # this worker lacks k1: the only attempt fails
+    claimed = claim_one(client)
+    ran = execute(claimed, threading.Event())
+    assert ran.kind == "failed"
+    assert fail(client, claimed, error=str(ran.error)) == "dead_lettered"
+    assert client.dead_letters.retry(job_id)
+    assert raw(client, job_id) == before  # the ciphertext, not the mask, nor a re-seal
+    monkeypatch.setenv(ENV, K1)
+    assert run_next(client).kind == "succeeded" and opened == [{"to": "a", "token": SECRET}]
+
+
+def test_rotation_reseals_under_the_newest_key_and_old_rows_still_open_meanwhile(url: str, tmp_path: Path) -> None:
+    client = jobsup.Client(url)
+    ids = [client.enqueue("sealed-call", {"to": f"n{n}", "token": f"{SECRET}{n}"}) for n in range(5)]
+    client.add_recurring("nightly-sealed", job="sealed-call", cron="0 3 * * *", payload={"to": "r", "token": SECRET})
+    both = f"{K2},{K1}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENV, both)
+        assert run_next(client).kind == "succeeded"  # a k1 row opens while k2 is newest
+        newer = client.enqueue("sealed-call", {"to": "new", "token": SECRET})
+        assert raw(client, newer)[1] == "k2"
+    done = run_jobsup("--database-url", url, "keys", "rotate", "--json", env={ENV: both})
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary == {"key": "k2", "resealed": 6, "failed": {}}  # the five k1 jobs and the schedule
+    for job_id in ids:
+        assert raw(client, job_id)[1] == "k2"
+    with client.database.read() as conn:
+        assert conn.execute(select(recurring_job.c.key_id)).scalar_one() == "k2"
+    assert client.list_recurring()[0].payload == {"to": "r", "token": "***"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENV, K2)  # the old key is gone: every row still opens
+        for n in range(1, 5):
+            assert run_next(client).kind == "succeeded" and opened == [{"to": f"n{n}", "token": f"{SECRET}{n}"}]
+    again = run_jobsup("--database-url", url, "keys", "rotate", "--json", env={ENV: both})
+    assert json.loads(again.stdout)["resealed"] == 0
