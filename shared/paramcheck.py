@@ -36,6 +36,37 @@ def check(schema: Mapping[str, Any], payload: Any, *, job: str, sealed_ok: bool 
     return checked
 
 
+def problems(schema: Mapping[str, Any], payload: Any, *, job: str) -> list[str]:
+    """Every top-level reason `payload` does not fit `schema` (not only the first), each
+    without the job's name: for a deploy's report on the jobs already waiting."""
+    prefix = f"payload of job {job!r}: "
+    properties: Mapping[str, Any] = schema.get("properties", {})
+    if not isinstance(payload, dict) or not properties:
+        try:
+            check(schema, payload, job=job, sealed_ok=True)
+        except InvalidPayload as exc:
+            return [str(exc).removeprefix(prefix)]
+        return []
+    found = []
+    required = set(schema.get("required", ()))
+    for key in {*properties, *payload}:
+        if key not in properties and schema.get("additionalProperties") is False:
+            found.append(
+                f"field {key!r} is not a parameter of this job (its parameters: {', '.join(map(repr, properties))})"
+            )
+            continue
+        alone = {
+            **schema,
+            "properties": {key: properties[key]} if key in properties else {},
+            "required": [key] if key in required else [],
+        }
+        try:
+            check(alone, {key: payload[key]} if key in payload else {}, job=job, sealed_ok=True)
+        except InvalidPayload as exc:
+            found.append(str(exc).removeprefix(prefix))
+    return sorted(found)
+
+
 def expected(schema: Mapping[str, Any]) -> str:
     """What `schema` allows, in words: ``a string``, ``an integer or null``, ``one of 'a', 'b'``."""
     if "enum" in schema:

@@ -90,6 +90,7 @@ class Arbiter:
             migrate.upgrade(self.db)
         else:
             self.store.schema_check()
+        self.warn_incompatible()
         self.store.definitions.publish(registered_types(), instance=self.id)
         housekeeping: list[Step] = [
             PruneProcesses(self.store, self.heartbeat_every),
@@ -114,6 +115,17 @@ class Arbiter:
         for signum in HANDLED:
             signal.signal(signum, self.on_signal)
         emit("supervisor.started", pid=os.getpid(), queues=self.queue_summary(), database=self.db.safe_url)
+
+    def warn_incompatible(self) -> None:
+        """Jobs waiting with payloads this deploy's parameters no longer fit: said at start,
+        by count and reason, before they fail one attempt at a time."""
+        for name, (jobs, reasons) in self.store.definitions.incompatible(registered_types()).items():
+            emit(
+                "definitions.incompatible",
+                name=name,
+                jobs=jobs,
+                reasons="; ".join(f"{count} jobs: {reason}" for reason, count in reasons.most_common()),
+            )
 
     def import_apps(self) -> None:
         # Imported once here, before forking, so every worker shares the code (and a broken

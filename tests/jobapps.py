@@ -6,13 +6,14 @@ Each execution appends JSON lines to $JOBSUP_TEST_RECORD/<job id>: a start, a ti
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import jobsup
 
@@ -133,3 +134,30 @@ def log_then_block(ctx: jobsup.JobContext, payload: Any) -> None:
     for n in range(payload["lines"]):
         ctx.log.info("before the crash %d", n)
     ctx.cancelled.wait(60)
+
+
+@jobsup.job(
+    "sealed-app",
+    params={"to": str, "token": Annotated[str, jobsup.Sensitive], "seconds": float | None},
+    retry_in=lambda attempt: 0.2,
+)
+def sealed_app(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
+    """A job with a sensitive token: logs it and (for ``to="fail-first"``) fails its first
+    attempt naming it, to show both are scrubbed; records only the token's digest, so the
+    test can tell the worker got the real value without writing it anywhere."""
+    record(ctx, "start", token=hashlib.sha256(params["token"].encode()).hexdigest())
+    ctx.log.info("calling %s with token %s", params["to"], params["token"])
+    time.sleep(params.get("seconds") or 0)
+    if params["to"] == "fail-first" and ctx.attempt == 1:
+        raise RuntimeError(f"the partner refused token {params['token']}")
+
+
+# The new deploy's shape of `evolving` (`test_secret_processes` stores jobs of an older one).
+@jobsup.job("evolving", queue="evolve", params={"to": str, "count": str})
+def evolving(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
+    record(ctx, "ran")
+
+
+@jobsup.job("evolving-ok", params={"to": str, "cc": str | None})
+def evolving_ok(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
+    record(ctx, "ran", params=params)

@@ -26,6 +26,7 @@ _WARNINGS = {
     "worker.killed_overdue",
     "recurring.invalid",
     "recurring.behind",
+    "definitions.incompatible",
 }
 _ERRORS = {
     "db.error",

@@ -11,6 +11,7 @@ disagreement is forgotten once nobody has repeated it for `FORGET_AFTER`.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,11 +21,13 @@ from sqlalchemy import insert, select, update
 from jobsup.clock import host_clock
 from jobsup.errors import ConstraintViolation
 from jobsup.jobtypes import JobType, RetryPolicy
+from jobsup.paramcheck import problems
 from jobsup.store.database import Database
 from jobsup.store.rows import Definition
-from jobsup.store.schema import job_definition
+from jobsup.store.schema import UNFINISHED_STATUSES, job, job_definition
 
 FORGET_AFTER = timedelta(days=1)
+SCAN = 10_000  # unfinished jobs of one type a deploy's compatibility check reads
 
 
 class Definitions:
@@ -77,9 +80,40 @@ class Definitions:
             rows = conn.execute(select(job_definition).order_by(job_definition.c.name)).all()
         return [_definition(row) for row in rows]
 
+    def incompatible(self, types: Sequence[JobType]) -> dict[str, tuple[int, Counter[str]]]:
+        """For each of `types` whose parameters differ from the published ones: how many of
+        its unfinished jobs (of the first `SCAN`) do not fit the new parameters, and why, by
+        reason. Run before publishing, so a deploy that removes or retypes a parameter while
+        jobs of the old shape wait says so instead of failing them one by one later."""
+        published = {d.name: d for d in self.list()}
+        found: dict[str, tuple[int, Counter[str]]] = {}
+        for jobtype in types:
+            before = published.get(jobtype.name)
+            if jobtype.params is None or before is None or before.params == jobtype.params:
+                continue
+            with self.db.read("definitions") as conn:
+                payloads = conn.execute(
+                    select(job.c.payload)
+                    .where(job.c.name == jobtype.name, job.c.status.in_(UNFINISHED_STATUSES))
+                    .limit(SCAN)
+                ).scalars()
+                misfits = [reasons for text in payloads if (reasons := _misfits(jobtype, text))]
+            if misfits:
+                found[jobtype.name] = (len(misfits), Counter(reason for reasons in misfits for reason in reasons))
+        return found
+
     def load(self) -> dict[str, JobType]:
         """Every published job type, for `jobsup.jobtypes.Resolver`."""
         return {d.name: as_jobtype(d) for d in self.list()}
+
+
+def _misfits(jobtype: JobType, text: str) -> list[str]:
+    assert jobtype.params is not None
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return ["the stored payload is not JSON"]
+    return problems(jobtype.params, payload, job=jobtype.name)
 
 
 def as_jobtype(definition: Definition) -> JobType:
