@@ -10,12 +10,12 @@ additionalProperties, items, enum, anyOf, default.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jobsup.errors import InvalidPayload
 
-_TYPES = {
+_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "string": (lambda v: isinstance(v, str), "a string"),
     "integer": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
     "number": (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
