@@ -15,6 +15,7 @@ from jobsup.errors import BadInput, DuplicateJob
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
 from jobsup.observe.events import emit
+from jobsup.paramcheck import check
 from jobsup.registry import check_name, check_priority
 from jobsup.secrets import mask
 from jobsup.store import Database, Store
@@ -122,7 +123,15 @@ class Client(GroupsAPI):
         """A trigger's job must be one some instance defines: found now, not at the settle."""
         if then:
             for trigger in check_triggers(then):
-                self._job_type(trigger.job, allow_unknown)
+                target = self._job_type(trigger.job, allow_unknown)
+                if target.params is None:
+                    continue
+                check(target.params, trigger.payload, job=trigger.job)
+                if target.sensitive & set(trigger.payload or ()):
+                    raise BadInput(
+                        f"a trigger's payload is stored in clear until it fires, so it cannot carry the sensitive "
+                        f"parameters of {trigger.job!r} ({', '.join(sorted(target.sensitive))})"
+                    )
 
     def _job_type(self, name: str, allow_unknown: bool) -> JobType:
         if allow_unknown:

@@ -184,3 +184,14 @@ def test_rotation_reseals_under_the_newest_key_and_old_rows_still_open_meanwhile
             assert run_next(client).kind == "succeeded" and opened == [{"to": f"n{n}", "token": f"{SECRET}{n}"}]
     again = run_jobsup("--database-url", url, "keys", "rotate", "--json", env={ENV: both})
     assert json.loads(again.stdout)["resealed"] == 0
+
+
+def test_a_trigger_payload_is_checked_at_enqueue_and_cannot_carry_a_secret(url: str) -> None:
+    client = jobsup.Client(url)
+    with pytest.raises(jobsup.InvalidPayload, match="field 'to' is required"):
+        client.enqueue("sealed-by-name", {"api_key": "x"}, then=jobsup.Trigger("sealed-call", payload={}))
+    with pytest.raises(jobsup.BadInput, match="cannot carry the sensitive parameters of 'sealed-call'"):
+        client.enqueue(
+            "sealed-by-name", {"api_key": "x"}, then=jobsup.Trigger("sealed-call", payload={"to": "a", "token": "t"})
+        )
+    assert client.list_jobs() == []

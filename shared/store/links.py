@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, ConfigurationError
 from jobsup.store import steps
 from jobsup.store.builder import build
 from jobsup.store.database import after_commit
@@ -110,7 +110,7 @@ def fire_triggers(conn: Connection, t: Transitions, rows: Sequence[Any], clock: 
                 jobtype = t.resolver.settings_of(trigger["job"])
                 options = {"queue": trigger["queue"]} if trigger.get("queue") else {}
                 news.append(build(jobtype, trigger.get("payload"), options, links={"parent_id": row.id}))
-            except BadInput as exc:  # a stored trigger that was valid at enqueue, edited since
+            except (BadInput, ConfigurationError) as exc:  # valid at enqueue; the row or the job type changed since
                 log.warning("job %s: trigger %r not fired: %s", row.id, trigger.get("job"), exc)
     if news:
         t.insert(conn, news, clock)
@@ -179,7 +179,7 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
         payload = {**(callback.get("payload") or {}), "batch": {"id": batch_id, "counts": counts}}
         try:
             news.append(build(t.resolver.settings_of(callback["job"]), payload, {}))
-        except BadInput as exc:
+        except (BadInput, ConfigurationError) as exc:
             log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
     if news:
         t.insert(conn, news, clock)
