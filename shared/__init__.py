@@ -27,6 +27,7 @@ from jobsup.errors import (
     Retry,
     SchemaOutdated,
     UnknownJob,
+    UnknownQueue,
     UnsupportedDatabase,
 )
 from jobsup.links import Trigger, Workflow
@@ -58,6 +59,7 @@ __all__ = [
     "StepInfo",
     "Trigger",
     "UnknownJob",
+    "UnknownQueue",
     "UnsupportedDatabase",
     "Workflow",
     "WorkflowInfo",

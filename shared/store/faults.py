@@ -35,7 +35,7 @@ OPERATIONS = frozenset(
     {
         "read", "write", "claim", "renew", "settle", "release", "cancel", "enqueue", "maintenance",
         "retention", "dead_letters", "recurring", "definitions", "process", "inspect", "stats",
-        "schema", "health", "joblog", "workflows", "batches", "other",
+        "schema", "health", "joblog", "workflows", "batches", "queues", "audit", "other",
     }
 )  # fmt: skip
 
