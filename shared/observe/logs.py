@@ -27,7 +27,15 @@ _WARNINGS = {
     "recurring.invalid",
     "recurring.behind",
 }
-_ERRORS = {"db.error", "supervisor.failed", "worker.crashed", "maintenance.failed", "step.failed", "http.failed"}
+_ERRORS = {
+    "db.error",
+    "supervisor.failed",
+    "worker.crashed",
+    "maintenance.failed",
+    "step.failed",
+    "http.failed",
+    "audit.failed",
+}
 
 
 def record(kind: str, fields: dict[str, Any]) -> None:
