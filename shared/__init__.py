@@ -27,6 +27,7 @@ from jobsup.errors import (
     Retry,
     SchemaOutdated,
     UnknownJob,
+    UnknownQueue,
     UnsupportedDatabase,
 )
 from jobsup.links import Trigger, Workflow
@@ -60,6 +61,7 @@ __all__ = [
     "StepInfo",
     "Trigger",
     "UnknownJob",
+    "UnknownQueue",
     "UnsupportedDatabase",
     "Workflow",
     "WorkflowInfo",

@@ -73,9 +73,9 @@ class AsyncClient:
         """See `Client.get`."""
         return await self._run(lambda _: self._client.get(job_id))
 
-    async def cancel(self, job_id: int) -> bool:
-        """See `Client.cancel`."""
-        return await self._run(lambda _: self._client.cancel(job_id))
+    async def cancel(self, job_id: int, *, actor: str | None = None) -> bool:
+        """See `Client.cancel` (audited alike)."""
+        return await self._run(lambda _: self._client.cancel(job_id, actor=actor))
 
     async def list_jobs(self, *, status: str | None = None, queue: str | None = None, limit: int = 100) -> list[Job]:
         """See `Client.list_jobs`."""

@@ -8,7 +8,9 @@ from typing import Any, Unpack
 
 from sqlalchemy import Connection
 
+from jobsup.audit import actor_of
 from jobsup.client_groups import GroupsAPI
+from jobsup.client_ops import OpsAPI
 from jobsup.cron import check_cron, zone
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
@@ -26,7 +28,7 @@ from jobsup.store.schema import DEAD_LETTERED, STATUSES
 INT64 = 2**63 - 1
 
 
-class Client(GroupsAPI):
+class Client(GroupsAPI, OpsAPI):
     """A handle on one jobsup database.
 
     `database_url` defaults to the configured one (``JOBSUP_DATABASE_URL``, ``jobsup.toml``),
@@ -151,10 +153,14 @@ class Client(GroupsAPI):
         after = None if after_id is None else _job_id(after_id)
         return self.store.logs.read(_job_id(job_id), after_id=after, limit=_limit(limit))
 
-    def cancel(self, job_id: int) -> bool:
-        """Cancel a pending or running job; False if it had already finished or does not exist."""
+    def cancel(self, job_id: int, *, actor: str | None = None) -> bool:
+        """Cancel a pending or running job; False if it had already finished or does not
+        exist. Audited (`actor`: who, by default the OS user; see `jobsup.client_ops`)."""
+        job_id, who = _job_id(job_id), actor_of(actor)
         self._ready()
-        return self.store.transitions.cancel(_job_id(job_id))
+        cancelled = self.store.transitions.cancel(job_id)
+        self._audit(who, "job.cancel", job_ids=[job_id], job_count=int(cancelled), outcome=_found(cancelled))
+        return cancelled
 
     def list_jobs(self, *, status: str | None = None, queue: str | None = None, limit: int = 100) -> list[Job]:
         """Jobs, newest first, without their history (use `get` for that)."""
@@ -181,6 +187,7 @@ class Client(GroupsAPI):
         timezone: str = "UTC",
         priority: int | None = None,
         allow_unknown: bool = False,
+        actor: str | None = None,
     ) -> RecurringSchedule:
         """Add or update the schedule `name`: run `job` with `payload` at each `cron` slot in
         `timezone`. Safe to call at every startup on every instance: the same cron keeps
@@ -189,10 +196,11 @@ class Client(GroupsAPI):
         written."""
         check_name(name, "schedule name")
         check_name(job, "job name")
+        who = actor_of(actor)
         jobtype = self._job_type(job, allow_unknown)
         text, key_id = schedule_payload(jobtype, name, payload)
         self._ready()
-        return self.store.recurring.recurring_upsert(
+        schedule = self.store.recurring.recurring_upsert(
             name=name,
             job_name=job,
             cron=check_cron(cron),
@@ -202,15 +210,24 @@ class Client(GroupsAPI):
             queue=check_name(queue or jobtype.queue, "queue"),
             priority=jobtype.priority if priority is None else check_priority(priority),
         )
+        detail = {"job": schedule.job, "cron": schedule.cron, "timezone": schedule.timezone, "queue": schedule.queue}
+        self._audit(who, "recurring.add", target=name, detail=detail)
+        return schedule
 
-    def remove_recurring(self, name: str) -> bool:
+    def remove_recurring(self, name: str, *, actor: str | None = None) -> bool:
+        who = actor_of(actor)
         self._ready()
-        return self.store.recurring.recurring_remove(name)
+        removed = self.store.recurring.recurring_remove(name)
+        self._audit(who, "recurring.remove", target=name, outcome=_found(removed))
+        return removed
 
-    def set_recurring_enabled(self, name: str, enabled: bool) -> bool:
+    def set_recurring_enabled(self, name: str, enabled: bool, *, actor: str | None = None) -> bool:
         """Pause or resume a schedule; resuming starts from now (no catch-up). False if unknown."""
+        who = actor_of(actor)
         self._ready()
-        return self.store.recurring.recurring_set_enabled(name, enabled)
+        changed = self.store.recurring.recurring_set_enabled(name, enabled)
+        self._audit(who, "recurring.enable" if enabled else "recurring.disable", target=name, outcome=_found(changed))
+        return changed
 
     def list_recurring(self) -> list[RecurringSchedule]:
         """Every schedule, its sensitive values shown as ``***``."""
@@ -283,38 +300,63 @@ class DeadLetters:
     def list(self, *, queue: str | None = None, limit: int = 100) -> list[Job]:
         return self._client.list_jobs(status=DEAD_LETTERED, queue=queue, limit=limit)
 
-    def retry(self, job_id: int) -> bool:
+    def retry(self, job_id: int, *, actor: str | None = None) -> bool:
         """Back to pending with a fresh budget of attempts; False if the job is not
-        dead-lettered. Attempt numbers go on from where they were."""
+        dead-lettered. Attempt numbers go on from where they were. Audited."""
+        job_id, who = _job_id(job_id), actor_of(actor)
         self._client._ready()
-        return bool(self._client.store.transitions.retry([_job_id(job_id)]))
+        try:
+            retried = bool(self._client.store.transitions.retry([job_id]))
+        except DuplicateJob as exc:
+            self._client._audit(who, "dead.retry", job_ids=[job_id], job_count=0, outcome="refused", detail=_why(exc))
+            raise
+        self._client._audit(who, "dead.retry", job_ids=[job_id], job_count=int(retried), outcome=_found(retried))
+        return retried
 
-    def retry_all(self) -> int:
+    def retry_all(self, *, actor: str | None = None) -> int:
         """Retry every dead letter; return how many. One whose unique key a live job holds
-        is left dead-lettered (and said so in the log), and the others are still retried."""
-        store = self._client.store
+        is left dead-lettered (and said so in the log), and the others are still retried.
+        Audited as one row: the count, the first ids, how many were skipped."""
+        store, who = self._client.store, actor_of(actor)
         self._client._ready()
-        retried, after = 0, None
+        retried: list[int] = []
+        skipped, after = 0, None
         while ids := store.reads.job_ids_after(DEAD_LETTERED, after):
             for job_id in ids:
                 try:
-                    retried += len(store.transitions.retry([job_id]))
+                    retried += store.transitions.retry([job_id])
                 except DuplicateJob as exc:
+                    skipped += 1
                     emit("dead_letter.retry_skipped", job=job_id, reason=str(exc))
             after = ids[-1]
-        return retried
+        self._client._audit(who, "dead.retry_all", job_ids=retried, detail={"skipped": skipped} if skipped else None)
+        return len(retried)
 
-    def purge(self, *, older_than: object = None) -> int:
-        """Delete dead letters (all, or those finished more than `older_than` ago)."""
-        self._client._ready()
+    def purge(self, *, older_than: object = None, actor: str | None = None) -> int:
+        """Delete dead letters (all, or those finished more than `older_than` ago). Audited
+        as one row: the count and the first ids."""
         age = None if older_than is None else parse_duration(older_than, what="older_than")
-        return self._client.store.retention.purge(DEAD_LETTERED, older_than=age)
+        who = actor_of(actor)
+        self._client._ready()
+        first: list[int] = []
+        purged = self._client.store.retention.purge(DEAD_LETTERED, older_than=age, first_ids=first)
+        detail = None if age is None else {"older_than_seconds": age}
+        self._client._audit(who, "dead.purge", job_ids=first, job_count=purged, detail=detail)
+        return purged
 
 
 def _job_id(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not -INT64 <= value <= INT64:
         raise BadInput(f"a job id is a whole number of at most 64 bits, not {value!r}")
     return value
+
+
+def _found(done: bool) -> str:
+    return "ok" if done else "not_found"
+
+
+def _why(exc: Exception) -> dict[str, str]:
+    return {"reason": str(exc)}
 
 
 def _limit(value: object) -> int:

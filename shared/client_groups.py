@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
+from jobsup.audit import actor_of
 from jobsup.errors import BadInput, JobNotFound
 from jobsup.links import MAX_BATCH, Callback, Workflow
 from jobsup.registry import check_text
@@ -29,6 +30,7 @@ class GroupsAPI:
             self, name: object, payload: Any, options: Mapping[str, Any], allow_unknown: bool, links: Any = None
         ) -> NewJob: ...
         def _build_many(self, jobs: Iterable[Mapping[str, Any]], allow_unknown: bool, what: str) -> list[NewJob]: ...
+        def _audit(self, actor: str, action: str, **fields: Any) -> None: ...
 
     # -- workflows ------------------------------------------------------------------------
 
@@ -75,17 +77,28 @@ class GroupsAPI:
         self._ready()
         return self.store.workflows.list(limit=_check_limit(limit))
 
-    def cancel_workflow(self, workflow_id: int) -> int:
-        """Cancel every unfinished step; returns how many were cancelled."""
+    def cancel_workflow(self, workflow_id: int, *, actor: str | None = None) -> int:
+        """Cancel every unfinished step; returns how many were cancelled. Audited."""
+        workflow_id, who = _id(workflow_id, "workflow"), actor_of(actor)
         self._ready()
-        return self.store.transitions.groups.cancel_workflow(_id(workflow_id, "workflow"))
+        found = self.store.workflows.get(workflow_id) is not None
+        cancelled = self.store.transitions.groups.cancel_workflow(workflow_id)
+        outcome = "ok" if found else "not_found"
+        self._audit(who, "workflow.cancel", target=f"workflow:{workflow_id}", job_count=cancelled, outcome=outcome)
+        return cancelled
 
-    def retry_workflow(self, workflow_id: int) -> list[int]:
-        """Run a finished workflow's failed and cancelled steps again; returns their ids."""
+    def retry_workflow(self, workflow_id: int, *, actor: str | None = None) -> list[int]:
+        """Run a finished workflow's failed and cancelled steps again; returns their ids.
+        Audited."""
+        workflow_id, who = _id(workflow_id, "workflow"), actor_of(actor)
         self._ready()
-        if self.store.workflows.get(_id(workflow_id, "workflow")) is None:
+        target = f"workflow:{workflow_id}"
+        if self.store.workflows.get(workflow_id) is None:
+            self._audit(who, "workflow.retry", target=target, job_count=0, outcome="not_found")
             raise JobNotFound(f"no workflow with id {workflow_id}")
-        return self.store.transitions.groups.retry_workflow(workflow_id)
+        retried = self.store.transitions.groups.retry_workflow(workflow_id)
+        self._audit(who, "workflow.retry", target=target, job_ids=retried, job_count=len(retried))
+        return retried
 
     # -- batches --------------------------------------------------------------------------
 
@@ -155,13 +168,17 @@ class GroupsAPI:
         self._ready()
         return self.store.batches.list(unfinished=unfinished, limit=_check_limit(limit))
 
-    def cancel_batch(self, batch_id: int) -> int:
+    def cancel_batch(self, batch_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished child and close the batch (its callbacks fire with the
-        counts); returns how many children were cancelled."""
+        counts); returns how many children were cancelled. Audited."""
+        batch_id, who = _id(batch_id, "batch"), actor_of(actor)
         self._ready()
-        if self.store.batches.get(_id(batch_id, "batch")) is None:
+        if self.store.batches.get(batch_id) is None:
+            self._audit(who, "batch.cancel", target=f"batch:{batch_id}", job_count=0, outcome="not_found")
             raise JobNotFound(f"no batch with id {batch_id}")
-        return self.store.transitions.groups.cancel_batch(batch_id)
+        cancelled = self.store.transitions.groups.cancel_batch(batch_id)
+        self._audit(who, "batch.cancel", target=f"batch:{batch_id}", job_count=cancelled)
+        return cancelled
 
 
 class Batch:

@@ -73,6 +73,10 @@ class UnknownJob(BadInput, LookupError):
     """No job type of this name is registered here or published in the database."""
 
 
+class UnknownQueue(BadInput, LookupError):
+    """No job, job definition, schedule or earlier pause names this queue."""
+
+
 class Cancelled(JobsupError):
     """Raised inside a job by `ctx.raise_if_cancelled()`: the job was asked to stop (an
     operator cancelled it, its timeout passed, its lease was lost, or its worker is shutting

@@ -26,6 +26,7 @@ _DURATIONS = {
     "retain_succeeded",
     "retain_dead_lettered",
     "retain_cancelled",
+    "retain_audit",
 }
 
 
@@ -75,6 +76,8 @@ class Settings:
     retain_succeeded: float = 7 * 86400.0
     retain_dead_lettered: float = 30 * 86400.0
     retain_cancelled: float = 7 * 86400.0
+    # How long operator actions stay in the audit trail (`jobsup audit`).
+    retain_audit: float = 90 * 86400.0
 
     def __post_init__(self) -> None:
         if self.heartbeat <= 0 or 4 * self.heartbeat > self.lease:

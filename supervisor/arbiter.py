@@ -39,6 +39,7 @@ from jobsup.supervisor.maintenance import (
     FinishBatches,
     Maintenance,
     PruneProcesses,
+    PurgeAudit,
     PurgeFinished,
     QueueGauges,
     Step,
@@ -95,6 +96,7 @@ class Arbiter:
         housekeeping: list[Step] = [
             PruneProcesses(self.store, self.heartbeat_every),
             PurgeFinished(self.store, self.retention()),
+            PurgeAudit(self.store, self.settings.retain_audit),
         ]
         self.maintenance = Maintenance(
             [

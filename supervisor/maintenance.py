@@ -53,9 +53,9 @@ class PruneProcesses:
 
 
 class QueueGauges:
-    """Refresh the queue depth and oldest-pending-age gauges of every queue this instance
-    serves or has seen, zeros included, so a queue that drains reads 0 instead of its last
-    values."""
+    """Refresh the queue depth, oldest-pending-age and paused gauges of every queue this
+    instance serves or has seen, zeros included, so a queue that drains (or is resumed)
+    reads 0 instead of its last values."""
 
     name = "queue_gauges"
     STATUSES = (PENDING, RUNNING, DEAD_LETTERED)
@@ -66,7 +66,8 @@ class QueueGauges:
 
     def run_once(self, now: datetime | None = None) -> int:
         counts, first_due = self.store.reads.job_counts(self.STATUSES, now=now)
-        self.seen |= {queue for queue, _ in counts} | set(first_due)
+        states = self.store.pauses.states()
+        self.seen |= {queue for queue, _ in counts} | set(first_due) | set(states)
         depths = {(queue, status): counts.get((queue, status), 0) for queue in self.seen for status in self.STATUSES}
         at = now or host_clock()
         oldest = {queue: 0.0 for queue in self.seen}
@@ -74,6 +75,7 @@ class QueueGauges:
             if first is not None:
                 oldest[queue] = max(0.0, (at - first).total_seconds())
         metrics.set_queue_depths(depths, oldest)
+        metrics.set_queues_paused({queue: queue in states and states[queue].paused for queue in self.seen})
         return len(self.seen)
 
 
@@ -96,6 +98,21 @@ class PurgeFinished:
         purged += self.store.retention.purge_groups(self.ages, batch=self.batch, now=now)
         if purged:
             emit("jobs.purged", count=purged)
+        return purged
+
+
+class PurgeAudit:
+    """Delete audit rows older than `retain_audit`, in bounded batches."""
+
+    name = "audit_retention"
+
+    def __init__(self, store: Store, age: float, batch: int = 1000, max_batches: int = 20) -> None:
+        self.store, self.age, self.batch, self.max_batches = store, age, batch, max_batches
+
+    def run_once(self, now: datetime | None = None) -> int:
+        purged = self.store.audit.purge(self.age, batch=self.batch, max_batches=self.max_batches, now=now)
+        if purged:
+            emit("audit.purged", count=purged)
         return purged
 
 

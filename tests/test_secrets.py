@@ -182,8 +182,36 @@ def test_rotation_reseals_under_the_newest_key_and_old_rows_still_open_meanwhile
         patch.setenv(ENV, K2)  # the old key is gone: every row still opens
         for n in range(1, 5):
             assert run_next(client).kind == "succeeded" and opened == [{"to": f"n{n}", "token": f"{SECRET}{n}"}]
-    again = run_jobsup("--database-url", url, "keys", "rotate", "--json", env={ENV: both})
+    again = run_jobsup("--database-url", url, "keys", "rotate", "--json", "--actor", "ops:kim", env={ENV: both})
     assert json.loads(again.stdout)["resealed"] == 0
+    rotations = [entry for entry in client.audit() if entry.action == "keys.rotate"]
+    assert [(entry.actor, entry.target, entry.detail["resealed"]) for entry in rotations] == [
+        ("ops:kim", "k2", 0),
+        (rotations[1].actor, "k2", 6),
+    ]
+    assert rotations[1].actor.startswith("os:")
+
+
+def test_an_operator_enqueue_from_the_cli_is_audited_and_converted_by_the_schema(url: str) -> None:
+    client = jobsup.Client(url)
+    client.store.definitions.publish([jobsup.registry.lookup("sealed-call").type], instance="workers")  # type: ignore[union-attr]
+    done = run_jobsup(
+        "--database-url", url, "enqueue", "sealed-call", "--param", "to=a@example.com", "--param", f"token={SECRET}",
+        "--actor", "ops:kim", "--json", env={ENV: K1},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    job_id = json.loads(done.stdout)["id"]
+    assert client.get(job_id).actor == "ops:kim"  # type: ignore[union-attr]
+    entry = client.audit()[0]
+    assert (entry.actor, entry.action, entry.target, entry.job_ids) == (
+        "ops:kim",
+        "job.enqueue",
+        "sealed-call",
+        (job_id,),
+    )
+    assert run_next(client).kind == "succeeded" and opened == [{"to": "a@example.com", "token": SECRET}]
+    bad = run_jobsup("--database-url", url, "enqueue", "sealed-call", "--param", "tok=x", env={ENV: K1})
+    assert bad.returncode == 2 and "has no parameter 'tok'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_trigger_payload_is_checked_at_enqueue_and_cannot_carry_a_secret(url: str) -> None:

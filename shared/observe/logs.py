@@ -36,6 +36,7 @@ _ERRORS = {
     "maintenance.failed",
     "step.failed",
     "http.failed",
+    "audit.failed",
 }
 
 

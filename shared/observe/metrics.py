@@ -85,6 +85,12 @@ def _m() -> dict[str, Any]:
             ["queue"],
             multiprocess_mode="livemax",
         ),
+        "paused": Gauge(
+            "jobsup_queue_paused",
+            "1 while an operator has the queue paused, else 0.",
+            ["queue"],
+            multiprocess_mode="livemax",
+        ),
         "expired": Counter("jobsup_leases_expired", "Leases closed because they lapsed or their worker died."),
         "workers": Gauge("jobsup_workers", "Live worker processes.", ["queue"], multiprocess_mode="livesum"),
         "restarts": Counter("jobsup_worker_restarts", "Workers that died and were replaced.", ["queue"]),
@@ -193,6 +199,11 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
         m["queue_jobs"].labels(queue, status).set(count)
     for queue, age in oldest.items():
         m["oldest"].labels(queue).set(age)
+
+
+def set_queues_paused(paused: dict[str, bool]) -> None:
+    for queue, is_paused in paused.items():
+        _m()["paused"].labels(queue).set(1 if is_paused else 0)
 
 
 def process_dead(pid: int) -> None:

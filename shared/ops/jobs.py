@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
+from jobsup.audit import actor_of
 from jobsup.cli import cli
-from jobsup.ops.options import NotFound, Target, json_option, parse_instant, parse_payload, with_target
+from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_instant, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
 from jobsup.store.schema import FINISHED_STATUSES, STATUSES
 
@@ -37,6 +38,7 @@ FOLLOW_EVERY = 0.5  # seconds between looks for new lines
 @click.option("--timeout", help="Stop the job after this long.")
 @click.option("--unique-key", help="Return the live job with this key instead of adding another.")
 @click.option("--allow-unknown", is_flag=True, help="Enqueue a name no definition knows (with the defaults).")
+@actor_option
 @json_option
 @with_target
 def enqueue(
@@ -48,10 +50,11 @@ def enqueue(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Enqueue job NAME and print its id."""
+    """Enqueue job NAME and print its id (the job's actor, and the audit trail's, is --actor)."""
     if run_at is not None and options["delay"] is not None:
         raise click.UsageError("give --delay or --run-at, not both")
     allow_unknown = options.pop("allow_unknown")
+    who = actor_of(options.pop("actor"))
     given = {key: value for key, value in options.items() if value is not None}
     if run_at is not None:
         given["run_at"] = parse_instant(run_at)
@@ -59,7 +62,8 @@ def enqueue(
     value = parse_payload(payload)
     if params:
         value = with_params(client, name, value, params, allow_unknown)
-    job_id = client.enqueue(name, value, allow_unknown=allow_unknown, **given)
+    job_id = client.enqueue(name, value, allow_unknown=allow_unknown, actor=who, **given)
+    client._audit(who, "job.enqueue", target=name, job_ids=[job_id])  # an operator's, unlike an app's
     emit_json({"id": job_id}) if as_json else click.echo(job_id)
 
 
@@ -187,10 +191,11 @@ def log_line(line: Any) -> str:
 
 @jobs.command("cancel")
 @click.argument("job_id", type=int)
+@actor_option
 @with_target
-def jobs_cancel(target: Target, job_id: int) -> None:
+def jobs_cancel(target: Target, job_id: int, actor: str | None) -> None:
     """Cancel a pending or running job."""
-    if not target.client().cancel(job_id):
+    if not target.client().cancel(job_id, actor=actor):
         raise NotFound(f"job {job_id} is not pending or running (or does not exist)")
     click.echo(f"cancelled job {job_id}")
 
@@ -213,16 +218,17 @@ def dead_list(target: Target, queue: str | None, limit: int, as_json: bool) -> N
 @dead.command("retry")
 @click.argument("job_ids", type=int, nargs=-1)
 @click.option("--all", "everything", is_flag=True, help="Retry every dead letter.")
+@actor_option
 @with_target
-def dead_retry(target: Target, job_ids: tuple[int, ...], everything: bool) -> None:
+def dead_retry(target: Target, job_ids: tuple[int, ...], everything: bool, actor: str | None) -> None:
     """Put dead letters back to pending with a fresh budget of attempts."""
     if bool(job_ids) == everything:
         raise click.UsageError("give job ids or --all (not both)")
     letters = target.client().dead_letters
     if everything:
-        click.echo(f"retried {letters.retry_all()} jobs")
+        click.echo(f"retried {letters.retry_all(actor=actor)} jobs")
         return
-    missing = [job_id for job_id in job_ids if not letters.retry(job_id)]
+    missing = [job_id for job_id in job_ids if not letters.retry(job_id, actor=actor)]
     click.echo(f"retried {len(job_ids) - len(missing)} jobs")
     if missing:
         raise NotFound(f"not dead-lettered: {', '.join(map(str, missing))}")
@@ -230,7 +236,8 @@ def dead_retry(target: Target, job_ids: tuple[int, ...], everything: bool) -> No
 
 @dead.command("purge")
 @click.option("--older-than", help="Only those that died longer ago than this (e.g. 30d).")
+@actor_option
 @with_target
-def dead_purge(target: Target, older_than: str | None) -> None:
+def dead_purge(target: Target, older_than: str | None, actor: str | None) -> None:
     """Delete dead letters."""
-    click.echo(f"purged {target.client().dead_letters.purge(older_than=older_than)} jobs")
+    click.echo(f"purged {target.client().dead_letters.purge(older_than=older_than, actor=actor)} jobs")

@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
+from jobsup.audit import actor_of
 from jobsup.cli import cli
-from jobsup.ops.options import Target, json_option, with_target
+from jobsup.ops.options import Target, actor_option, json_option, with_target
 from jobsup.ops.tables import emit_json
 from jobsup.secrets import generate_key, required_keyring
 
@@ -31,12 +32,14 @@ def keys_generate(key_id: str) -> None:
 
 
 @keys.command("rotate")
+@actor_option
 @json_option
 @with_target
-def keys_rotate(target: Target, as_json: bool) -> None:
+def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
     """Re-seal every job and schedule sealed under an older key with the newest one."""
     from jobsup.store.sealed import Rotation
 
+    who = actor_of(actor)
     ring = required_keyring()
     client = target.client()
     client._ready()
@@ -53,6 +56,9 @@ def keys_rotate(target: Target, as_json: bool) -> None:
             bar.update(rotation.resealed - done)
         sealed.rotate_schedules(ring, rotation)
     summary = {"key": ring.newest, "resealed": rotation.resealed, "failed": rotation.failed}
+    outcome = "refused" if rotation.failed else "ok"
+    detail = {"key": ring.newest, "resealed": rotation.resealed, "not_resealed": len(rotation.failed)}
+    client._audit(who, "keys.rotate", target=ring.newest, outcome=outcome, detail=detail)
     if as_json:
         emit_json(summary)
     else:

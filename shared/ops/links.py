@@ -11,7 +11,7 @@ import click
 
 from jobsup.cli import cli
 from jobsup.errors import BadInput
-from jobsup.ops.options import NotFound, Target, json_option, parse_payload, with_target
+from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
 
 _LIVE = ("waiting", "pending", "running")
@@ -64,21 +64,23 @@ def workflows_show(target: Target, workflow_id: int, as_json: bool) -> None:
 
 @workflows.command("cancel")
 @click.argument("workflow_id", type=int)
+@actor_option
 @with_target
-def workflows_cancel(target: Target, workflow_id: int) -> None:
+def workflows_cancel(target: Target, workflow_id: int, actor: str | None) -> None:
     """Cancel every unfinished step."""
     client = target.client()
     if client.get_workflow(workflow_id) is None:
         raise NotFound(f"no workflow with id {workflow_id}")
-    click.echo(f"cancelled {client.cancel_workflow(workflow_id)} steps of workflow {workflow_id}")
+    click.echo(f"cancelled {client.cancel_workflow(workflow_id, actor=actor)} steps of workflow {workflow_id}")
 
 
 @workflows.command("retry")
 @click.argument("workflow_id", type=int)
+@actor_option
 @with_target
-def workflows_retry(target: Target, workflow_id: int) -> None:
+def workflows_retry(target: Target, workflow_id: int, actor: str | None) -> None:
     """Run a finished workflow's failed and cancelled steps again."""
-    retried = target.client().retry_workflow(workflow_id)
+    retried = target.client().retry_workflow(workflow_id, actor=actor)
     click.echo(f"retrying {len(retried)} steps of workflow {workflow_id}")
 
 
@@ -122,10 +124,11 @@ def batches_show(target: Target, batch_id: int, as_json: bool) -> None:
 
 @batches.command("cancel")
 @click.argument("batch_id", type=int)
+@actor_option
 @with_target
-def batches_cancel(target: Target, batch_id: int) -> None:
+def batches_cancel(target: Target, batch_id: int, actor: str | None) -> None:
     """Cancel every unfinished child; the callbacks then fire with the counts."""
-    click.echo(f"cancelled {target.client().cancel_batch(batch_id)} children of batch {batch_id}")
+    click.echo(f"cancelled {target.client().cancel_batch(batch_id, actor=actor)} children of batch {batch_id}")
 
 
 @batches.command("enqueue")

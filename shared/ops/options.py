@@ -62,6 +62,8 @@ def with_target(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+# Every command that changes something is audited (`jobsup audit`); None: the OS user.
+actor_option = click.option("--actor", help="Who to record in the audit trail (default: os:<your user>).")
 
 
 def parse_payload(text: str | None) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from jobsup.cli import cli
-from jobsup.ops.options import NotFound, Target, json_option, parse_payload, with_target
+from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
 
 
@@ -25,6 +25,7 @@ def recurring() -> None:
 @click.option("--timezone", default="UTC", show_default=True, help="IANA time zone of the cron times.")
 @click.option("--priority", type=int)
 @click.option("--allow-unknown", is_flag=True, help="Schedule a job name no definition knows.")
+@actor_option
 @json_option
 @with_target
 def recurring_add(target: Target, name: str, payload: str | None, as_json: bool, **options: Any) -> None:
@@ -54,31 +55,34 @@ def recurring_list(target: Target, as_json: bool) -> None:
 
 @recurring.command("remove")
 @click.argument("name")
+@actor_option
 @with_target
-def recurring_remove(target: Target, name: str) -> None:
+def recurring_remove(target: Target, name: str, actor: str | None) -> None:
     """Delete schedule NAME."""
-    if not target.client().remove_recurring(name):
+    if not target.client().remove_recurring(name, actor=actor):
         raise NotFound(f"no schedule named {name!r}")
     click.echo(f"removed schedule {name}")
 
 
-def _set_enabled(target: Target, name: str, enabled: bool) -> None:
-    if not target.client().set_recurring_enabled(name, enabled):
+def _set_enabled(target: Target, name: str, enabled: bool, actor: str | None) -> None:
+    if not target.client().set_recurring_enabled(name, enabled, actor=actor):
         raise NotFound(f"no schedule named {name!r}")
     click.echo(f"{'enabled' if enabled else 'disabled'} schedule {name}")
 
 
 @recurring.command("enable")
 @click.argument("name")
+@actor_option
 @with_target
-def recurring_enable(target: Target, name: str) -> None:
+def recurring_enable(target: Target, name: str, actor: str | None) -> None:
     """Resume schedule NAME from now."""
-    _set_enabled(target, name, True)
+    _set_enabled(target, name, True, actor)
 
 
 @recurring.command("disable")
 @click.argument("name")
+@actor_option
 @with_target
-def recurring_disable(target: Target, name: str) -> None:
+def recurring_disable(target: Target, name: str, actor: str | None) -> None:
     """Pause schedule NAME."""
-    _set_enabled(target, name, False)
+    _set_enabled(target, name, False, actor)

@@ -3,7 +3,8 @@
 - `transitions`: the only writers of job rows, one method per arrow of the state machine;
   `statements` holds their SQL, `steps` lets features join them, `builder` builds new rows.
 - `reads`: what operators look at; `retention`: deleting finished jobs.
-- `recurring`, `definitions`, `processes`, `joblogs`: the other tables, one module each.
+- `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `pauses`
+  (paused queues, a part of the claim): the other tables, one module each.
 - `claim`: the claim predicate and the parts of a claim every dialect shares.
 - `dialects/`: what differs between databases; `database`: connections and error
   translation; `schema` and `migrate`: the tables and their Alembic upgrades.
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 from jobsup.jobtypes import Resolver
 from jobsup.store import links  # noqa: F401 - registers the steps of linked jobs
+from jobsup.store.audit import Audit
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
+from jobsup.store.pauses import Pauses
 from jobsup.store.processes import ProcessTable
 from jobsup.store.reads import Reads
 from jobsup.store.recurring import RecurringStore
@@ -39,6 +42,8 @@ class Store:
         self.workflows, self.batches = self.transitions.workflows, self.transitions.batches
         self.logs = JobLogs(db)
         self.sealed = SealedRows(db, self.transitions.sql)
+        self.audit = Audit(db)
+        self.pauses = Pauses(db, self.audit)
 
     def schema_check(self) -> None:
         """Raise `SchemaOutdated` unless the schema is at this code's revision."""

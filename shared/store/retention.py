@@ -17,13 +17,15 @@ from jobsup.store.reads import BATCH, Reads
 from jobsup.store.schema import batch as batch_table
 from jobsup.store.schema import job, job_attempt, job_dependency, workflow
 
+FIRST_IDS = 100  # ids a purge collects for its caller's record
+
 
 class Retention:
     def __init__(self, db: Database, reads: Reads) -> None:
         self.db, self.reads = db, reads
 
-    def job_delete(self, job_ids: Sequence[int], *, status: str, operation: str = "dead_letters") -> int:
-        """Delete jobs (and their attempts) that are still in `status`; return how many."""
+    def job_delete(self, job_ids: Sequence[int], *, status: str, operation: str = "dead_letters") -> list[int]:
+        """Delete jobs (and their attempts) that are still in `status`; return their ids."""
         return self._delete(job_ids, status_is(status), operation)
 
     def queue_delete(self, queue: str, *, after: int | None = None, batch: int = BATCH) -> int:
@@ -32,7 +34,7 @@ class Retention:
         works on any more, such as the one `jobsup bench` made for itself."""
         deleted = 0
         while ids := self.reads.job_ids_of_queue(queue, after=after, limit=batch):
-            deleted += self._delete(ids, job.c.queue == queue, "retention")
+            deleted += len(self._delete(ids, job.c.queue == queue, "retention"))
             after = ids[-1]
         return deleted
 
@@ -42,10 +44,11 @@ class Retention:
         condition: ColumnElement[bool],
         operation: str,
         params: Mapping[str, Any] | None = None,
-    ) -> int:
-        """Delete the jobs of `job_ids` that still meet `condition`, their attempts and their log lines."""
+    ) -> list[int]:
+        """Delete the jobs of `job_ids` that still meet `condition`, their attempts and their
+        log lines; return the ids deleted."""
         if not job_ids:
-            return 0
+            return []
         with self.db.transaction(operation) as conn:
             stmt = delete(job).where(job.c.id.in_(job_ids), condition).returning(job.c.id)
             gone = conn.execute(stmt, dict(params or {})).scalars().all()
@@ -53,7 +56,7 @@ class Retention:
                 conn.execute(delete(job_attempt).where(job_attempt.c.job_id.in_(gone)))
                 conn.execute(delete(job_dependency).where(job_dependency.c.job_id.in_(gone)))
                 JobLogs.delete_for(conn, gone)
-        return len(gone)
+        return list(gone)
 
     def purge(
         self,
@@ -64,15 +67,20 @@ class Retention:
         max_batches: int | None = None,
         operation: str = "dead_letters",
         now: datetime | None = None,
+        first_ids: list[int] | None = None,
     ) -> int:
         """Delete finished jobs in `status` (all, or those finished more than `older_than`
-        seconds ago), `batch` at a time, at most `max_batches` batches; return how many."""
+        seconds ago), `batch` at a time, at most `max_batches` batches; return how many.
+        `first_ids` collects the ids of the first `FIRST_IDS` deleted (for the audit trail)."""
         purged, batches = 0, 0
         while max_batches is None or batches < max_batches:
             ids = self.reads.job_finished_ids(status, older_than=older_than, limit=batch, now=now)
             if not ids:
                 break
-            purged += self.job_delete(ids, status=status, operation=operation)
+            gone = self.job_delete(ids, status=status, operation=operation)
+            purged += len(gone)
+            if first_ids is not None:
+                first_ids.extend(gone[: max(0, FIRST_IDS - len(first_ids))])
             batches += 1
         return purged
 
@@ -109,7 +117,7 @@ class Retention:
                 groups = list(conn.execute(stmt, clock).scalars())
             for group_id in groups:
                 while purged < max_jobs and (ids := self.reads.job_ids_of(column, group_id, limit=batch)):
-                    gone = self._delete(ids, and_(column == group_id, past), "retention", clock)
+                    gone = len(self._delete(ids, and_(column == group_id, past), "retention", clock))
                     purged += gone
                     if gone < len(ids):
                         break  # a job that came back to life: the group stays

@@ -1,0 +1,151 @@
+"""The client's operator side: paused queues and the audit trail (a part of `jobsup.Client`,
+kept apart by role).
+
+**What is audited.** Every call of an operator method of the API records one row in
+`jobsup_audit`, whoever calls it: the CLI, or an application (a web app's "cancel" button is
+an operator action too). The methods: `cancel`, `dead_letters.retry` / `retry_all` /
+`purge`, `pause_queue`, `resume_queue`, `add_recurring`, `remove_recurring`,
+`set_recurring_enabled`, `cancel_workflow`, `retry_workflow`, `cancel_batch`. Each takes
+`actor=`; without it the actor is `jobsup.audit.default_actor()` (``os:<user>``). What the
+worker and the supervisor do on their own (settling, retrying with backoff, sweeping
+leases, firing schedules, retention) goes through the store, not these methods, and is not
+audited. Bad input (a bad id, a queue no one knows) is refused before anything is
+attempted and records nothing; an action that ran records its outcome: ``ok``,
+``not_found`` (nothing matched: no such job, schedule, or paused queue) or ``refused`` (the
+database's state forbade it, with the reason in `detail`).
+
+**When.** A pause and a resume write their row in their own transaction. The other actions
+write it right after their change has committed: they run through the store's transitions,
+which the worker shares and which are one or many transactions (a retry-all or a purge works
+in batches), and their outcome is known only once their compare-and-set has run. A process
+that dies in that instant keeps the change and loses its row; a row that cannot be written
+(the database went away) is logged as ``audit.failed`` with its fields, rather than making a
+change that happened look failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from jobsup.audit import actor_of
+from jobsup.durations import parse_duration
+from jobsup.errors import BadInput, DatabaseError
+from jobsup.observe.events import emit
+from jobsup.registry import check_name
+from jobsup.store.audit import JOB_IDS_KEPT, AuditEntry
+from jobsup.store.schema import PENDING, RUNNING
+
+if TYPE_CHECKING:
+    from jobsup.store import Store
+
+MAX_REASON = 1000  # characters of a pause's reason
+
+
+class OpsAPI:
+    """`Client`'s methods for paused queues and the audit trail."""
+
+    if TYPE_CHECKING:
+        store: Store
+
+        def _ready(self) -> None: ...
+
+    # -- paused queues --------------------------------------------------------------------
+
+    def pause_queue(
+        self, queue: str, *, reason: str | None = None, actor: str | None = None, allow_unknown: bool = False
+    ) -> bool:
+        """Stop every instance from claiming jobs of `queue` (within one poll interval; a
+        claim that started before the pause may still take a job). Running jobs finish,
+        enqueueing goes on, and the pause outlives restarts (it is a row). False if it was
+        paused already. A queue that no job, job definition, schedule or earlier pause
+        names raises `UnknownQueue` and nothing is written, unless `allow_unknown` (to pause
+        a queue before the deploy that brings it)."""
+        check_name(queue, "queue")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
+            raise BadInput(f"reason must be a string of at most {MAX_REASON} characters")
+        who = actor_of(actor)
+        self._ready()
+        paused = self.store.pauses.pause(queue, actor=who, reason=reason, allow_unknown=allow_unknown)
+        emit("queue.paused", queue=queue, actor=who, reason=reason, already=not paused or None)
+        return paused
+
+    def resume_queue(self, queue: str, *, actor: str | None = None) -> bool:
+        """Let every instance claim jobs of `queue` again, and wake its idle workers; False
+        if it was not paused (recorded as ``not_found``)."""
+        check_name(queue, "queue")
+        who = actor_of(actor)
+        self._ready()
+        resumed = self.store.pauses.resume(queue, actor=who)
+        emit("queue.resumed", queue=queue, actor=who, was_paused=resumed)
+        return resumed
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue a job, job definition, schedule or pause names, by name: pending and
+        running jobs, ``state`` (``paused`` or ``active``), and for a queue an operator
+        paused or resumed, the reason, who changed it (``changed_by``) and when (``since``)."""
+        self._ready()
+        counts, _ = self.store.reads.job_counts((PENDING, RUNNING))
+        states = self.store.pauses.states()
+        rows = []
+        for queue in self.store.pauses.known():
+            state = states.get(queue)
+            rows.append(
+                {
+                    "queue": queue,
+                    "pending": counts.get((queue, PENDING), 0),
+                    "running": counts.get((queue, RUNNING), 0),
+                    "state": "paused" if state is not None and state.paused else "active",
+                    "reason": None if state is None else state.reason,
+                    "changed_by": None if state is None else state.changed_by,
+                    "since": None if state is None else state.changed_at,
+                }
+            )
+        return rows
+
+    # -- the audit trail ------------------------------------------------------------------
+
+    def audit(
+        self, *, since: object = None, actor: str | None = None, action: str | None = None, limit: int = 100
+    ) -> list[AuditEntry]:
+        """Operator actions, newest first: since an aware datetime or a duration ago
+        (``"1d"``), by `actor`, of `action` (``queue.pause``; or a prefix: ``queue.``)."""
+        if isinstance(since, datetime):
+            if since.tzinfo is None:
+                raise BadInput("since must be timezone-aware (or a duration such as 1d)")
+            start: datetime | float | None = since
+        else:
+            start = None if since is None else parse_duration(since, what="since")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise BadInput(f"limit must be a whole number of at least 1, not {limit!r}")
+        self._ready()
+        return self.store.audit.list(since=start, actor=actor, action=action, limit=limit)
+
+    def _audit(
+        self,
+        actor: str,
+        action: str,
+        *,
+        target: str | None = None,
+        job_ids: Sequence[int] = (),
+        job_count: int | None = None,
+        outcome: str = "ok",
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        """Record an action that has already happened (see the module's docstring)."""
+        try:
+            self.store.audit.record(
+                actor, action, target=target, job_ids=job_ids, job_count=job_count, outcome=outcome, detail=detail
+            )
+        except DatabaseError as exc:
+            emit(
+                "audit.failed",
+                actor=actor,
+                action=action,
+                target=target,
+                outcome=outcome,
+                job_count=len(job_ids) if job_count is None else job_count,
+                job_ids=",".join(map(str, list(job_ids)[:JOB_IDS_KEPT])) or None,
+                reason=str(exc),
+            )

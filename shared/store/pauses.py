@@ -1,0 +1,151 @@
+"""Paused queues (`jobsup_queue_state`): an operator's pause holds on every instance.
+
+The pause is a part of the claim predicate (`jobsup.store.claim.add_part`): every dialect's
+claim statement carries ``NOT EXISTS (SELECT 1 FROM jobsup_queue_state WHERE queue =
+:p_queue AND paused)``. The subquery names no column of the job row, so the database runs it
+once per claim, as one primary-key lookup, and a pause committed before a claim starts is
+seen by that claim on every instance, with nothing cached in any worker. Jobs already
+running finish; enqueueing goes on. Resuming wakes the queue's idle workers the way an
+enqueue does (PostgreSQL NOTIFY, SQLite's pokes), in the resume's own transaction.
+
+A pause and a resume write their audit row in the same transaction as the change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, bindparam, insert, literal_column, select, true, union, update
+from sqlalchemy.exc import IntegrityError
+
+from jobsup.errors import UnknownQueue
+from jobsup.store.audit import Audit
+from jobsup.store.claim import Part, add_part
+from jobsup.store.database import Database
+from jobsup.store.schema import job, job_definition, queue_state, recurring_job
+
+KNOWN_SHOWN = 20  # known queues named in the error about an unknown one
+
+
+def _paused(queue: Any) -> Any:
+    return select(literal_column("1")).where(queue_state.c.queue == queue, queue_state.c.paused == true()).exists()
+
+
+# The queue's own bound name, not the row's column: an uncorrelated subquery, run once.
+add_part(Part("queue_not_paused", lambda columns, clock: ~_paused(bindparam("p_queue"))))
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """A queue an operator paused, or paused and resumed: who changed it last, and when."""
+
+    queue: str
+    paused: bool
+    reason: str | None
+    changed_by: str
+    changed_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Pauses:
+    def __init__(self, db: Database, audit: Audit) -> None:
+        self.db, self.dialect, self.audit = db, db.dialect, audit
+
+    def pause(
+        self,
+        queue: str,
+        *,
+        actor: str,
+        reason: str | None = None,
+        allow_unknown: bool = False,
+        now: datetime | None = None,
+    ) -> bool:
+        """Pause `queue` on every instance; False if it was paused already (its reason and
+        who paused it are updated, its pause time kept). A queue no job, definition,
+        schedule or earlier pause names raises `UnknownQueue` and nothing is written,
+        unless `allow_unknown` (pausing a queue ahead of the deploy that brings it)."""
+        if not allow_unknown and not self.is_known(queue):
+            raise UnknownQueue(_unknown_message(queue, self.known()))
+        clock = self.dialect.clock_params(now)
+        with self.db.transaction("queues") as conn:
+            was = conn.execute(select(queue_state.c.paused).where(queue_state.c.queue == queue)).scalar()
+            values: dict[str, Any] = {"paused": True, "reason": reason, "changed_by": actor}
+            if not was:
+                values["changed_at"] = self.dialect.clock()
+            if was is None and not self._insert(conn, queue, values, clock):
+                was = False  # another pause inserted it first: update theirs
+            if was is not None:
+                conn.execute(update(queue_state).where(queue_state.c.queue == queue).values(values), clock)
+            detail = {"reason": reason, "was_paused": bool(was)}
+            self.audit.record(actor, "queue.pause", target=queue, detail=detail, connection=conn, now=now)
+        return not was
+
+    def resume(self, queue: str, *, actor: str, now: datetime | None = None) -> bool:
+        """Let `queue` be claimed again, and wake its idle workers; False if it was not paused."""
+        clock = self.dialect.clock_params(now)
+        values = {"paused": False, "reason": None, "changed_by": actor, "changed_at": self.dialect.clock()}
+        paused = (queue_state.c.queue == queue) & (queue_state.c.paused == true())
+        with self.db.transaction("queues") as conn:
+            resumed = bool(conn.execute(update(queue_state).where(paused).values(values), clock).rowcount)
+            if resumed:
+                self.dialect.after_enqueue(conn, {queue})
+            outcome = "ok" if resumed else "not_found"
+            self.audit.record(actor, "queue.resume", target=queue, outcome=outcome, connection=conn, now=now)
+        return resumed
+
+    def _insert(self, conn: Connection, queue: str, values: dict[str, Any], clock: dict[str, Any]) -> bool:
+        try:
+            with conn.begin_nested():
+                conn.execute(insert(queue_state).values(queue=queue, **values), clock)
+            return True
+        except IntegrityError:
+            return False
+
+    def states(self) -> dict[str, QueueState]:
+        """Every queue with a row: paused ones, and those resumed since."""
+        with self.db.read("queues") as conn:
+            rows = conn.execute(select(queue_state).order_by(queue_state.c.queue)).all()
+        return {
+            row.queue: QueueState(row.queue, bool(row.paused), row.reason, row.changed_by, row.changed_at)
+            for row in rows
+        }
+
+    def paused(self) -> set[str]:
+        return {queue for queue, state in self.states().items() if state.paused}
+
+    def is_known(self, queue: str) -> bool:
+        """Whether any job, job definition, recurring schedule or queue state names `queue`
+        (each an indexed or small-table lookup, the jobs last)."""
+        checks: list[Select[Any]] = [
+            select(literal_column("1")).where(table.c.queue == queue).limit(1)
+            for table in (queue_state, job_definition, recurring_job, job)
+        ]
+        with self.db.read("queues") as conn:
+            return any(conn.execute(check).first() is not None for check in checks)
+
+    def known(self) -> list[str]:
+        """Every queue named by a job, a job definition, a recurring schedule or a queue
+        state, sorted (this reads every job's queue: for listings and errors, not hot paths)."""
+        stmt = union(
+            select(job.c.queue),
+            select(job_definition.c.queue),
+            select(recurring_job.c.queue),
+            select(queue_state.c.queue),
+        )
+        with self.db.read("queues") as conn:
+            return sorted(str(queue) for queue in conn.execute(stmt).scalars())
+
+
+def _unknown_message(queue: str, known: list[str]) -> str:
+    shown = ", ".join(known[:KNOWN_SHOWN]) + (
+        f" and {len(known) - KNOWN_SHOWN} more" if len(known) > KNOWN_SHOWN else ""
+    )
+    return (
+        f"queue {queue!r} is unknown: no job, job definition, schedule or earlier pause names it "
+        f"(known queues: {shown or 'none'}); check the name, or pass --force (allow_unknown=True) to pause "
+        "a queue ahead of the deploy that brings it"
+    )

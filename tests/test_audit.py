@@ -1,0 +1,254 @@
+"""The audit trail on every real database: a row per operator action with its actor,
+target, count and outcome; listing and its filters; retention; and the command line."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from offline import OfflineDatabase
+
+import jobsup
+from jobsup.audit import default_actor
+from jobsup.store.audit import JOB_IDS_KEPT, Audit
+from jobsup.supervisor.maintenance import PurgeAudit
+
+from helpers import claim, fail, run_jobsup
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[jobsup.Client]:
+    c = jobsup.Client(url)
+    yield c
+    c.close()
+
+
+def last(client: jobsup.Client, action: str | None = None) -> Any:
+    """The newest row (of `action`) as a dict, without its id and time."""
+    [entry] = client.audit(action=action, limit=1)
+    fields = entry.to_dict()
+    del fields["id"], fields["at"]
+    return fields
+
+
+def row(actor: str, action: str, **fields: Any) -> dict[str, Any]:
+    shape = {"target": None, "job_count": None, "job_ids": [], "outcome": "ok", "detail": None}
+    return {"actor": actor, "action": action, **shape, **fields}
+
+
+def dead_letters(client: jobsup.Client, count: int, **options: Any) -> list[int]:
+    ids = [client.enqueue("a", max_attempts=1, **options) for _ in range(count)]
+    for claimed in claim(client, "w1", options.get("queue", "default"), limit=count):
+        assert fail(client, claimed) == "dead_lettered"
+    return ids
+
+
+def test_the_default_actor_is_the_os_user() -> None:
+    assert default_actor() == f"os:{getpass.getuser()}"
+
+
+def test_cancel_records_its_actor_and_outcome(client: jobsup.Client) -> None:
+    job_id = client.enqueue("a")
+    assert client.cancel(job_id, actor="web:alice") is True
+    assert last(client) == row("web:alice", "job.cancel", job_count=1, job_ids=[job_id])
+    assert client.cancel(job_id) is False  # finished already: no default actor missing
+    assert last(client) == row(default_actor(), "job.cancel", job_count=0, job_ids=[job_id], outcome="not_found")
+
+
+def test_dead_letter_retry_records_ok_not_found_and_refused(client: jobsup.Client) -> None:
+    [first] = dead_letters(client, 1)
+    assert client.dead_letters.retry(first, actor="ops") is True
+    assert last(client) == row("ops", "dead.retry", job_count=1, job_ids=[first])
+    assert client.dead_letters.retry(first, actor="ops") is False  # pending now
+    assert last(client)["outcome"] == "not_found"
+    [keyed] = dead_letters(client, 1, unique_key="k", queue="keyed")
+    client.enqueue("a", unique_key="k", queue="keyed")  # a live job holds the key now
+    with pytest.raises(jobsup.DuplicateJob):
+        client.dead_letters.retry(keyed, actor="ops")
+    refused = last(client)
+    assert (refused["outcome"], refused["job_ids"], refused["job_count"]) == ("refused", [keyed], 0)
+    assert "unique key" in refused["detail"]["reason"]
+
+
+def test_retry_all_and_purge_record_the_count_and_the_first_ids(client: jobsup.Client) -> None:
+    ids = dead_letters(client, 3)
+    assert client.dead_letters.retry_all(actor="ops") == 3
+    assert last(client) == row("ops", "dead.retry_all", job_count=3, job_ids=ids)
+    for claimed in claim(client, "w1", limit=3):
+        fail(client, claimed)
+    assert client.dead_letters.purge(actor="ops") == 3
+    assert last(client) == row("ops", "dead.purge", job_count=3, job_ids=ids)
+    assert client.dead_letters.purge(older_than="30d", actor="ops") == 0
+    assert last(client) == row("ops", "dead.purge", job_count=0, detail={"older_than_seconds": 30 * 86400.0})
+
+
+def test_a_row_keeps_the_first_ids_and_the_true_count(client: jobsup.Client) -> None:
+    client.store.audit.record("ops", "dead.purge", job_ids=list(range(1, 251)))
+    entry = client.audit(limit=1)[0]
+    assert (entry.job_count, entry.job_ids) == (250, tuple(range(1, JOB_IDS_KEPT + 1)))
+
+
+def test_pause_and_resume_are_recorded(client: jobsup.Client) -> None:
+    client.enqueue("a", queue="mail")
+    client.pause_queue("mail", reason="smtp down", actor="alice")
+    assert last(client) == row(
+        "alice", "queue.pause", target="mail", detail={"reason": "smtp down", "was_paused": False}
+    )
+    client.resume_queue("mail", actor="bob")
+    assert last(client) == row("bob", "queue.resume", target="mail")
+    client.resume_queue("mail", actor="bob")
+    assert last(client) == row("bob", "queue.resume", target="mail", outcome="not_found")
+
+
+def test_recurring_changes_are_recorded(client: jobsup.Client) -> None:
+    client.add_recurring("nightly", job="a", cron="0 3 * * *", timezone="Europe/Berlin", actor="ops")
+    detail = {"job": "a", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "queue": "default"}
+    assert last(client) == row("ops", "recurring.add", target="nightly", detail=detail)
+    client.set_recurring_enabled("nightly", False, actor="ops")
+    assert last(client) == row("ops", "recurring.disable", target="nightly")
+    client.set_recurring_enabled("nightly", True, actor="ops")
+    assert last(client) == row("ops", "recurring.enable", target="nightly")
+    assert client.remove_recurring("nightly", actor="ops") is True
+    assert last(client) == row("ops", "recurring.remove", target="nightly")
+    assert client.remove_recurring("nightly", actor="ops") is False
+    assert last(client) == row("ops", "recurring.remove", target="nightly", outcome="not_found")
+
+
+def test_workflow_and_batch_actions_are_recorded(client: jobsup.Client) -> None:
+    wf = jobsup.Workflow("etl")
+    first = wf.add("a")
+    wf.add("a", deps=[first], step="second")
+    workflow_id = client.enqueue_workflow(wf)
+    assert client.cancel_workflow(workflow_id, actor="ops") == 2
+    assert last(client) == row("ops", "workflow.cancel", target=f"workflow:{workflow_id}", job_count=2)
+    retried = client.retry_workflow(workflow_id, actor="ops")
+    assert last(client) == row("ops", "workflow.retry", target=f"workflow:{workflow_id}", job_count=2, job_ids=retried)
+    with pytest.raises(jobsup.JobsupError):
+        client.retry_workflow(workflow_id + 100, actor="ops")
+    assert last(client)["outcome"] == "not_found"
+    batch_id = client.enqueue_batch([{"name": "a"}] * 3)
+    assert client.cancel_batch(batch_id, actor="ops") == 3
+    assert last(client) == row("ops", "batch.cancel", target=f"batch:{batch_id}", job_count=3)
+
+
+def test_what_the_workers_do_is_not_audited(client: jobsup.Client) -> None:
+    dead_letters(client, 2)  # enqueue, claim, fail: the application's and the worker's own work
+    assert client.audit() == []
+
+
+def test_listing_filters_by_time_actor_and_action(client: jobsup.Client) -> None:
+    audit = client.store.audit
+    audit.record("alice", "queue.pause", target="mail", now=T0 - timedelta(days=2))
+    audit.record("bob", "queue.resume", target="mail", now=T0 - timedelta(hours=2))
+    audit.record("alice", "job.cancel", job_ids=[7], now=T0 - timedelta(minutes=1))
+    assert [e.action for e in audit.list(now=T0)] == ["job.cancel", "queue.resume", "queue.pause"]
+    assert [e.action for e in audit.list(since=86400, now=T0)] == ["job.cancel", "queue.resume"]
+    assert [e.action for e in audit.list(since=T0 - timedelta(hours=3))] == ["job.cancel", "queue.resume"]
+    assert [e.action for e in audit.list(actor="alice")] == ["job.cancel", "queue.pause"]
+    assert [e.action for e in audit.list(action="queue.")] == ["queue.resume", "queue.pause"]
+    assert [e.action for e in audit.list(action="queue")] == []  # exact unless it ends in a dot
+    assert [e.action for e in audit.list(limit=1)] == ["job.cancel"]
+
+
+def test_retention_deletes_old_rows_only_in_bounded_batches(client: jobsup.Client) -> None:
+    audit = client.store.audit
+    for days in (100, 99, 95, 92, 91):
+        audit.record("ops", "job.cancel", target=f"{days}d", now=T0 - timedelta(days=days))
+    audit.record("ops", "job.cancel", target="89d", now=T0 - timedelta(days=89))
+    audit.record("ops", "job.cancel", target="new", now=T0)
+    step = PurgeAudit(client.store, 90 * 86400.0, batch=2, max_batches=2)
+    assert step.run_once(now=T0) == 4  # two batches of two, the oldest first
+    assert [e.target for e in audit.list()] == ["new", "89d", "91d"]
+    assert step.run_once(now=T0) == 1
+    assert step.run_once(now=T0) == 0
+    assert [e.target for e in audit.list()] == ["new", "89d"]
+
+
+def test_the_audit_settings_default_to_90_days() -> None:
+    assert jobsup.settings.Settings().retain_audit == 90 * 86400.0
+    assert jobsup.settings.load({"retain_audit": "30d"}).retain_audit == 30 * 86400.0
+
+
+def test_bad_listing_arguments_are_refused(client: jobsup.Client) -> None:
+    for bad in ({"since": "yesterday"}, {"since": datetime(2030, 1, 1)}, {"limit": 0}):
+        with pytest.raises(jobsup.BadInput):
+            client.audit(**bad)  # type: ignore[arg-type]
+
+
+def test_sql_server_audit_statements_compile() -> None:
+    db = OfflineDatabase()
+    audit = Audit(db)  # type: ignore[arg-type]
+    audit.record("ops", "dead.purge", job_ids=[1, 2], detail={"older_than_seconds": 60.0})
+    audit.list(since=3600, actor="ops", action="queue.", limit=5)
+    audit.purge(86400.0)
+    sql = [" ".join(statement.split()) for statement in db.sql]
+    assert sql[0].startswith(
+        "INSERT INTO jobsup_audit (at, actor, action, target, job_count, job_ids, outcome, detail)"
+    )
+    assert "SELECT TOP 5" in sql[1] and "ORDER BY jobsup_audit.at DESC, jobsup_audit.id DESC" in sql[1]
+    assert "SELECT TOP 1000 jobsup_audit.id FROM jobsup_audit WHERE jobsup_audit.at < dateadd(" in sql[2]
+    assert db.params[0]["p_ids"] == "[1, 2]"
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def cli(url: str, *args: str) -> Any:
+    return run_jobsup(*args, "--database-url", url)
+
+
+def test_operator_commands_record_the_actor_and_jobsup_audit_lists_them(url: str) -> None:
+    client = jobsup.Client(url)
+    job_id = client.enqueue("a", queue="mail")
+    assert cli(url, "jobs", "cancel", str(job_id), "--actor", "alice").returncode == 0
+    assert cli(url, "queues", "pause", "mail", "--reason", "smtp down").returncode == 0
+    listed = json.loads(cli(url, "audit", "--json").stdout)
+    assert [(e["actor"], e["action"], e["target"], e["outcome"]) for e in listed] == [
+        (default_actor(), "queue.pause", "mail", "ok"),
+        ("alice", "job.cancel", None, "ok"),
+    ]
+    assert listed[1]["job_ids"] == [job_id] and listed[1]["job_count"] == 1
+    assert listed[0]["detail"] == {"reason": "smtp down", "was_paused": False}
+    table = cli(url, "audit", "--actor", "alice", "--since", "1d")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["AT", "ACTOR", "ACTION", "TARGET", "JOBS", "OUTCOME", "DETAIL"]
+    assert len(lines) == 2 and "alice" in lines[1] and "job.cancel" in lines[1] and f"1 ({job_id})" in lines[1]
+    empty = cli(url, "audit", "--action", "recurring.")
+    assert empty.stdout.strip() == "no audited actions"
+    client.close()
+
+
+def test_a_bad_since_is_a_clear_error_without_a_traceback(sqlite_url: str) -> None:
+    result = cli(sqlite_url, "audit", "--since", "yesterday")
+    assert result.returncode == 2
+    assert "since" in result.stderr and "'yesterday' is not a duration" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_queues_commands_pause_list_and_resume(sqlite_url: str) -> None:
+    client = jobsup.Client(sqlite_url)
+    client.enqueue("a", queue="mail")
+    refused = cli(sqlite_url, "queues", "pause", "mial")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "known queues: mail" in refused.stderr and "--force" in refused.stderr
+    assert client.audit() == [] and client.store.pauses.states() == {}  # nothing written
+    paused = cli(sqlite_url, "queues", "pause", "mail", "--reason", "smtp down", "--actor", "alice")
+    assert paused.stdout.strip() == "paused queue mail"
+    listed = json.loads(cli(sqlite_url, "queues", "list", "--json").stdout)
+    assert [(q["queue"], q["state"], q["pending"], q["reason"], q["changed_by"]) for q in listed] == [
+        ("mail", "paused", 1, "smtp down", "alice")
+    ]
+    table = cli(sqlite_url, "queues", "list").stdout.splitlines()
+    assert table[0].split() == ["QUEUE", "STATE", "PENDING", "RUNNING", "REASON", "BY", "SINCE"]
+    assert table[1].split()[:4] == ["mail", "paused", "1", "0"]
+    assert cli(sqlite_url, "queues", "pause", "later", "--force").stdout.strip() == "paused queue later"
+    assert cli(sqlite_url, "queues", "resume", "mail").stdout.strip() == "resumed queue mail"
+    assert cli(sqlite_url, "queues", "resume", "mail").stdout.strip() == "queue mail was not paused"
+    client.close()
