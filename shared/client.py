@@ -19,9 +19,9 @@ from jobsup.links import check_triggers
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
 from jobsup.registry import check_name, check_priority
-from jobsup.secrets import mask
+from jobsup.secrets import mask, schedule_binding
 from jobsup.store import Database, Store
-from jobsup.store.builder import EnqueueOptions, build, schedule_payload
+from jobsup.store.builder import EnqueueOptions, build, typed_payload
 from jobsup.store.rows import Definition, Job, LogLine, NewJob, RecurringSchedule
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
@@ -125,15 +125,23 @@ class Client(GroupsAPI, OpsAPI):
         """A trigger's job must be one some instance defines: found now, not at the settle."""
         if then:
             for trigger in check_triggers(then):
-                target = self._job_type(trigger.job, allow_unknown)
-                if target.params is None:
-                    continue
-                check(target.params, trigger.payload, job=trigger.job)
-                if target.sensitive & set(trigger.payload or ()):
-                    raise BadInput(
-                        f"a trigger's payload is stored in clear until it fires, so it cannot carry the sensitive "
-                        f"parameters of {trigger.job!r} ({', '.join(sorted(target.sensitive))})"
-                    )
+                self._check_follow_up(trigger.job, trigger.payload, allow_unknown, "a trigger")
+
+    def _check_follow_up(
+        self, name: str, payload: Any, allow_unknown: bool, what: str, added: Mapping[str, Any] | None = None
+    ) -> None:
+        """A job enqueued later from a payload stored now (a trigger's, a batch callback's,
+        which gets `added` besides): it must fit the job's parameters, and it waits in
+        clear, so it may not carry sensitive ones."""
+        target = self._job_type(name, allow_unknown)
+        if target.params is None:
+            return
+        if target.sensitive & set(payload or ()):
+            raise BadInput(
+                f"{what}'s payload is stored in clear until it is enqueued, so it cannot carry the sensitive "
+                f"parameters of {name!r} ({', '.join(sorted(target.sensitive))})"
+            )
+        check(target.params, {**(payload or {}), **(added or {})}, job=name)
 
     def _job_type(self, name: str, allow_unknown: bool) -> JobType:
         if allow_unknown:
@@ -198,7 +206,7 @@ class Client(GroupsAPI, OpsAPI):
         check_name(job, "job name")
         who = actor_of(actor)
         jobtype = self._job_type(job, allow_unknown)
-        text, key_id = schedule_payload(jobtype, name, payload)
+        text, sealing = typed_payload(jobtype, payload, binding=schedule_binding(name))
         self._ready()
         schedule = self.store.recurring.recurring_upsert(
             name=name,
@@ -206,13 +214,13 @@ class Client(GroupsAPI, OpsAPI):
             cron=check_cron(cron),
             timezone=zone(timezone).key,
             payload=text,
-            key_id=key_id,
+            key_id=None if sealing is None else sealing.keyring.newest,
             queue=check_name(queue or jobtype.queue, "queue"),
             priority=jobtype.priority if priority is None else check_priority(priority),
         )
         detail = {"job": schedule.job, "cron": schedule.cron, "timezone": schedule.timezone, "queue": schedule.queue}
         self._audit(who, "recurring.add", target=name, detail=detail)
-        return schedule
+        return replace(schedule, payload=mask(schedule.payload))
 
     def remove_recurring(self, name: str, *, actor: str | None = None) -> bool:
         who = actor_of(actor)

@@ -26,6 +26,9 @@ class GroupsAPI:
 
         def _ready(self) -> None: ...
         def _job_type(self, name: str, allow_unknown: bool) -> JobType: ...
+        def _check_follow_up(
+            self, name: str, payload: Any, allow_unknown: bool, what: str, added: Mapping[str, Any] | None = None
+        ) -> None: ...
         def _build(
             self, name: object, payload: Any, options: Mapping[str, Any], allow_unknown: bool, links: Any = None
         ) -> NewJob: ...
@@ -155,7 +158,9 @@ class GroupsAPI:
         for key, value in (("on_complete", on_complete), ("on_success", on_success), ("on_failure", on_failure)):
             callback = Callback.of(value, key)
             if callback is not None:
-                self._job_type(callback.job, allow_unknown)
+                # A typed callback job declares the parameter `batch`: {"id", "counts"}.
+                added = {"batch": {"id": 0, "counts": {}}}
+                self._check_follow_up(callback.job, callback.payload, allow_unknown, "a batch callback", added)
                 callbacks[key] = callback.describe()
         return callbacks
 

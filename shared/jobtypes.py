@@ -70,7 +70,7 @@ class JobType:
     triggers: tuple[Any, ...] = ()  # `jobsup.Trigger`s every job of this type fires
     params: dict[str, Any] | None = field(default=None, compare=False)  # JSON Schema (`jobsup.params`)
 
-    @property
+    @functools.cached_property
     def sensitive(self) -> frozenset[str]:
         """The parameters sealed at rest (`writeOnly` in the schema)."""
         if self.params is None:

@@ -74,11 +74,13 @@ def expected(schema: Mapping[str, Any]) -> str:
     if "anyOf" in schema:
         return " or ".join(expected(option) for option in schema["anyOf"])
     kind = schema.get("type")
+    if isinstance(kind, list):
+        return " or ".join(expected({"type": each}) for each in kind)
     if kind is None:
         return "any JSON value"
     if kind == "array" and "items" in schema:
         return f"a list of {_plural(expected(schema['items']))}"
-    return _TYPES[kind][1] if kind in _TYPES else f"a {kind}"
+    return _TYPES[kind][1] if isinstance(kind, str) and kind in _TYPES else f"a {kind}"
 
 
 class _Where:
@@ -91,6 +93,8 @@ class _Where:
 
 
 def _check(schema: Mapping[str, Any], value: Any, path: str, where: _Where) -> Any:
+    if isinstance(schema.get("type"), list):  # JSON Schema's other spelling of a union
+        schema = {**schema, "type": None, "anyOf": [{"type": kind} for kind in schema["type"]]}
     if "anyOf" in schema:
         failures = []
         for option in schema["anyOf"]:
@@ -111,7 +115,7 @@ def _check(schema: Mapping[str, Any], value: Any, path: str, where: _Where) -> A
     kind = schema.get("type")
     if kind is None:
         return value
-    test, _ = _TYPES.get(kind, (lambda v: True, ""))
+    test, _ = _TYPES.get(kind, (lambda v: True, "")) if isinstance(kind, str) else (lambda v: True, "")
     if not test(value):
         raise where.fail(path, f"must be {expected(schema)}, not {_shown(value)}")
     if kind == "array" and "items" in schema:
@@ -186,7 +190,8 @@ def from_text(schema: Mapping[str, Any] | None, name: str, text: str, *, job: st
         raise InvalidPayload(f"job {job!r} has no parameter {name!r} (its parameters: {known})")
     converted = _converted(properties[name], text)
     if converted is _NO:
-        raise InvalidPayload(f"--param {name}={text!r}: job {job!r} takes {expected(properties[name])} there")
+        shown = "***" if properties[name].get("writeOnly") else repr(text)
+        raise InvalidPayload(f"--param {name}={shown}: job {job!r} takes {expected(properties[name])} there")
     return converted
 
 
@@ -219,7 +224,7 @@ def _converted(schema: Mapping[str, Any], text: str) -> Any:
         if kind == "boolean":
             return _BOOLEANS.get(text.lower(), _NO)
         if kind == "null":
-            return None if text.lower() in ("null", "none", "") else _NO
+            return None if text.lower() in ("null", "none") else _NO
         value = _json_or_text(text)
         if kind is None or _TYPES[kind][0](value):
             return value

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
@@ -70,6 +71,11 @@ def params_of(spec: object, *, job: str, sensitive: Iterable[str] = ()) -> Param
             schema = {**schema, "writeOnly": True}  # JSON Schema's word for "sent, never shown"
         if f.description:
             schema["description"] = f.description
+        if f.default is not _MISSING and f.name in named and f.default not in (None, ""):
+            raise BadInput(
+                f"job {job!r}: sensitive parameter {f.name!r} has a default, which would be published in "
+                "clear with the job's definition; give it no default (or None)"
+            )
         if f.default is not _MISSING:
             schema["default"] = _default(f.default, job, f.name)
         elif f.required:
@@ -115,6 +121,8 @@ def _dataclass_fields(spec: type, job: str) -> list[_Field]:
     hints = _hints(spec, job)
     found = []
     for f in dataclasses.fields(spec):
+        if not f.init:
+            continue  # set by the class itself, not a parameter
         default = f.default
         if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
@@ -175,7 +183,8 @@ def _schema(annotation: Any, job: str, where: str, *, top: bool = False) -> tupl
             }, False
         if origin in (tuple, set, frozenset):
             raise BadInput(f"job {job!r}: parameter {where!r} is a {origin.__name__}, which JSON cannot keep; use list")
-        return {"anyOf": [_schema(arg, job, where)[0] for arg in args]}, False
+        options = [_schema(arg, job, where, top=top) for arg in args]
+        return {"anyOf": [schema for schema, _ in options]}, any(marked for _, marked in options)
     if origin is dict:
         if args and args[0] is not str:
             raise BadInput(f"job {job!r}: parameter {where!r} has keys of {args[0]!r}; JSON object keys are str")
@@ -237,12 +246,17 @@ def _names(fields: list[_Field]) -> list[str]:
 
 def _build(spec: type, payload: Mapping[str, Any]) -> Any:
     """A dataclass from a checked payload: nested dataclasses and enums rebuilt by their types."""
-    hints = typing.get_type_hints(spec)
+    hints = _plain_hints(spec)
     values = {}
     for f in dataclasses.fields(spec):
-        if f.name in payload:
+        if f.init and f.name in payload:
             values[f.name] = _typed(hints[f.name], payload[f.name])
     return spec(**values)
+
+
+@functools.cache
+def _plain_hints(spec: type) -> dict[str, Any]:
+    return typing.get_type_hints(spec)
 
 
 def _typed(annotation: Any, value: Any) -> Any:

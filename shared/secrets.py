@@ -21,7 +21,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobsup.errors import ConfigurationError, JobsupError
@@ -66,7 +66,7 @@ def schedule_binding(name: str) -> str:
 
 @dataclass(frozen=True)
 class Keyring:
-    keys: tuple[tuple[str, bytes], ...]  # (id, key), newest first
+    keys: tuple[tuple[str, bytes], ...] = field(repr=False)  # (id, key), newest first
 
     @property
     def newest(self) -> str:
@@ -124,7 +124,7 @@ class Sealing:
     associated data): the row is first written with `placeholder` in their place, and
     rewritten in the same transaction, so a value is never written in clear."""
 
-    payload: Mapping[str, Any]  # checked, in clear
+    payload: Mapping[str, Any] = field(repr=False)  # checked, in clear
     fields: frozenset[str]
     keyring: Keyring
 
@@ -146,14 +146,20 @@ def keyring() -> Keyring | None:
     return parse_keys(text) if text else None
 
 
-def required_keyring() -> Keyring:
+def required_keyring(why: str = "this job has sensitive parameters") -> Keyring:
     found = keyring()
     if found is None:
         raise ConfigurationError(
-            f"this job has sensitive parameters and {ENV} is not set: set it to id:key "
+            f"{why} and {ENV} is not set: set it to id:key "
             "(`jobsup keys generate` prints one) where jobs are enqueued and where they run"
         )
     return found
+
+
+def check_key_id(key_id: str) -> str:
+    if not _KEY_ID.match(key_id):
+        raise ConfigurationError(f"key id {key_id!r} is not 1-64 letters, digits, _ or -")
+    return key_id
 
 
 @functools.lru_cache(maxsize=8)

@@ -26,6 +26,7 @@ from jobsup.errors import ConfigurationError, JobsupError
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
 from jobsup.registry import registered_types
+from jobsup.secrets import keyring
 from jobsup.settings import Settings
 from jobsup.store import Database, Store, migrate
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
@@ -84,6 +85,7 @@ class Arbiter:
         and their lease enforcement, HTTP endpoints, signals."""
         self.metrics_dir = metrics.prepare_multiprocess()  # before anything imports prometheus_client
         self.import_apps()
+        keyring()  # a malformed JOBSUP_ENCRYPTION_KEYS stops the start, not each sealed job later
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
         self.db = Database(self.settings.database_url, role="supervisor")
         self.store = Store(self.db)

@@ -21,7 +21,7 @@ from jobsup.params import params_of
 from jobsup.store.schema import job
 from jobsup.worker.execute import execute
 
-from helpers import claim_one
+from helpers import claim_one, run_jobsup
 
 
 class Tier(enum.Enum):
@@ -221,3 +221,61 @@ def test_the_definition_row_carries_the_schema(url: str) -> None:
     published = {d.name: d for d in client.definitions()}["typed-email"]
     assert published.params == params_of(SendEmail, job="typed-email").schema
     assert client.store.definitions.publish([jobtype], instance="test") == []  # unchanged: not "changed"
+
+
+@dataclasses.dataclass
+class WithDerived:
+    width: int
+    area: int = dataclasses.field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        if self.width < 0:
+            raise ValueError("width must not be negative")
+        self.area = self.width * self.width
+
+
+@jobsup.job("typed-derived", params=WithDerived)
+def typed_derived(ctx: jobsup.JobContext, params: WithDerived) -> None:
+    seen.append(params)
+
+
+def test_a_field_the_class_sets_itself_is_no_parameter_and_its_checks_run_at_enqueue(url: str) -> None:
+    assert "area" not in params_of(WithDerived, job="x").schema["properties"]
+    client = jobsup.Client(url)
+    with pytest.raises(jobsup.InvalidPayload, match="does not build its parameters: ValueError: width must not be"):
+        client.enqueue("typed-derived", {"width": -1})
+    client.enqueue("typed-derived", {"width": 3})
+    assert run_next(client).area == 9
+
+
+def test_a_typed_job_is_enqueued_with_its_own_parameters_object(url: str) -> None:
+    client = jobsup.Client(url)
+    job_id = client.enqueue("typed-email", SendEmail("c@example.com", tier=Tier.PAID, address=Address("Rome")))
+    assert stored_payload(client, job_id)["tier"] == "paid"
+    assert run_next(client) == SendEmail("c@example.com", tier=Tier.PAID, address=Address("Rome"))
+
+
+def test_the_cli_converts_params_by_the_schema_and_shows_it(url: str) -> None:
+    client = jobsup.Client(url)
+    client.store.definitions.publish([jobsup.registry.lookup("typed-email").type], instance="workers")  # type: ignore[union-attr]
+    params = ["to=a@example.com", "retries=null", 'tags=["x"]', "mode=html", "subject="]
+    done = run_jobsup("--database-url", url, "enqueue", "typed-email", "--json", *[f"--param={p}" for p in params])
+    assert done.returncode == 0, done.stderr
+    stored = stored_payload(client, json.loads(done.stdout)["id"])
+    assert (stored["retries"], stored["tags"], stored["mode"], stored["subject"]) == (None, ["x"], "html", "")
+    bad = run_jobsup("--database-url", url, "enqueue", "typed-email", "--param", "to=a", "--param", "retries=lots")
+    assert bad.returncode == 2 and "--param retries='lots': job 'typed-email' takes an integer or null" in bad.stderr
+    shown = run_jobsup("--database-url", url, "definitions", "show", "typed-email")
+    assert shown.returncode == 0, shown.stderr
+    lines = {line.split()[0]: line for line in shown.stdout.splitlines()[1:] if line.strip()}
+    assert "an integer or null" in lines["retries"] and "3" in lines["retries"]
+    assert "the subject line" in lines["subject"] and "one of 'text', 'html'" in lines["mode"]
+
+
+def test_keys_generate_prints_an_entry_that_parses() -> None:
+    from jobsup.secrets import parse_keys
+
+    done = run_jobsup("keys", "generate", "--id", "k7")
+    assert done.returncode == 0 and parse_keys(done.stdout.strip()).newest == "k7"
+    bad = run_jobsup("keys", "generate", "--id", "a.b c")
+    assert bad.returncode == 2 and "key id 'a.b c' is not" in bad.stderr

@@ -66,15 +66,18 @@ def test_a_sealed_value_is_nowhere_but_in_the_worker(
     assert sample(metrics, "jobsup_sealed_parameter_failures_total", job="sealed-app") >= 1
     job = client.get(job_id)
     assert job is not None and job.payload["token"] == "***" and "***" in str(job.history[0].error)
-    shown = [
-        run_jobsup("--database-url", url, *command).stdout
+    ran = [
+        run_jobsup("--database-url", url, *command)
         for command in (
             ("jobs", "show", str(job_id), "--json"),
             ("jobs", "list", "--json"),
             ("jobs", "logs", str(job_id)),
-            ("dead-letters", "list", "--json"),
+            ("dead", "list", "--json"),
         )
     ]
+    assert [done.returncode for done in ran] == [0, 0, 0, 0], [done.stderr for done in ran]
+    shown = [done.stdout for done in ran]
+    assert str(unopenable) in shown[3] and '"token": "***"' in shown[0]
     assert "calling *** with *** ***" in shown[2]  # every payload value and key is scrubbed from logs
     supervisor.stop()
     logs = supervisor.log_path.read_text(errors="replace")

@@ -6,6 +6,7 @@ checks the same through `jobsup start`, its logs and `/metrics`.)"""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 from pathlib import Path
@@ -172,7 +173,7 @@ def test_rotation_reseals_under_the_newest_key_and_old_rows_still_open_meanwhile
     done = run_jobsup("--database-url", url, "keys", "rotate", "--json", env={ENV: both})
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary == {"key": "k2", "resealed": 6, "failed": {}}  # the five k1 jobs and the schedule
+    assert summary == {"key": "k2", "resealed": 6, "failed": {}, "left": 0}  # the five k1 jobs and the schedule
     for job_id in ids:
         assert raw(client, job_id)[1] == "k2"
     with client.database.read() as conn:
@@ -223,3 +224,79 @@ def test_a_trigger_payload_is_checked_at_enqueue_and_cannot_carry_a_secret(url: 
             "sealed-by-name", {"api_key": "x"}, then=jobsup.Trigger("sealed-call", payload={"to": "a", "token": "t"})
         )
     assert client.list_jobs() == []
+
+
+def test_a_payload_over_the_cap_once_sealed_is_refused_before_anything_is_written(url: str) -> None:
+    client = jobsup.Client(url)
+    token = "x" * 900_000  # under the cap in clear, over it sealed (base64 is longer)
+    with client.database.transaction() as conn, pytest.raises(jobsup.InvalidPayload, match="over the cap"):
+        client.enqueue("sealed-call", {"to": "a", "token": token}, connection=conn)
+    assert client.list_jobs() == []
+
+
+def test_a_schedule_value_sealed_stays_sealed_when_the_job_type_no_longer_says_sensitive(url: str) -> None:
+    from jobsup.jobtypes import JobType
+    from jobsup.secrets import parse_keys, schedule_binding
+
+    client = jobsup.Client(url)
+    client.store.definitions.publish([JobType("no-longer-typed")], instance="new-deploy")  # untyped now
+    sealed = parse_keys(K1).seal({"to": "r", "token": SECRET}, frozenset({"token"}), schedule_binding("legacy"))
+    client.store.recurring.recurring_upsert(
+        name="legacy", job_name="no-longer-typed", cron="* * * * *", timezone="UTC",
+        payload=json.dumps(sealed), key_id="k1", queue="default", priority=0,
+    )  # fmt: skip
+    schedule = client.store.recurring.recurring_get("legacy")
+    assert schedule is not None
+    assert client.store.transitions.fire(client.store.recurring, schedule, now=schedule.next_run_at) == "fired"
+    fired = client.list_jobs()[0]
+    payload, key_id = raw(client, fired.id)
+    assert key_id == "k1" and SECRET not in json.dumps(payload) and fired.payload == {"to": "r", "token": "***"}
+
+
+@jobsup.job("typed-dict-less", params={"to": str})  # a callback job that forgot `batch`
+def typed_dict_less(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
+    opened.append(params)
+
+
+@jobsup.job("typed-callback", params={"batch": dict, "note": str | None})
+def typed_callback(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
+    opened.append(params)
+
+
+def test_batch_callbacks_are_checked_against_their_parameters_at_enqueue(url: str) -> None:
+    client = jobsup.Client(url)
+    with pytest.raises(jobsup.InvalidPayload, match="field 'batch' is not a parameter"):
+        client.enqueue_batch([], on_complete=("typed-dict-less", {"to": "a"}))
+    with pytest.raises(jobsup.BadInput, match="batch callback's payload is stored in clear"):
+        client.enqueue_batch([], on_complete=("sealed-call", {"to": "a", "token": SECRET}))
+    with pytest.raises(jobsup.InvalidPayload, match="field 'note' must be a string or null, not an integer"):
+        client.enqueue_batch([], on_complete=("typed-callback", {"note": 5}))
+    assert client.list_jobs() == []
+    client.enqueue_batch([{"name": "sealed-by-name", "payload": {"api_key": "k"}}], on_complete=("typed-callback", {}))
+    assert run_next(client).kind == "succeeded"
+
+
+def test_reprs_hold_neither_the_clear_value_nor_the_key() -> None:
+    from jobsup.jobtypes import JobType
+    from jobsup.params import params_of
+    from jobsup.secrets import parse_keys
+    from jobsup.store.builder import build
+
+    jobtype = JobType("r", params=params_of({"token": Annotated[str, jobsup.Sensitive]}, job="r").schema)
+    new = build(jobtype, {"token": SECRET}, {})
+    assert new.sealing is not None
+    assert SECRET not in repr(new) and SECRET not in repr(new.sealing)
+    assert K1.split(":")[1] not in repr(parse_keys(K1)) and "bytes" not in repr(parse_keys(K1))
+
+
+@dataclasses.dataclass
+class WithSensitiveDefault:
+    token: Annotated[str, jobsup.Sensitive] = "hunter2"
+
+
+def test_a_sensitive_default_is_refused_and_an_optional_sensitive_is_fine() -> None:
+    from jobsup.params import params_of
+
+    with pytest.raises(jobsup.BadInput, match="sensitive parameter 'token' has a default"):
+        jobsup.job("refused-default", params=WithSensitiveDefault)
+    assert params_of({"token": Annotated[str, jobsup.Sensitive] | None}, job="x").sensitive == {"token"}

@@ -109,5 +109,8 @@ def definitions_sync(target: Target, apps: tuple[str, ...]) -> None:
     client = target.client()
     client._ready()
     types = registered_types()
+    for name, (jobs, reasons) in client.store.definitions.incompatible(types).items():
+        said = "; ".join(f"{count} jobs: {reason}" for reason, count in reasons.most_common())
+        click.echo(f"warning: {jobs} unfinished jobs of {name!r} do not fit its new parameters ({said})", err=True)
     changed = client.store.definitions.publish(types, instance=f"{socket.gethostname()}:sync")
     click.echo(f"published {len(types)} job types ({len(changed)} changed)")

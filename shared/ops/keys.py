@@ -16,7 +16,7 @@ from jobsup.audit import actor_of
 from jobsup.cli import cli
 from jobsup.ops.options import Target, actor_option, json_option, with_target
 from jobsup.ops.tables import emit_json
-from jobsup.secrets import generate_key, required_keyring
+from jobsup.secrets import check_key_id, generate_key, required_keyring
 
 
 @cli.group()
@@ -28,7 +28,7 @@ def keys() -> None:
 @click.option("--id", "key_id", default="k1", show_default=True, help="The id stored beside its ciphertexts.")
 def keys_generate(key_id: str) -> None:
     """Print a new 256-bit key as an entry of JOBSUP_ENCRYPTION_KEYS."""
-    click.echo(f"{key_id}:{generate_key()}")
+    click.echo(f"{check_key_id(key_id)}:{generate_key()}")
 
 
 @keys.command("rotate")
@@ -40,7 +40,7 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
     from jobsup.store.sealed import Rotation
 
     who = actor_of(actor)
-    ring = required_keyring()
+    ring = required_keyring("keys rotate re-seals rows under the newest key")
     client = target.client()
     client._ready()
     sealed = client.store.sealed
@@ -55,8 +55,10 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
             after = sealed.rotate_jobs(ring, after, rotation)
             bar.update(rotation.resealed - done)
         sealed.rotate_schedules(ring, rotation)
-    summary = {"key": ring.newest, "resealed": rotation.resealed, "failed": rotation.failed}
-    outcome = "refused" if rotation.failed else "ok"
+    # Rows an enqueuer still configured with the old key first wrote behind the cursor.
+    left = sealed.older_than_newest(ring) - len(rotation.failed)
+    summary = {"key": ring.newest, "resealed": rotation.resealed, "failed": rotation.failed, "left": left}
+    outcome = "refused" if rotation.failed or left else "ok"
     detail = {"key": ring.newest, "resealed": rotation.resealed, "not_resealed": len(rotation.failed)}
     client._audit(who, "keys.rotate", target=ring.newest, outcome=outcome, detail=detail)
     if as_json:
@@ -65,7 +67,13 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
         click.echo(f"re-sealed {rotation.resealed} rows under key {ring.newest!r}")
         for why in rotation.failed.values():
             click.echo(f"not re-sealed: {why}", err=True)
-    if rotation.failed:
+        if left:
+            click.echo(
+                f"{left} rows were sealed under an older key while this ran: some process still has it first "
+                "in JOBSUP_ENCRYPTION_KEYS; fix that, then run keys rotate again",
+                err=True,
+            )
+    if rotation.failed or left:
         raise SystemExit(1)
 
 

@@ -6,19 +6,22 @@ row here, from the job type and the caller's options. A new column is one edit: 
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from jobsup.clock import host_clock
 from jobsup.durations import parse_duration
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, InvalidPayload
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers, triggers_text
 from jobsup.paramcheck import check
 from jobsup.payload import encode_payload
-from jobsup.registry import check_attempts, check_name, check_priority, check_text
-from jobsup.secrets import Sealing, has_sealed, required_keyring, schedule_binding
+from jobsup.registry import check_attempts, check_name, check_priority, check_text, lookup
+from jobsup.scrub import scrub, secrets_of
+from jobsup.secrets import Sealing, has_sealed, is_sealed, job_binding, required_keyring, schedule_binding
 from jobsup.store.rows import NewJob
 
 
@@ -46,6 +49,7 @@ def build(
     *,
     recurring: tuple[str, datetime] | None = None,
     links: Mapping[str, Any] | None = None,
+    also_sealed: frozenset[str] = frozenset(),
 ) -> NewJob:
     """The row of one job of `jobtype`, or `BadInput` naming the first bad option. `links`
     are the `NewJob` link fields a workflow, batch or trigger sets."""
@@ -79,7 +83,7 @@ def build(
     timeout = get("timeout")
     then = get("then")
     triggers = (*jobtype.triggers, *(check_triggers(then) if then else ()))
-    text, sealing = typed_payload(jobtype, payload)
+    text, sealing = typed_payload(jobtype, payload, also_sealed=also_sealed)
     return NewJob(
         name=jobtype.name,
         queue=check_name(get("queue") or jobtype.queue, "queue"),
@@ -98,41 +102,69 @@ def build(
     )
 
 
-def typed_payload(jobtype: JobType, payload: Any) -> tuple[str, Sealing | None]:
+def typed_payload(
+    jobtype: JobType, payload: Any, *, binding: str | None = None, also_sealed: frozenset[str] = frozenset()
+) -> tuple[str, Sealing | None]:
     """The stored text of `payload`: checked against the job type's parameters with their
-    defaults filled in, and, when it has sensitive values, their `Sealing` (the text then
-    holds placeholders). An untyped job's payload is stored as given."""
-    if jobtype.params is None:
-        return encode_payload(payload), None
-    checked = check(jobtype.params, payload, job=jobtype.name)
-    secret = jobtype.sensitive & checked.keys()
+    defaults filled in (an untyped job's as given), and, when it has sensitive values (or
+    values in `also_sealed`, sealed where it came from), their `Sealing`: the text then
+    holds placeholders until the insert gives the job its id. With `binding` (a schedule's)
+    the text is sealed at once, and its `Sealing` says under which key."""
+    params = jobtype.params
+    checked = payload if params is None else check(params, plain(payload), job=jobtype.name)
+    if params is not None:
+        _builds(jobtype, checked)
+    secret = (jobtype.sensitive | also_sealed) & (checked.keys() if isinstance(checked, dict) else set())
     if not secret:
         return encode_payload(checked), None
     sealing = Sealing(checked, frozenset(secret), required_keyring())
-    encode_payload(checked)  # the size cap and JSON checks, on the values in clear
-    return encode_payload(sealing.placeholder()), sealing
+    # The cap holds for the text as stored: sealed values are longer than in clear, and the
+    # length of a seal does not depend on what it is bound to.
+    sealed = encode_payload(sealing.keyring.seal(checked, sealing.fields, binding or job_binding(0)))
+    return (sealed, sealing) if binding is not None else (encode_payload(sealing.placeholder()), sealing)
 
 
-def schedule_payload(jobtype: JobType, schedule: str, payload: Any) -> tuple[str, str | None]:
-    """A recurring schedule's stored payload and the key its sensitive values are sealed
-    with (bound to the schedule; each fire opens them and seals them to its job)."""
-    if jobtype.params is None:
-        return encode_payload(payload), None
-    checked = check(jobtype.params, payload, job=jobtype.name)
-    secret = jobtype.sensitive & checked.keys()
-    if not secret:
-        return encode_payload(checked), None
-    ring = required_keyring()
-    encode_payload(checked)
-    return encode_payload(ring.seal(checked, frozenset(secret), schedule_binding(schedule))), ring.newest
+def _builds(jobtype: JobType, checked: Any) -> None:
+    """Where the job's code is at hand, build its parameters object too, so what only the
+    code says (a pydantic constraint, a validator, a dataclass's __post_init__) is refused
+    at enqueue rather than on every attempt. Elsewhere the schema alone decides."""
+    registered = lookup(jobtype.name)
+    if registered is None or registered.params is None:
+        return
+    try:
+        registered.params.make(checked)
+    except Exception as exc:
+        # Its message may quote the values: the sensitive ones are masked.
+        secret = secrets_of([checked[key] for key in jobtype.sensitive & checked.keys()])
+        text = scrub(f"{type(exc).__name__}: {exc}", secret)
+        raise InvalidPayload(f"payload of job {jobtype.name!r} does not build its parameters: {text}") from None
 
 
-def fired_payload(schedule: str, payload: Any) -> Any:
-    """What a fire of `schedule` enqueues: its stored payload with sealed values opened
-    (`build` seals them again, to the new job)."""
+def fired_payload(schedule: str, payload: Any) -> tuple[Any, frozenset[str]]:
+    """What a fire of `schedule` enqueues: its stored payload with sealed values opened,
+    and which they were (`build` seals them again, to the new job, whatever the job type's
+    parameters say by now)."""
     if not has_sealed(payload):
-        return payload
-    return required_keyring().unseal(payload, schedule_binding(schedule), what=f"recurring schedule {schedule!r}")
+        return payload, frozenset()
+    opened = required_keyring().unseal(payload, schedule_binding(schedule), what=f"recurring schedule {schedule!r}")
+    return opened, frozenset(key for key, value in payload.items() if is_sealed(value))
+
+
+def plain(value: Any) -> Any:
+    """A dataclass, a pydantic model or an Enum as the JSON values it stands for (so a typed
+    job can be enqueued with its own parameters object); anything else as it is."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return dump(mode="json")
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return value
 
 
 def _check_instant(run_at: object) -> None:

@@ -174,7 +174,7 @@ class NewJob:
     on_failure: str | None = None
     triggers: str | None = None  # JSON
     # Not a column: its sensitive values, sealed once the insert gives it an id.
-    sealing: Any = field(default=None, compare=False, metadata={"column": False})
+    sealing: Any = field(default=None, compare=False, repr=False, metadata={"column": False})
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ schedule's row here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, select, update
 
 from jobsup.payload import encode_payload
-from jobsup.secrets import Keyring, SealedParameterError, is_sealed, job_binding, schedule_binding
+from jobsup.secrets import Keyring, SealedParameterError, Sealing, is_sealed, job_binding, schedule_binding
 from jobsup.store.database import Database
 from jobsup.store.rows import decode_stored
 from jobsup.store.schema import job, recurring_job
@@ -28,6 +29,14 @@ BATCH = 500
 class Rotation:
     resealed: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # row -> why it did not open
+
+
+def seal_new(conn: Connection, sql: Statements, sealings: Sequence[tuple[int, Sealing]]) -> None:
+    """Seal the sensitive values of jobs just inserted on `conn` (in its transaction), now
+    that they have their ids."""
+    if sealings:
+        rows = [(job_id, encode_payload(sealing.seal(job_id)), sealing.keyring.newest) for job_id, sealing in sealings]
+        conn.execute(sql.seal, [{"p_job": i, "p_payload": text, "p_key": key} for i, text, key in rows])
 
 
 class SealedRows:
@@ -59,15 +68,15 @@ class SealedRows:
                 params.append({"p_job": row.id, "p_payload": resealed, "p_key": ring.newest, "p_old_key": row.key_id})
         if params:
             with self.db.transaction("keys") as conn:
-                rotation.resealed += sum(conn.execute(self.sql.seal, [p]).rowcount for p in params)
+                rotation.resealed += sum(conn.execute(self.sql.reseal, p).rowcount for p in params)
         return int(rows[-1].id)
 
     def rotate_schedules(self, ring: Keyring, rotation: Rotation) -> None:
         with self.db.read("keys") as conn:
             rows = conn.execute(
-                select(recurring_job.c.name, recurring_job.c.payload, recurring_job.c.key_id).where(
-                    _older(recurring_job, ring)
-                )
+                select(
+                    recurring_job.c.name, recurring_job.c.payload, recurring_job.c.key_id, recurring_job.c.updated_at
+                ).where(_older(recurring_job, ring))
             ).all()
         for row in rows:
             what = f"recurring schedule {row.name!r}"
@@ -77,7 +86,11 @@ class SealedRows:
             with self.db.statement("keys") as conn:
                 rotation.resealed += conn.execute(
                     update(recurring_job)
-                    .where(recurring_job.c.name == row.name, recurring_job.c.key_id == row.key_id)
+                    .where(
+                        recurring_job.c.name == row.name,
+                        recurring_job.c.key_id == row.key_id,
+                        recurring_job.c.updated_at == row.updated_at,  # not edited since it was read
+                    )
                     .values(payload=resealed, key_id=ring.newest)
                 ).rowcount
 

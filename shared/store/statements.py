@@ -104,13 +104,19 @@ class Statements:
 
     @cached_property
     def seal(self) -> Update:
-        """A new job's payload with its sensitive values sealed (they need its id), or a
-        sealed job's payload re-sealed under the newest key (`jobsup keys rotate`, fenced on
-        the key it was read under)."""
+        """A new job's payload with its sensitive values sealed: they need its id."""
+        return self._sealed(job.c.key_id.is_(None))
+
+    @cached_property
+    def reseal(self) -> Update:
+        """A sealed job's payload re-sealed under the newest key (`jobsup keys rotate`),
+        fenced on the key it was read under."""
+        return self._sealed(job.c.key_id == bindparam("p_old_key"))
+
+    def _sealed(self, fence: ColumnElement[bool]) -> Update:
         return (
             update(job)
-            .where(job.c.id == bindparam("p_job"))
-            .where(or_(job.c.key_id.is_(None), job.c.key_id == bindparam("p_old_key")))
+            .where(job.c.id == bindparam("p_job"), fence)
             .values(payload=bindparam("p_payload"), key_id=bindparam("p_key"))
         )
 

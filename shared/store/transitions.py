@@ -24,7 +24,6 @@ from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
-from jobsup.payload import encode_payload
 from jobsup.store import steps
 from jobsup.store.batches import Batches
 from jobsup.store.builder import build, fired_payload
@@ -48,6 +47,7 @@ from jobsup.store.rows import (
     has_links,
 )
 from jobsup.store.schema import DEAD_LETTERED
+from jobsup.store.sealed import seal_new
 from jobsup.store.statements import Statements
 from jobsup.store.sweep import Sweep
 from jobsup.store.workflows import Workflows
@@ -104,20 +104,11 @@ class Transitions:
             if is_new:
                 inserted.append(i)
         if inserted:
-            self._seal(conn, [(ids[i], jobs[i].sealing) for i in inserted if jobs[i].sealing is not None])
+            seal_new(conn, self.sql, [(ids[i], jobs[i].sealing) for i in inserted if jobs[i].sealing is not None])
             if steps.of("enqueue"):
                 steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock, self))
             self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted} - woken)
         return ids, inserted
-
-    def _seal(self, conn: Connection, sealings: Sequence[tuple[int, Any]]) -> None:
-        if sealings:
-            sealed = [
-                (job_id, encode_payload(sealing.seal(job_id)), sealing.keyring.newest) for job_id, sealing in sealings
-            ]
-            conn.execute(
-                self.sql.seal, [{"p_job": i, "p_payload": p, "p_key": k, "p_old_key": None} for i, p, k in sealed]
-            )
 
     def _insert_unique(self, conn: Connection, params: dict[str, Any], key: str) -> tuple[int, bool]:
         # The filtered unique index decides, so this holds across processes. The insert
@@ -316,7 +307,8 @@ class Transitions:
         following = next_slot(schedule.cron, schedule.timezone, slot)
         jobtype = self.resolver.settings_of(schedule.job)
         options = {"queue": schedule.queue, "priority": schedule.priority}
-        new = build(jobtype, fired_payload(schedule.name, schedule.payload), options, recurring=(schedule.name, slot))
+        payload, sealed = fired_payload(schedule.name, schedule.payload)
+        new = build(jobtype, payload, options, recurring=(schedule.name, slot), also_sealed=sealed)
         try:
             with self.db.transaction("recurring") as conn:
                 if not recurring.advance(conn, schedule, following, at):
