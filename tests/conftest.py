@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
+import jobsup
 from jobsup.store import migrate
 from jobsup.store.database import Database
 from jobsup.store.schema import metadata
@@ -126,3 +127,11 @@ def start(url: str, record: Path, tmp_path: Path) -> Iterator[object]:
     yield start
     for supervisor in started:
         supervisor.stop()
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[jobsup.Client]:
+    """A client on `url`, closed after the test."""
+    c = jobsup.Client(url)
+    yield c
+    c.close()

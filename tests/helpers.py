@@ -126,3 +126,11 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return "State:\tZ" not in status
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every node of a PostgreSQL EXPLAIN (FORMAT JSON) plan, depth first."""
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found.extend(plan_nodes(child))
+    return found

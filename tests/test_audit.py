@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,13 +19,6 @@ from jobsup.supervisor.maintenance import PurgeAudit
 from helpers import claim, fail, run_jobsup
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[jobsup.Client]:
-    c = jobsup.Client(url)
-    yield c
-    c.close()
 
 
 def last(client: jobsup.Client, action: str | None = None) -> Any:

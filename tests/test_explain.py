@@ -12,6 +12,8 @@ from sqlalchemy import event, text
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
 
+from helpers import plan_nodes
+
 FINISHED, PENDING = 200_000, 1_000
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -48,13 +50,6 @@ def test_sqlite_claim_uses_the_claim_index_without_sorting(sqlite_url: str) -> N
     assert len(dialect.claim_candidates(db, params)) == 10  # type: ignore[attr-defined]
 
 
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found.extend(_nodes(child))
-    return found
-
-
 @pytest.mark.postgres
 def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) -> None:
     db = Database(postgres_url)
@@ -73,9 +68,9 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
     plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
     # The candidates CTE is where rows are found: it must seek the claim index and never sort
     # (the statement's final ORDER BY only orders the at most `limit` rows claimed).
-    candidates = [n for n in _nodes(plan) if n.get("Subplan Name") == "CTE candidates"]
+    candidates = [n for n in plan_nodes(plan) if n.get("Subplan Name") == "CTE candidates"]
     assert len(candidates) == 1, json.dumps(plan, indent=1)
-    nodes = _nodes(candidates[0])
+    nodes = plan_nodes(candidates[0])
     assert any(n.get("Index Name") == "jobsup_job_claim" for n in nodes), json.dumps(plan, indent=1)
     assert not any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes), json.dumps(plan, indent=1)
     # EXPLAIN did not run it: the real statement claims 10.

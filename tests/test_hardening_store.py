@@ -26,11 +26,6 @@ from helpers import claim, claim_one, fail, succeed
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def client(url: str) -> jobsup.Client:
-    return jobsup.Client(url)
-
-
 def test_attempt_numbers_only_go_up_across_a_dead_letter_retry(client: jobsup.Client) -> None:
     """Item 7: a retry from dead letters grants the job's own budget again, on top."""
     job_id = client.enqueue("a", max_attempts=2)

@@ -99,13 +99,6 @@ def nul(ctx: jobsup.JobContext, payload: Any) -> None:
 
 
 @pytest.fixture
-def client(url: str) -> Iterator[jobsup.Client]:
-    c = jobsup.Client(url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def services(url: str) -> Iterator[JobServices]:
     """The worker's services on a database of their own, as a worker process has."""
     db = Database(url)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import select
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,16 +21,9 @@ from jobsup.store.pauses import Pauses
 from jobsup.store.schema import audit, queue_state
 from jobsup.store.transitions import Transitions
 
-from helpers import claim, succeed
+from helpers import claim, plan_nodes, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[jobsup.Client]:
-    c = jobsup.Client(url)
-    yield c
-    c.close()
 
 
 def rows_of(client: jobsup.Client, table: Any) -> int:
@@ -181,13 +173,6 @@ def test_the_sqlite_recheck_sees_a_pause_made_after_the_read(sqlite_url: str) ->
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
 
 
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found.extend(_nodes(child))
-    return found
-
-
 @pytest.mark.postgres
 def test_the_postgres_pause_check_is_one_primary_key_lookup_per_claim(postgres_url: str) -> None:
     """Run once per claim (an InitPlan), not once per candidate row (a SubPlan), and through
@@ -212,11 +197,11 @@ def test_the_postgres_pause_check_is_one_primary_key_lookup_per_claim(postgres_u
         event.listen(conn, "before_cursor_execute", explain, retval=True)
         raw = conn.execute(db.dialect.claim_statement, params).scalar_one()  # type: ignore[attr-defined]
     plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
-    pauses = [n for n in _nodes(plan) if n.get("Relation Name") == "jobsup_queue_state"]
+    pauses = [n for n in plan_nodes(plan) if n.get("Relation Name") == "jobsup_queue_state"]
     shown = json.dumps(plan, indent=1)
     assert len(pauses) == 1, shown
     assert pauses[0].get("Index Name") == "jobsup_queue_state_pkey", shown
-    parents = [n for n in _nodes(plan) if pauses[0] in _nodes(n) and n.get("Parent Relationship") == "InitPlan"]
+    parents = [n for n in plan_nodes(plan) if pauses[0] in plan_nodes(n) and n.get("Parent Relationship") == "InitPlan"]
     assert parents, shown
 
 

@@ -43,11 +43,6 @@ def fired_slots(client: jobsup.Client, name: str = "report") -> list[datetime]:
         return list(rows)
 
 
-@pytest.fixture
-def client(url: str) -> jobsup.Client:
-    return jobsup.Client(url)
-
-
 def test_fires_each_slot_on_schedule(client: jobsup.Client) -> None:
     store, tick = client.store.recurring, CronTick(client.store)
     schedule = add(store)

@@ -16,13 +16,6 @@ from helpers import claim, claim_one, fail, release, succeed
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def client(url: str) -> jobsup.Client:
-    c = jobsup.Client(url)
-    yield c
-    c.close()
-
-
 def count_jobs(client: jobsup.Client) -> int:
     with client.database.read() as conn:
         return int(conn.execute(select(func.count()).select_from(job)).scalar_one())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,6 @@ from harness import Supervisor, records, status_of
 from helpers import wait_until
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[jobsup.Client]:
-    c = jobsup.Client(url)
-    yield c
-    c.close()
 
 
 def ran(record: Path, job_id: int) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ as a worker would drive them (claim, succeed, fail): statuses, fan-in, policies,
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,13 +15,6 @@ import jobsup.client_groups
 from jobsup.store.schema import batch, job, job_dependency, workflow
 
 from helpers import claim, claim_one, fail, succeed, wait_until
-
-
-@pytest.fixture
-def client(url: str) -> Iterator[jobsup.Client]:
-    c = jobsup.Client(url)
-    yield c
-    c.close()
 
 
 def statuses(client: jobsup.Client, workflow_id: int) -> dict[str, str]:
