@@ -145,7 +145,8 @@ def _object(schema: Mapping[str, Any], value: dict[str, Any], path: str, where: 
         checked[key] = _check(inner, item, _join(path, key), where)
     for key, inner in properties.items():
         if key not in checked and "default" in inner:
-            checked[key] = copy.deepcopy(inner["default"])
+            default = inner["default"]
+            checked[key] = copy.deepcopy(default) if isinstance(default, list | dict) else default
     return checked
 
 

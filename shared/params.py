@@ -246,17 +246,32 @@ def _names(fields: list[_Field]) -> list[str]:
 
 def _build(spec: type, payload: Mapping[str, Any]) -> Any:
     """A dataclass from a checked payload: nested dataclasses and enums rebuilt by their types."""
-    hints = _plain_hints(spec)
     values = {}
-    for f in dataclasses.fields(spec):
-        if f.init and f.name in payload:
-            values[f.name] = _typed(hints[f.name], payload[f.name])
+    for name, rebuild in _plan(spec):
+        if name in payload:
+            value = payload[name]
+            values[name] = value if rebuild is None else rebuild(value)
     return spec(**values)
 
 
 @functools.cache
-def _plain_hints(spec: type) -> dict[str, Any]:
-    return typing.get_type_hints(spec)
+def _plan(spec: type) -> tuple[tuple[str, Callable[[Any], Any] | None], ...]:
+    """Per constructor field, how to rebuild its JSON value (None: as it is), worked out
+    once per class rather than once per job."""
+    hints = typing.get_type_hints(spec)
+    return tuple((f.name, _rebuilder(hints[f.name])) for f in dataclasses.fields(spec) if f.init)
+
+
+def _rebuilder(annotation: Any) -> Callable[[Any], Any] | None:
+    if _needs_rebuild(annotation):
+        return functools.partial(_typed, annotation)
+    return None
+
+
+def _needs_rebuild(annotation: Any) -> bool:
+    if isinstance(annotation, type):
+        return dataclasses.is_dataclass(annotation) or issubclass(annotation, enum.Enum)
+    return any(_needs_rebuild(arg) for arg in typing.get_args(annotation))
 
 
 def _typed(annotation: Any, value: Any) -> Any:

@@ -26,12 +26,17 @@ def encode_payload(payload: Any) -> str:
     """Return `payload` as compact JSON text, or raise `InvalidPayload` naming where it fails."""
     _check(payload, "payload")
     text = _encode(payload)
-    if len(text) > PAYLOAD_CAP:
+    check_length(len(text))
+    return text
+
+
+def check_length(length: int) -> None:
+    """`InvalidPayload` for a payload of `length` characters of JSON over `PAYLOAD_CAP`."""
+    if length > PAYLOAD_CAP:
         raise InvalidPayload(
-            f"payload is {len(text):,} characters of JSON, over the cap of {PAYLOAD_CAP:,}: "
+            f"payload is {length:,} characters of JSON, over the cap of {PAYLOAD_CAP:,}: "
             "store large data elsewhere (a file, a table) and pass a reference to it"
         )
-    return text
 
 
 def decode_payload(text: str) -> Any:

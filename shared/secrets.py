@@ -31,6 +31,7 @@ MARK = "$sealed"
 MASK = "***"
 _KEY_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
 _NONCE = 12
+_TAG = 16  # AES-GCM's authentication tag, after the ciphertext
 
 
 class SealedParameterError(JobsupError):
@@ -71,6 +72,16 @@ class Keyring:
     @property
     def newest(self) -> str:
         return self.keys[0][0]
+
+    def sealed_length(self, payload: Mapping[str, Any], fields: frozenset[str], placeholder_text: str) -> int:
+        """The length `placeholder_text` (`Sealing.placeholder`'s JSON) will have once
+        sealed: a seal's length depends only on its value's, not on what it is bound to."""
+        grown = 0
+        for name in fields & payload.keys():
+            plain = len(json.dumps(payload[name], separators=(",", ":"), ensure_ascii=False).encode())
+            box = 4 * -(-(_NONCE + plain + _TAG) // 3)  # base64 of nonce, ciphertext and tag
+            grown += len(self.newest) + 1 + box + 2 - len("null")
+        return len(placeholder_text) + grown
 
     def seal(self, payload: Mapping[str, Any], fields: frozenset[str], binding: str) -> dict[str, Any]:
         """`payload` with the values of `fields` sealed under the newest key, bound to `binding`."""

@@ -300,3 +300,14 @@ def test_a_sensitive_default_is_refused_and_an_optional_sensitive_is_fine() -> N
     with pytest.raises(jobsup.BadInput, match="sensitive parameter 'token' has a default"):
         jobsup.job("refused-default", params=WithSensitiveDefault)
     assert params_of({"token": Annotated[str, jobsup.Sensitive] | None}, job="x").sensitive == {"token"}
+
+
+@pytest.mark.parametrize("value", ["", "é" * 1000, 12345, None, ["a", {"b": "ü"}], "x" * 70_001])
+def test_the_length_of_a_sealed_payload_is_known_before_sealing(value: Any) -> None:
+    from jobsup.payload import encode_payload
+    from jobsup.secrets import Sealing, parse_keys
+
+    sealing = Sealing({"to": "a", "token": value}, frozenset({"token"}), parse_keys(K1))
+    placeholder = encode_payload(sealing.placeholder())
+    sealed = encode_payload(sealing.seal(987654321))
+    assert sealing.keyring.sealed_length(sealing.payload, sealing.fields, placeholder) == len(sealed)

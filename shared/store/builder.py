@@ -18,10 +18,10 @@ from jobsup.errors import BadInput, InvalidPayload
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers, triggers_text
 from jobsup.paramcheck import check
-from jobsup.payload import encode_payload
+from jobsup.payload import check_length, encode_payload
 from jobsup.registry import check_attempts, check_name, check_priority, check_text, lookup
 from jobsup.scrub import scrub, secrets_of
-from jobsup.secrets import Sealing, has_sealed, is_sealed, job_binding, required_keyring, schedule_binding
+from jobsup.secrets import Sealing, has_sealed, is_sealed, required_keyring, schedule_binding
 from jobsup.store.rows import NewJob
 
 
@@ -118,10 +118,12 @@ def typed_payload(
     if not secret:
         return encode_payload(checked), None
     sealing = Sealing(checked, frozenset(secret), required_keyring())
-    # The cap holds for the text as stored: sealed values are longer than in clear, and the
-    # length of a seal does not depend on what it is bound to.
-    sealed = encode_payload(sealing.keyring.seal(checked, sealing.fields, binding or job_binding(0)))
-    return (sealed, sealing) if binding is not None else (encode_payload(sealing.placeholder()), sealing)
+    if binding is not None:
+        return encode_payload(sealing.keyring.seal(checked, sealing.fields, binding)), sealing
+    text = encode_payload(sealing.placeholder())
+    # The cap holds for the text as stored, and sealed values are longer than in clear.
+    check_length(sealing.keyring.sealed_length(checked, sealing.fields, text))
+    return text, sealing
 
 
 def _builds(jobtype: JobType, checked: Any) -> None:
