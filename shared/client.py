@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from jobsup.audit import actor_of
 from jobsup.client_groups import GroupsAPI
-from jobsup.client_ops import OpsAPI
+from jobsup.client_ops import OpsAPI, same_schedule
 from jobsup.cron import check_cron, zone
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
@@ -18,7 +18,7 @@ from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
-from jobsup.registry import check_name, check_priority
+from jobsup.registry import check_limit, check_name, check_priority
 from jobsup.secrets import mask, schedule_binding
 from jobsup.store import Database, Store
 from jobsup.store.builder import EnqueueOptions, build, typed_payload
@@ -68,9 +68,16 @@ class Client(GroupsAPI, OpsAPI):
         workers published. A name neither knows raises `UnknownJob`, unless `allow_unknown`.
         With `connection` (your SQLAlchemy Connection) the job is written in your
         transaction and commits or rolls back with it."""
+        return self._enqueue(name, payload, connection, allow_unknown, options)[0]
+
+    def _enqueue(
+        self, name: str, payload: Any, connection: Connection | None, allow_unknown: bool, options: Mapping[str, Any]
+    ) -> tuple[int, bool]:
+        """`enqueue`, and whether the job is new (not a live one's unique key)."""
         new = self._build(name, payload, options, allow_unknown)
         self._ready()
-        return self.store.transitions.enqueue([new], connection=connection)[0]
+        inserted: list[int] = []
+        return self.store.transitions.enqueue([new], connection=connection, inserted=inserted)[0], bool(inserted)
 
     def enqueue_many(
         self,
@@ -159,7 +166,7 @@ class Client(GroupsAPI, OpsAPI):
         after the line `after_id` (the last `id` you read), to page or to follow."""
         self._ready()
         after = None if after_id is None else _job_id(after_id)
-        return self.store.logs.read(_job_id(job_id), after_id=after, limit=_limit(limit))
+        return self.store.logs.read(_job_id(job_id), after_id=after, limit=check_limit(limit))
 
     def cancel(self, job_id: int, *, actor: str | None = None) -> bool:
         """Cancel a pending or running job; False if it had already finished or does not
@@ -175,7 +182,7 @@ class Client(GroupsAPI, OpsAPI):
         if status is not None and status not in STATUSES:
             raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         self._ready()
-        return self.store.reads.job_list(status=status, queue=queue, limit=_limit(limit))
+        return self.store.reads.job_list(status=status, queue=queue, limit=check_limit(limit))
 
     def definitions(self) -> list[Definition]:
         """Every published job type, with who declared it and any disagreement."""
@@ -208,6 +215,7 @@ class Client(GroupsAPI, OpsAPI):
         jobtype = self._job_type(job, allow_unknown)
         text, sealing = typed_payload(jobtype, payload, binding=schedule_binding(name))
         self._ready()
+        before = self.store.recurring.recurring_get(name)
         schedule = self.store.recurring.recurring_upsert(
             name=name,
             job_name=job,
@@ -218,8 +226,14 @@ class Client(GroupsAPI, OpsAPI):
             queue=check_name(queue or jobtype.queue, "queue"),
             priority=jobtype.priority if priority is None else check_priority(priority),
         )
-        detail = {"job": schedule.job, "cron": schedule.cron, "timezone": schedule.timezone, "queue": schedule.queue}
-        self._audit(who, "recurring.add", target=name, detail=detail)
+        if not same_schedule(before, schedule):  # the same call at every start is no action
+            detail = {
+                "job": schedule.job,
+                "cron": schedule.cron,
+                "timezone": schedule.timezone,
+                "queue": schedule.queue,
+            }
+            self._audit(who, "recurring.add", target=name, detail=detail)
         return replace(schedule, payload=mask(schedule.payload))
 
     def remove_recurring(self, name: str, *, actor: str | None = None) -> bool:
@@ -328,16 +342,22 @@ class DeadLetters:
         store, who = self._client.store, actor_of(actor)
         self._client._ready()
         retried: list[int] = []
-        skipped, after = 0, None
-        while ids := store.reads.job_ids_after(DEAD_LETTERED, after):
-            for job_id in ids:
-                try:
-                    retried += store.transitions.retry([job_id])
-                except DuplicateJob as exc:
-                    skipped += 1
-                    emit("dead_letter.retry_skipped", job=job_id, reason=str(exc))
-            after = ids[-1]
-        self._client._audit(who, "dead.retry_all", job_ids=retried, detail={"skipped": skipped} if skipped else None)
+        skipped, after, outcome = 0, None, "failed"
+        try:
+            while ids := store.reads.job_ids_after(DEAD_LETTERED, after):
+                for job_id in ids:
+                    try:
+                        retried += store.transitions.retry([job_id])
+                    except DuplicateJob as exc:
+                        skipped += 1
+                        emit("dead_letter.retry_skipped", job=job_id, reason=str(exc))
+                after = ids[-1]
+            outcome = "ok"
+        finally:  # what was retried before an error stopped it is recorded too
+            detail = {"skipped": skipped} if skipped else None
+            self._client._audit(
+                who, "dead.retry_all", job_ids=retried, job_count=len(retried), outcome=outcome, detail=detail
+            )
         return len(retried)
 
     def purge(self, *, older_than: object = None, actor: str | None = None) -> int:
@@ -347,8 +367,12 @@ class DeadLetters:
         who = actor_of(actor)
         self._client._ready()
         first: list[int] = []
-        purged = self._client.store.retention.purge(DEAD_LETTERED, older_than=age, first_ids=first)
         detail = None if age is None else {"older_than_seconds": age}
+        try:
+            purged = self._client.store.retention.purge(DEAD_LETTERED, older_than=age, first_ids=first)
+        except BaseException:  # stopped part way: what was deleted by then is recorded (its count is not known)
+            self._client._audit(who, "dead.purge", job_ids=first, outcome="failed", detail=detail)
+            raise
         self._client._audit(who, "dead.purge", job_ids=first, job_count=purged, detail=detail)
         return purged
 
@@ -365,9 +389,3 @@ def _found(done: bool) -> str:
 
 def _why(exc: Exception) -> dict[str, str]:
     return {"reason": str(exc)}
-
-
-def _limit(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"limit must be a whole number of at least 1, not {value!r}")
-    return value

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 from jobsup.audit import actor_of
 from jobsup.errors import BadInput, JobNotFound
 from jobsup.links import MAX_BATCH, Callback, Workflow
-from jobsup.registry import check_text
+from jobsup.registry import check_limit, check_text
 from jobsup.store.rows import BatchInfo, NewJob, WorkflowInfo
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class GroupsAPI:
     def list_workflows(self, *, limit: int = 100) -> list[WorkflowInfo]:
         """Workflows, newest first, with their step counts (not the steps)."""
         self._ready()
-        return self.store.workflows.list(limit=_check_limit(limit))
+        return self.store.workflows.list(limit=check_limit(limit))
 
     def cancel_workflow(self, workflow_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished step; returns how many were cancelled. Audited."""
@@ -99,7 +99,13 @@ class GroupsAPI:
         if self.store.workflows.get(workflow_id) is None:
             self._audit(who, "workflow.retry", target=target, job_count=0, outcome="not_found")
             raise JobNotFound(f"no workflow with id {workflow_id}")
-        retried = self.store.transitions.groups.retry_workflow(workflow_id)
+        try:
+            retried = self.store.transitions.groups.retry_workflow(workflow_id)
+        except BadInput as exc:  # a step still running: the workflow's state forbids it
+            self._audit(
+                who, "workflow.retry", target=target, job_count=0, outcome="refused", detail={"reason": str(exc)}
+            )
+            raise
         self._audit(who, "workflow.retry", target=target, job_ids=retried, job_count=len(retried))
         return retried
 
@@ -171,7 +177,7 @@ class GroupsAPI:
 
     def list_batches(self, *, unfinished: bool = False, limit: int = 100) -> list[BatchInfo]:
         self._ready()
-        return self.store.batches.list(unfinished=unfinished, limit=_check_limit(limit))
+        return self.store.batches.list(unfinished=unfinished, limit=check_limit(limit))
 
     def cancel_batch(self, batch_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished child and close the batch (its callbacks fire with the
@@ -233,9 +239,3 @@ def _id(value: object, what: str) -> int:
         return _job_id(value)
     except BadInput:
         raise BadInput(f"a {what} id is a whole number of at most 64 bits, not {value!r}") from None
-
-
-def _check_limit(value: object) -> int:
-    from jobsup.client import _limit
-
-    return _limit(value)

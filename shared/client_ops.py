@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 from jobsup.audit import actor_of
 from jobsup.durations import parse_duration
-from jobsup.errors import BadInput, DatabaseError
+from jobsup.errors import BadInput, ConfigurationError, DatabaseError
 from jobsup.observe.events import emit
-from jobsup.registry import check_name
+from jobsup.registry import check_limit, check_name, check_text
+from jobsup.secrets import SealedParameterError, has_sealed, required_keyring, schedule_binding
 from jobsup.store.audit import JOB_IDS_KEPT, AuditEntry
+from jobsup.store.rows import RecurringSchedule
 from jobsup.store.schema import PENDING, RUNNING
 
 if TYPE_CHECKING:
@@ -63,8 +65,8 @@ class OpsAPI:
         names raises `UnknownQueue` and nothing is written, unless `allow_unknown` (to pause
         a queue before the deploy that brings it)."""
         check_name(queue, "queue")
-        if reason is not None and (not isinstance(reason, str) or len(reason) > MAX_REASON):
-            raise BadInput(f"reason must be a string of at most {MAX_REASON} characters")
+        if reason is not None:
+            check_text(reason, "reason", longest=MAX_REASON)
         who = actor_of(actor)
         self._ready()
         paused = self.store.pauses.pause(queue, actor=who, reason=reason, allow_unknown=allow_unknown)
@@ -117,10 +119,11 @@ class OpsAPI:
             start: datetime | float | None = since
         else:
             start = None if since is None else parse_duration(since, what="since")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise BadInput(f"limit must be a whole number of at least 1, not {limit!r}")
+        for text, what in ((actor, "actor"), (action, "action")):
+            if text is not None:
+                check_text(text, what)
         self._ready()
-        return self.store.audit.list(since=start, actor=actor, action=action, limit=limit)
+        return self.store.audit.list(since=start, actor=actor, action=action, limit=check_limit(limit))
 
     def _audit(
         self,
@@ -149,3 +152,22 @@ class OpsAPI:
                 job_ids=",".join(map(str, list(job_ids)[:JOB_IDS_KEPT])) or None,
                 reason=str(exc),
             )
+
+
+def same_schedule(before: RecurringSchedule | None, after: RecurringSchedule) -> bool:
+    """Whether an upsert changed nothing a schedule does (its sealed values compared
+    opened: each upsert seals them afresh)."""
+    if before is None:
+        return False
+
+    def shape(schedule: RecurringSchedule) -> tuple[Any, ...]:
+        payload = schedule.payload
+        if has_sealed(payload):
+            what = f"recurring schedule {schedule.name!r}"
+            payload = required_keyring().unseal(payload, schedule_binding(schedule.name), what=what)
+        return (schedule.job, schedule.cron, schedule.timezone, schedule.queue, schedule.priority, payload)
+
+    try:
+        return shape(before) == shape(after)
+    except (SealedParameterError, ConfigurationError):
+        return False  # sealed under a key this process lacks: count it as a change

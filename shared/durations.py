@@ -12,6 +12,9 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
+MAX_SECONDS = 100 * 365 * 86400.0  # so that now +/- a duration is always a datetime
+
+
 def parse_duration(value: object, *, what: str = "duration") -> float:
     """Return `value` in seconds; raise `InvalidDuration` naming `what` when it is not one.
 
@@ -32,4 +35,6 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
         raise InvalidDuration(f"{what}: {value!r} is not a duration; write e.g. 250ms, 10s, 5m or 1h")
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidDuration(f"{what}: {value!r} must be a finite, non-negative duration")
+    if seconds > MAX_SECONDS:
+        raise InvalidDuration(f"{what}: {value!r} is longer than 100 years, more than any clock here counts")
     return seconds

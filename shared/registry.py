@@ -24,6 +24,7 @@ JobFunction = Callable[[JobContext, Any], Any]
 F = TypeVar("F", bound=JobFunction)
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 INT32 = 2**31 - 1
 
 
@@ -145,10 +146,20 @@ def check_name(value: object, what: str) -> str:
     return value
 
 
-def check_text(value: object, what: str) -> str:
-    """A free-text label (a unique key, an actor, a workflow key, a batch name)."""
-    if not isinstance(value, str) or not 0 < len(value) <= 200:
-        raise BadInput(f"{what} must be a string of 1-200 characters, not {value!r}")
+def check_text(value: object, what: str, *, longest: int = 200) -> str:
+    """A free-text label (a unique key, an actor, a workflow key, a batch name, a reason):
+    no control characters (a NUL no database stores alike, a newline that would forge a
+    line of a listing)."""
+    if not isinstance(value, str) or not 0 < len(value) <= longest:
+        raise BadInput(f"{what} must be a string of 1-{longest} characters, not {value!r}")
+    if _CONTROL.search(value):
+        raise BadInput(f"{what} must not contain control characters (a newline, a tab, a NUL): {value!r}")
+    return value
+
+
+def check_limit(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadInput(f"limit must be a whole number of at least 1, not {value!r}")
     return value
 
 

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from offline import OfflineDatabase
+from sqlalchemy import update
 
 import jobsup
 from jobsup.audit import default_actor
 from jobsup.store.audit import JOB_IDS_KEPT, Audit
+from jobsup.store.schema import audit
 from jobsup.supervisor.maintenance import PurgeAudit
 
 from helpers import claim, fail, run_jobsup
@@ -198,6 +200,7 @@ def cli(url: str, *args: str) -> Any:
 def test_operator_commands_record_the_actor_and_jobsup_audit_lists_them(url: str) -> None:
     client = jobsup.Client(url)
     job_id = client.enqueue("a", queue="mail")
+    client.enqueue("a", queue="mail")  # still pending: what makes "mail" a known queue
     assert cli(url, "jobs", "cancel", str(job_id), "--actor", "alice").returncode == 0
     assert cli(url, "queues", "pause", "mail", "--reason", "smtp down").returncode == 0
     listed = json.loads(cli(url, "audit", "--json").stdout)
@@ -244,3 +247,92 @@ def test_queues_commands_pause_list_and_resume(sqlite_url: str) -> None:
     assert cli(sqlite_url, "queues", "resume", "mail").stdout.strip() == "resumed queue mail"
     assert cli(sqlite_url, "queues", "resume", "mail").stdout.strip() == "queue mail was not paused"
     client.close()
+
+
+def test_an_add_recurring_that_changes_nothing_records_nothing(client: jobsup.Client) -> None:
+    for _ in range(3):  # what every instance does at every start
+        client.add_recurring("nightly", job="a", cron="0 3 * * *", actor="ops")
+    client.add_recurring("nightly", job="a", cron="0 4 * * *", actor="ops")
+    assert [(e.action, e.detail["cron"]) for e in client.audit()] == [  # type: ignore[index]
+        ("recurring.add", "0 4 * * *"),
+        ("recurring.add", "0 3 * * *"),
+    ]
+
+
+def test_an_operator_enqueue_of_a_live_unique_key_is_recorded_unchanged(url: str) -> None:
+    client = jobsup.Client(url)
+    first = cli(url, "enqueue", "a", "--unique-key", "k", "--actor", "kim", "--json", "--allow-unknown")
+    again = cli(url, "enqueue", "a", "--unique-key", "k", "--actor", "kim", "--json", "--allow-unknown")
+    assert first.returncode == again.returncode == 0 and first.stdout == again.stdout
+    assert [(e.action, e.outcome) for e in client.audit()] == [("job.enqueue", "unchanged"), ("job.enqueue", "ok")]
+
+
+def test_a_retry_all_stopped_by_an_error_records_what_it_did(client: jobsup.Client) -> None:
+    ids = [client.enqueue("a", max_attempts=1) for _ in range(3)]
+    for job in claim(client, limit=3):
+        fail(client, job)
+    # The outage must land between two retries' commits, which no real fault (a time
+    # window, a killed connection) lands deterministically: the third retry raises what the
+    # store raises for a lost database.
+    calls = {"n": 0}
+    real = client.store.transitions.retry
+
+    def retry_then_break(job_ids: list[int]) -> list[int]:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise jobsup.DatabaseUnavailable("the database went away")
+        return real(job_ids)
+
+    client.store.transitions.retry = retry_then_break  # type: ignore[method-assign]
+    with pytest.raises(jobsup.DatabaseUnavailable):
+        client.dead_letters.retry_all(actor="ops")
+    entry = client.audit()[0]
+    assert (entry.action, entry.outcome, entry.job_count, entry.job_ids) == (
+        "dead.retry_all",
+        "failed",
+        2,
+        tuple(ids[:2]),
+    )
+
+
+@pytest.mark.parametrize("actor", ["a\nforged line", "nul\x00", ""])
+def test_an_actor_with_control_characters_is_refused_and_nothing_is_done(client: jobsup.Client, actor: str) -> None:
+    job_id = client.enqueue("a")
+    with pytest.raises(jobsup.BadInput, match="actor must"):
+        client.cancel(job_id, actor=actor)
+    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+    assert client.audit() == []
+    with pytest.raises(jobsup.BadInput):
+        client.audit(actor=actor)
+
+
+def test_a_since_beyond_any_clock_and_an_unreadable_row_are_no_traceback(url: str, client: jobsup.Client) -> None:
+    done = cli(url, "audit", "--since", "99999999d")
+    assert done.returncode == 2 and "longer than 100 years" in done.stderr and "Traceback" not in done.stderr
+    client.cancel(client.enqueue("a"), actor="ops")
+    with client.database.transaction() as conn:
+        conn.execute(update(audit).values(detail="{not json", job_ids="[1,"))
+    [entry] = client.audit()
+    assert entry.detail == {"unreadable": "{not json"} and entry.job_ids == ()
+    assert cli(url, "audit").returncode == 0
+
+
+def test_jobsup_batches_enqueue_adds_the_batch_and_is_audited(url: str, tmp_path: Any) -> None:
+    children = tmp_path / "children.jsonl"
+    children.write_text('{"name": "a", "payload": {"n": 1}}\n\n{"name": "a", "payload": {"n": 2}}\n')
+    done = cli(url, "batches", "enqueue", str(children), "--allow-unknown", "--actor", "kim", "--json")
+    assert done.returncode == 0, done.stderr
+    batch = json.loads(done.stdout)
+    client = jobsup.Client(url)
+    info = client.get_batch(batch["id"])
+    assert batch["children"] == 2 and info is not None and info.total == 2
+    entry = client.audit()[0]
+    assert (entry.actor, entry.action, entry.target, entry.job_count) == (
+        "kim",
+        "batch.enqueue",
+        f"batch:{batch['id']}",
+        2,
+    )
+    children.write_text("{not json\n")
+    bad = cli(url, "batches", "enqueue", str(children))
+    assert bad.returncode == 2 and "children.jsonl:1: not JSON" in bad.stderr

@@ -48,13 +48,18 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
     total = sealed.older_than_newest(ring)
     show = not as_json and sys.stderr.isatty()
     progress: Any = click.progressbar(length=total, label=f"re-sealing under {ring.newest}", file=sys.stderr)
-    with progress if show else _Silent() as bar:
-        after: int | None = 0
-        while after is not None:
-            done = rotation.resealed
-            after = sealed.rotate_jobs(ring, after, rotation)
-            bar.update(rotation.resealed - done)
-        sealed.rotate_schedules(ring, rotation)
+    try:
+        with progress if show else _Silent() as bar:
+            after: int | None = 0
+            while after is not None:
+                done = rotation.resealed
+                after = sealed.rotate_jobs(ring, after, rotation)
+                bar.update(rotation.resealed - done)
+            sealed.rotate_schedules(ring, rotation)
+    except BaseException:  # the rows re-sealed before an error stopped it are recorded
+        detail = {"key": ring.newest, "resealed": rotation.resealed}
+        client._audit(who, "keys.rotate", target=ring.newest, outcome="failed", detail=detail)
+        raise
     # Rows an enqueuer still configured with the old key first wrote behind the cursor.
     left = sealed.older_than_newest(ring) - len(rotation.failed)
     summary = {"key": ring.newest, "resealed": rotation.resealed, "failed": rotation.failed, "left": left}

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from jobsup.audit import actor_of
 from jobsup.cli import cli
 from jobsup.errors import BadInput
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_payload, with_target
@@ -139,21 +140,26 @@ def batches_cancel(target: Target, batch_id: int, actor: str | None) -> None:
 @click.option("--on-failure", help="Job to enqueue once every child has ended, not all succeeded.")
 @click.option("--callback-payload", help="JSON object given to each callback (with the batch's counts).")
 @click.option("--allow-unknown", is_flag=True, help="Enqueue names no definition knows (with the defaults).")
+@actor_option
 @json_option
 @with_target
 def batches_enqueue(target: Target, children: Path, callback_payload: str | None, as_json: bool, **given: Any) -> None:
     """Enqueue the jobs of CHILDREN (a JSON Lines file, one {"name", "payload", ...} per
-    line, as `enqueue_many` takes) as one batch, atomically, and print its id."""
+    line, as `enqueue_many` takes) as one batch, atomically, and print its id (audited,
+    as an operator's enqueue)."""
+    who = actor_of(given.pop("actor"))
     specs = _read_lines(children)
     payload = parse_payload(callback_payload)
     callbacks = {
         key: (name, payload) for key in ("on_complete", "on_success", "on_failure") if (name := given[key]) is not None
     }
     progress: Any = click.progressbar(length=len(specs), label="enqueuing", file=sys.stderr)
+    client = target.client()
     with progress as bar:
-        batch_id = target.client().enqueue_batch(
+        batch_id = client.enqueue_batch(
             specs, name=given["name"], allow_unknown=given["allow_unknown"], progress=bar.update, **callbacks
         )
+    client._audit(who, "batch.enqueue", target=f"batch:{batch_id}", job_count=len(specs))
     emit_json({"id": batch_id, "children": len(specs)}) if as_json else click.echo(batch_id)
 
 

@@ -18,7 +18,9 @@ from jobsup.store.database import Database
 from jobsup.store.schema import audit
 
 JOB_IDS_KEPT = 100  # ids stored per row; `job_count` is the true count
-OUTCOMES = ("ok", "not_found", "refused")
+# ok; not_found: nothing matched; refused: the database's state forbade it; unchanged: it
+# already was so (a duplicate unique key); failed: an error stopped it part way.
+OUTCOMES = ("ok", "not_found", "refused", "unchanged", "failed")
 BATCH = 1000  # rows per purge transaction
 
 
@@ -119,7 +121,8 @@ class Audit:
         if actor is not None:
             stmt = stmt.where(audit.c.actor == actor)
         if action is not None:
-            stmt = stmt.where(audit.c.action.startswith(action) if action.endswith(".") else audit.c.action == action)
+            prefix = audit.c.action.startswith(action, autoescape=True)  # a _ or % in it is no wildcard
+            stmt = stmt.where(prefix if action.endswith(".") else audit.c.action == action)
         with self.db.read("audit") as conn:
             return [_entry(row) for row in conn.execute(stmt, params)]
 
@@ -150,7 +153,18 @@ def _entry(row: Any) -> AuditEntry:
         action=row.action,
         target=row.target,
         job_count=row.job_count,
-        job_ids=tuple(json.loads(row.job_ids)) if row.job_ids else (),
+        job_ids=tuple(ids) if isinstance(ids := _json(row.job_ids), list) else (),
         outcome=row.outcome,
-        detail=json.loads(row.detail) if row.detail else None,
+        detail=_json(row.detail),
     )
+
+
+def _json(text: str | None) -> Any:
+    """A stored JSON column; a hand-edited, unreadable one is shown as its text rather
+    than breaking the whole listing."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {"unreadable": text}

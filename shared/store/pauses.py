@@ -22,8 +22,9 @@ from sqlalchemy.exc import IntegrityError
 
 from jobsup.errors import UnknownQueue
 from jobsup.store.audit import Audit
-from jobsup.store.claim import Part, add_part
+from jobsup.store.claim import Part, add_part, status_is
 from jobsup.store.database import Database
+from jobsup.store.schema import UNFINISHED_STATUSES as UNFINISHED
 from jobsup.store.schema import job, job_definition, queue_state, recurring_job
 
 KNOWN_SHOWN = 20  # known queues named in the error about an unknown one
@@ -110,7 +111,10 @@ class Pauses:
         with self.db.read("queues") as conn:
             rows = conn.execute(select(queue_state).order_by(queue_state.c.queue)).all()
         return {
-            row.queue: QueueState(row.queue, bool(row.paused), row.reason, row.changed_by, row.changed_at)
+            # As the claim reads it: `paused = true`, so a hand-written 7 reads as not paused there too.
+            row.queue: QueueState(
+                row.queue, row.paused is True or row.paused == 1, row.reason, row.changed_by, row.changed_at
+            )
             for row in rows
         }
 
@@ -118,20 +122,22 @@ class Pauses:
         return {queue for queue, state in self.states().items() if state.paused}
 
     def is_known(self, queue: str) -> bool:
-        """Whether any job, job definition, recurring schedule or queue state names `queue`
-        (each an indexed or small-table lookup, the jobs last)."""
+        """Whether an unfinished job, a job definition, a recurring schedule or a queue
+        state names `queue` (each an indexed or small-table lookup, the jobs last)."""
         checks: list[Select[Any]] = [
             select(literal_column("1")).where(table.c.queue == queue).limit(1)
-            for table in (queue_state, job_definition, recurring_job, job)
+            for table in (queue_state, job_definition, recurring_job)
         ]
+        checks += [select(literal_column("1")).where(job.c.queue == queue, status_is(s)).limit(1) for s in UNFINISHED]
         with self.db.read("queues") as conn:
             return any(conn.execute(check).first() is not None for check in checks)
 
     def known(self) -> list[str]:
-        """Every queue named by a job, a job definition, a recurring schedule or a queue
-        state, sorted (this reads every job's queue: for listings and errors, not hot paths)."""
+        """Every queue named by an unfinished job, a job definition, a recurring schedule or
+        a queue state, sorted. Finished jobs are left out: they would make this read every
+        row retention keeps (the unfinished ones are found through their own indexes)."""
         stmt = union(
-            select(job.c.queue),
+            *(select(job.c.queue).where(status_is(s)).distinct() for s in UNFINISHED),
             select(job_definition.c.queue),
             select(recurring_job.c.queue),
             select(queue_state.c.queue),

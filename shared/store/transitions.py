@@ -67,24 +67,32 @@ class Transitions:
     # -- enqueue: (nothing) -> pending -------------------------------------------------------
 
     def enqueue(
-        self, jobs: Sequence[NewJob], *, connection: Connection | None = None, now: datetime | None = None
+        self,
+        jobs: Sequence[NewJob],
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+        inserted: list[int] | None = None,
     ) -> list[int]:
         """Insert `jobs`; return their ids in order. A job whose unique key belongs to a live
-        job is not inserted: the live job's id is returned in its place. With `connection`
-        the jobs are written in the caller's transaction and announced when it commits."""
+        job is not inserted: the live job's id is returned in its place (`inserted`, if
+        given, gets the positions of those that were). With `connection` the jobs are
+        written in the caller's transaction and announced when it commits."""
         clock = self.dialect.clock_params(now)
         if connection is not None:
             with self.db.errors():
-                ids, inserted = self.insert(connection, jobs, clock)
-            after_commit(connection, lambda: announce_enqueued(jobs, ids, inserted))
-            return ids
-        # No unique key and no enqueue step: one atomic insert where the dialect has one
-        # (PostgreSQL: a single round trip in autocommit), else a transaction.
-        alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
-        alone = alone and all(new.unique_key is None and new.sealing is None for new in jobs)
-        with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
-            ids, inserted = self.insert(conn, jobs, clock)
-        announce_enqueued(jobs, ids, inserted)
+                ids, positions = self.insert(connection, jobs, clock)
+            after_commit(connection, lambda: announce_enqueued(jobs, ids, positions))
+        else:
+            # No unique key, secret or enqueue step: one atomic insert where the dialect has
+            # one (PostgreSQL: a single round trip in autocommit), else a transaction.
+            alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
+            alone = alone and all(new.unique_key is None and new.sealing is None for new in jobs)
+            with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
+                ids, positions = self.insert(conn, jobs, clock)
+            announce_enqueued(jobs, ids, positions)
+        if inserted is not None:
+            inserted.extend(positions)
         return ids
 
     def insert(self, conn: Connection, jobs: Sequence[NewJob], clock: Mapping[str, Any]) -> tuple[list[int], list[int]]:
