@@ -42,7 +42,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -90,6 +90,12 @@ job = Table(
     Column("on_failure", Unicode(10)),
     Column("triggers", LongText),  # JSON: [{"job", "on", "payload", "queue"}]
     Column("key_id", Unicode(64)),  # the key its sensitive values are sealed with (`jobsup.secrets`)
+    # Flow control (`jobsup.store.limits`): null for a job that uses none of it.
+    Column("concurrency_key", _NAME),
+    Column("concurrency_limit", Integer),  # copied from the job type's policy at enqueue
+    Column("sla_start_by", UTCDateTime),
+    Column("sla_finish_by", UTCDateTime),
+    Column("sla_breached_at", UTCDateTime),
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -125,6 +131,12 @@ recurring_job = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("key_id", Unicode(64)),  # the key its payload's sensitive values are sealed with
+    Column("overlap", Unicode(10)),  # skip | allow | queue; null: allow
+    Column("calendar", _NAME),
+    Column("calendar_mode", Unicode(20)),  # blackout | allowed
+    Column("calendar_policy", Unicode(20)),  # skip | defer_to_end
+    Column("skipped", Integer),  # slots not fired (overlap, calendar)
+    Column("last_skipped_at", UTCDateTime),
 )
 
 # One row per job type, published by the processes that register it (`jobsup start`,
@@ -145,6 +157,7 @@ job_definition = Table(
     Column("disagreement", LongText),
     Column("triggers", LongText),  # JSON: what every job of this type triggers (`jobsup.Trigger`)
     Column("params", LongText),  # JSON Schema of its parameters (`jobsup.params`); null: untyped
+    Column("limits", LongText),  # JSON: its flow-control policy (concurrency, rate, breaker, sla, calendar)
 )
 
 workflow = Table(
@@ -218,6 +231,45 @@ queue_state = Table(
     Column("changed_at", UTCDateTime, nullable=False),
 )
 
+# A concurrency key's running jobs, kept by the claim and every transition out of running.
+concurrency = Table(
+    "jobsup_concurrency",
+    metadata,
+    Column("key", _NAME, primary_key=True),
+    Column("running", Integer, nullable=False),
+)
+
+rate_limit = Table(
+    "jobsup_rate_limit",
+    metadata,
+    Column("key", _NAME, primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", UTCDateTime, nullable=False),
+)
+
+breaker = Table(
+    "jobsup_breaker",
+    metadata,
+    Column("name", _NAME, primary_key=True),  # the job type
+    Column("state", Unicode(20), nullable=False),  # closed | open | half_open
+    Column("failures", Integer, nullable=False),  # consecutive
+    Column("opened_at", UTCDateTime),
+    Column("reopen_at", UTCDateTime),  # when an open breaker lets one probe through
+    Column("probe_job_id", BigInteger),
+    Column("changed_by", _NAME),
+    Column("changed_at", UTCDateTime, nullable=False),
+)
+
+calendar = Table(
+    "jobsup_calendar",
+    metadata,
+    Column("name", _NAME, primary_key=True),
+    Column("timezone", Unicode(64), nullable=False),
+    Column("rules", LongText, nullable=False),  # JSON
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
 process = Table(
     "jobsup_process",
     metadata,
@@ -285,3 +337,20 @@ Index("jobsup_job_attempt_job", job_attempt.c.job_id, job_attempt.c.attempt)
 Index("jobsup_process_heartbeat", process.c.heartbeat_at)
 Index("jobsup_job_sealed", job.c.id, **_filtered("key_id IS NOT NULL"))
 Index("jobsup_audit_at", audit.c.at)
+Index(
+    "jobsup_job_concurrency_running",
+    job.c.concurrency_key,
+    **_filtered("status = 'running' AND concurrency_key IS NOT NULL"),
+)
+Index(
+    "jobsup_job_sla_start",
+    job.c.sla_start_by,
+    **_filtered("sla_start_by IS NOT NULL AND sla_breached_at IS NULL AND status IN ('waiting', 'pending')"),
+)
+Index(
+    "jobsup_job_sla_finish",
+    job.c.sla_finish_by,
+    **_filtered(
+        "sla_finish_by IS NOT NULL AND sla_breached_at IS NULL AND status IN ('waiting', 'pending', 'running')"
+    ),
+)
