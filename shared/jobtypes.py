@@ -69,6 +69,7 @@ class JobType:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     triggers: tuple[Any, ...] = ()  # `jobsup.Trigger`s every job of this type fires
     params: dict[str, Any] | None = field(default=None, compare=False)  # JSON Schema (`jobsup.params`)
+    limits: Any = field(default=None, compare=False)  # `jobsup.flow.limits.Limits`; None: none
 
     @functools.cached_property
     def sensitive(self) -> frozenset[str]:
@@ -90,6 +91,8 @@ class JobType:
             settings["then"] = [trigger.describe() for trigger in self.triggers]
         if self.params is not None:
             settings["params"] = self.params
+        if self.limits:
+            settings["limits"] = self.limits.describe()
         return settings
 
 

@@ -50,6 +50,11 @@ def job(
     then: object = (),
     params: object = None,
     sensitive: Iterable[str] = (),
+    concurrency: object = None,
+    rate: object = None,
+    breaker: object = None,
+    sla: object = None,
+    calendar: object = None,
 ) -> Callable[[F], F]:
     """Register a job function under a stable `name`.
 
@@ -64,6 +69,10 @@ def job(
     payload: enqueues are checked against it and get its defaults, and the function
     receives the typed object. `sensitive` names parameters to seal at rest (as does
     ``Annotated[str, jobsup.Sensitive]``).
+
+    Flow control (`jobsup.flow`): `concurrency` (at most N running per concurrency key),
+    `rate` (at most N starts per period), `breaker` (stop claiming after failures), `sla`
+    (start_within / finish_within), `calendar` (blackout or allowed hours).
     """
     check_name(name, "job name")
     check_name(queue, "queue")
@@ -77,7 +86,11 @@ def job(
     if typed is None and sensitive:
         raise BadInput(f"job {name!r}: sensitive= names parameters, so give params= too (their types)")
     schema = None if typed is None else typed.schema
-    jobtype = JobType(name, queue, priority, max_attempts, seconds, RetryPolicy(custom=retry_in), triggers, schema)
+    from jobsup.flow.limits import Limits
+
+    policies = Limits.parse(name, concurrency=concurrency, rate=rate, breaker=breaker, sla=sla, calendar=calendar)
+    retry = RetryPolicy(custom=retry_in)
+    jobtype = JobType(name, queue, priority, max_attempts, seconds, retry, triggers, schema, policies or None)
 
     def register(function: F) -> F:
         existing = _registry.get(name)

@@ -20,6 +20,7 @@ from sqlalchemy import insert, select, update
 
 from jobsup.clock import host_clock
 from jobsup.errors import ConstraintViolation
+from jobsup.flow.limits import Limits
 from jobsup.jobtypes import JobType, RetryPolicy
 from jobsup.paramcheck import problems
 from jobsup.store.database import Database
@@ -126,6 +127,7 @@ def as_jobtype(definition: Definition) -> JobType:
         RetryPolicy.from_description(definition.retry),
         _triggers(definition.triggers),
         definition.params if isinstance(definition.params, dict) else None,
+        Limits.load(definition.limits) or None,
     )
 
 
@@ -151,6 +153,7 @@ def _columns(settings: dict[str, Any]) -> dict[str, Any]:
         "retry_policy": json.dumps(settings["retry"], sort_keys=True),
         "triggers": json.dumps(settings["then"]) if settings.get("then") else None,
         "params": json.dumps(settings["params"], sort_keys=True) if settings.get("params") is not None else None,
+        "limits": json.dumps(settings["limits"], sort_keys=True) if settings.get("limits") else None,
     }
 
 
@@ -166,6 +169,8 @@ def _settings(definition: Definition) -> dict[str, Any]:
         settings["then"] = definition.triggers
     if definition.params is not None:
         settings["params"] = definition.params
+    if definition.limits:
+        settings["limits"] = definition.limits
     return settings
 
 
@@ -183,6 +188,7 @@ def _definition(row: Any) -> Definition:
         disagreement=_json(row.disagreement),
         triggers=_json(row.triggers),
         params=_json(row.params),
+        limits=_json(row.limits),
     )
 
 

@@ -1,0 +1,45 @@
+"""The concurrency policy of a job type: at most `limit` of its jobs with one concurrency
+key running at once, across every instance (`jobsup.store.limits` enforces it in the
+claim). ``concurrency=1`` is one running per key; ``concurrency={"key": "customer",
+"limit": 2}`` names the key's prefix (a job's key is then ``customer:<its key>``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from jobsup.errors import BadInput
+
+MAX_LIMIT = 1_000_000
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    limit: int
+    key: str | None = None  # a prefix shared by job types (None: the job type's own name)
+
+
+def parse(value: object, job: str) -> Concurrency:
+    if isinstance(value, dict):
+        unknown = set(value) - {"key", "limit"}
+        if unknown or "limit" not in value:
+            raise BadInput(f"job {job!r}: concurrency takes {{'limit': N}} and optionally 'key', not {value!r}")
+        key = value.get("key")
+        if key is not None and (not isinstance(key, str) or not key or len(key) > 100):
+            raise BadInput(f"job {job!r}: concurrency key must be a string of 1-100 characters, not {key!r}")
+        return Concurrency(_limit(value["limit"], job), key)
+    return Concurrency(_limit(value, job))
+
+
+def _limit(value: object, job: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT:
+        raise BadInput(f"job {job!r}: a concurrency limit is a whole number from 1 to {MAX_LIMIT:,}, not {value!r}")
+    return value
+
+
+def describe(policy: Concurrency) -> dict[str, Any]:
+    return {"limit": policy.limit, **({"key": policy.key} if policy.key else {})}
+
+
+def load(described: Any) -> Concurrency:
+    return Concurrency(int(described["limit"]), described.get("key"))
