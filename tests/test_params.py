@@ -279,3 +279,19 @@ def test_keys_generate_prints_an_entry_that_parses() -> None:
     assert done.returncode == 0 and parse_keys(done.stdout.strip()).newest == "k7"
     bad = run_jobsup("keys", "generate", "--id", "a.b c")
     assert bad.returncode == 2 and "key id 'a.b c' is not" in bad.stderr
+
+
+def test_incompatible_counts_the_waiting_jobs_a_new_schema_does_not_fit(url: str) -> None:
+    from jobsup.store.rows import NewJob
+
+    client = jobsup.Client(url)
+    old = params_of({"to": str, "count": int}, job="evolving-here").schema
+    client.store.definitions.publish([JobType("evolving-here", params=old)], instance="old")
+    rows = [NewJob("evolving-here", "default", f'{{"to":"a","count":{n}}}', 0, None, 5, None) for n in range(4)]
+    client.store.transitions.enqueue([*rows, NewJob("evolving-here", "default", '{"to":"b"}', 0, None, 5, None)])
+    finished = claim_one(client)
+    client.store.transitions.cancel(finished.id)  # a finished job is not counted
+    new = JobType("evolving-here", params=params_of({"to": str, "count": str | None}, job="evolving-here").schema)
+    found = client.store.definitions.incompatible([new])
+    assert found == {"evolving-here": (3, {"field 'count' must be a string or null, not an integer": 3})}
+    assert client.store.definitions.incompatible([JobType("evolving-here", params=old)]) == {}  # unchanged

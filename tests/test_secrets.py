@@ -311,3 +311,16 @@ def test_the_length_of_a_sealed_payload_is_known_before_sealing(value: Any) -> N
     placeholder = encode_payload(sealing.placeholder())
     sealed = encode_payload(sealing.seal(987654321))
     assert sealing.keyring.sealed_length(sealing.payload, sealing.fields, placeholder) == len(sealed)
+
+
+def test_a_sealed_enqueue_in_the_callers_transaction_commits_and_rolls_back_with_it(url: str) -> None:
+    client = jobsup.Client(url)
+    with client.database.transaction() as conn:
+        kept = client.enqueue("sealed-call", {"to": "a", "token": SECRET}, connection=conn)
+    payload, key_id = raw(client, kept)
+    assert key_id == "k1" and SECRET not in json.dumps(payload)
+    with pytest.raises(RuntimeError), client.database.transaction() as conn:
+        client.enqueue("sealed-call", {"to": "b", "token": SECRET}, connection=conn)
+        raise RuntimeError("the caller's transaction fails")
+    assert [job.id for job in client.list_jobs()] == [kept]
+    assert run_next(client).kind == "succeeded" and opened == [{"to": "a", "token": SECRET}]
