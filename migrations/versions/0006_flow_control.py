@@ -4,8 +4,9 @@ recurring schedules that do not overlap.
 - `jobsup_job`: `concurrency_key` and its `concurrency_limit` (copied from the job type's
   policy at enqueue, so the claim needs no join); the SLA deadlines `sla_start_by`,
   `sla_finish_by` and the breach mark `sla_breached_at`. All null for a job that uses none.
-- `jobsup_concurrency`: a key's running count, kept by the claim and by every transition
-  out of running, in their transactions.
+- `jobsup_concurrency`: a key's admitted jobs (pending or running); a job over its key's
+  limit waits (status `waiting`, no dependencies) outside the claim index, in the order of
+  `jobsup_job_concurrency_waiting`, until a job of its key finishes.
 - `jobsup_rate_limit`: a token bucket per rate key.
 - `jobsup_breaker`: a job type's circuit breaker.
 - `jobsup_calendar`: named calendars of rules.
@@ -64,7 +65,7 @@ def upgrade() -> None:
     op.create_table(
         "jobsup_concurrency",
         sa.Column("key", NAME, primary_key=True),
-        sa.Column("running", sa.Integer, nullable=False),
+        sa.Column("admitted", sa.Integer, nullable=False),
     )
     op.create_table(
         "jobsup_rate_limit",
@@ -92,10 +93,10 @@ def upgrade() -> None:
         sa.Column("updated_at", UTCDateTime, nullable=False),
     )
     op.create_index(
-        "jobsup_job_concurrency_running",
+        "jobsup_job_concurrency_waiting",
         "jobsup_job",
-        ["concurrency_key"],
-        **_where("status = 'running' AND concurrency_key IS NOT NULL"),
+        ["concurrency_key", sa.text("priority DESC"), "run_at", "id"],
+        **_where("status = 'waiting' AND concurrency_key IS NOT NULL"),
     )
     op.create_index(
         "jobsup_job_sla_start",
@@ -114,7 +115,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for index in ("jobsup_job_concurrency_running", "jobsup_job_sla_start", "jobsup_job_sla_finish"):
+    for index in ("jobsup_job_concurrency_waiting", "jobsup_job_sla_start", "jobsup_job_sla_finish"):
         op.drop_index(index, table_name="jobsup_job")
     for table in ("jobsup_calendar", "jobsup_breaker", "jobsup_rate_limit", "jobsup_concurrency"):
         op.drop_table(table)

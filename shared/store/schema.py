@@ -231,12 +231,13 @@ queue_state = Table(
     Column("changed_at", UTCDateTime, nullable=False),
 )
 
-# A concurrency key's running jobs, kept by the claim and every transition out of running.
+# A concurrency key's admitted jobs (pending or running): one over its key's limit waits
+# outside the claim index until a job of its key finishes (`jobsup.store.limits`).
 concurrency = Table(
     "jobsup_concurrency",
     metadata,
     Column("key", _NAME, primary_key=True),
-    Column("running", Integer, nullable=False),
+    Column("admitted", Integer, nullable=False),
 )
 
 rate_limit = Table(
@@ -338,9 +339,12 @@ Index("jobsup_process_heartbeat", process.c.heartbeat_at)
 Index("jobsup_job_sealed", job.c.id, **_filtered("key_id IS NOT NULL"))
 Index("jobsup_audit_at", audit.c.at)
 Index(
-    "jobsup_job_concurrency_running",
+    "jobsup_job_concurrency_waiting",
     job.c.concurrency_key,
-    **_filtered("status = 'running' AND concurrency_key IS NOT NULL"),
+    job.c.priority.desc(),
+    job.c.run_at,
+    job.c.id,
+    **_filtered("status = 'waiting' AND concurrency_key IS NOT NULL"),
 )
 Index(
     "jobsup_job_sla_start",
