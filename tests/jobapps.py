@@ -161,3 +161,11 @@ def evolving(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
 @jobsup.job("evolving-ok", params={"to": str, "cc": str | None})
 def evolving_ok(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
     record(ctx, "ran", params=params)
+
+
+@jobsup.job("keyed-work", concurrency={"key": "customer", "limit": 2})
+def keyed_work(ctx: jobsup.JobContext, payload: Any) -> None:
+    """Runs `seconds` under its customer's concurrency key, recording its start and end."""
+    record(ctx, "start")
+    time.sleep(payload.get("seconds", 0.05))
+    record(ctx, "end")

@@ -54,7 +54,7 @@ class Result:
 
 _CLAIMED = (
     *("id", "name", "queue", "payload", "attempts", "max_attempts", "timeout", "actor", "lease_owner"),
-    *("workflow_id", "batch_id", "triggers", "due_at"),  # a plain job: no links
+    *("workflow_id", "batch_id", "triggers", "concurrency_key", "due_at"),  # a plain job: no links
 )
 
 

@@ -65,7 +65,12 @@ def test_the_branch_finder_finds_branches() -> None:
 WRITES = {"update", "insert", "delete"}
 # Who may build a write of jobsup_job: the transitions' statements, each dialect's claim, and
 # retention's deletes.
-JOB_WRITERS = {"shared/store/statements.py", "shared/store/insert.py", "shared/store/retention.py"}
+JOB_WRITERS = {
+    "shared/store/statements.py",
+    "shared/store/linked_statements.py",
+    "shared/store/insert.py",
+    "shared/store/retention.py",
+}
 
 
 def writes_job_table(tree: ast.AST) -> list[int]:

@@ -43,3 +43,15 @@ def describe(policy: Concurrency) -> dict[str, Any]:
 
 def load(described: Any) -> Concurrency:
     return Concurrency(int(described["limit"]), described.get("key"))
+
+
+def key_of(policy: Concurrency | None, job: str, given: object) -> tuple[str | None, int | None]:
+    """The concurrency key a job of type `job` is counted under, and its limit: under the
+    type's policy, the type's name (or the policy's shared key) and the given key; with no
+    policy, a given key alone holds one job at a time."""
+    if given is not None and (not isinstance(given, str) or not 0 < len(given) <= 100):
+        raise BadInput(f"concurrency_key must be a string of 1-100 characters, not {given!r}")
+    if policy is None:
+        return (None, None) if given is None else (given, 1)
+    prefix = policy.key or job
+    return (prefix if given is None else f"{prefix}:{given}"), policy.limit

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from jobsup.jobtypes import Resolver
-from jobsup.store import links  # noqa: F401 - registers the steps of linked jobs
+from jobsup.store import limits, links  # noqa: F401 - register the steps of linked and keyed jobs
 from jobsup.store.audit import Audit
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions

@@ -15,6 +15,7 @@ from typing import Any, TypedDict
 from jobsup.clock import host_clock
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, InvalidPayload
+from jobsup.flow.concurrency import key_of
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers, triggers_text
 from jobsup.paramcheck import check
@@ -37,6 +38,7 @@ class EnqueueOptions(TypedDict, total=False):
     unique_key: str  # while a job with this key is pending or running, return that job instead
     actor: str  # who enqueued it, as they say: shown, never used for authorisation
     then: object  # a `jobsup.Trigger` or a list: follow-ups when it ends (besides its type's)
+    concurrency_key: str  # at most the type's limit (else 1) of its key's jobs admitted at once
 
 
 OPTIONS = frozenset(EnqueueOptions.__annotations__)
@@ -55,7 +57,8 @@ def build(
     are the `NewJob` link fields a workflow, batch or trigger sets."""
     # No options (a bulk enqueue's common case): the row straight from the job type. The
     # general path below gives the same row 0.7 us slower, 6 % of a bulk enqueue's job.
-    if not options and recurring is None and links is None and not jobtype.triggers and jobtype.params is None:
+    plain = jobtype.params is None and jobtype.limits is None and not jobtype.triggers
+    if not options and recurring is None and links is None and plain:
         check_name(jobtype.queue, "queue")
         return NewJob(
             jobtype.name,
@@ -84,6 +87,10 @@ def build(
     then = get("then")
     triggers = (*jobtype.triggers, *(check_triggers(then) if then else ()))
     text, sealing = typed_payload(jobtype, payload, also_sealed=also_sealed)
+    policy = None if jobtype.limits is None else jobtype.limits.concurrency
+    key, limit = key_of(policy, jobtype.name, get("concurrency_key"))
+    if key is not None and links is not None and links.get("step") is not None:
+        raise BadInput(f"a workflow step cannot have a concurrency key yet (job {jobtype.name!r})")
     return NewJob(
         name=jobtype.name,
         queue=check_name(get("queue") or jobtype.queue, "queue"),
@@ -97,6 +104,8 @@ def build(
         recurring_name=None if recurring is None else recurring[0],
         scheduled_slot=None if recurring is None else recurring[1],
         triggers=triggers_text(triggers),
+        concurrency_key=key,
+        concurrency_limit=limit,
         sealing=sealing,
         **(links or {}),
     )

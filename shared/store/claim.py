@@ -38,6 +38,7 @@ CLAIM_COLUMNS = (
     job.c.workflow_id,
     job.c.batch_id,
     job.c.triggers,
+    job.c.concurrency_key,
 )
 CLAIM_ORDER = (job.c.priority.desc(), job.c.run_at, job.c.id)
 

@@ -190,4 +190,5 @@ def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
         step=row.step,
         batch_id=row.batch_id,
         parent_id=row.parent_id,
+        concurrency_key=row.concurrency_key,
     )

@@ -47,6 +47,7 @@ class Job:
     step: str | None = None  # its name in its workflow
     batch_id: int | None = None
     parent_id: int | None = None  # the job whose trigger or batch enqueued it
+    concurrency_key: str | None = None  # the key it is counted under (`jobsup.store.limits`)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, with the same field names (for `--json` and logs)."""
@@ -65,7 +66,11 @@ class Lease:
 def has_links(row: Any) -> bool:
     """Is the job of `row` (a `ClaimedJob`, or a row with the link columns; a row without
     them is plain) linked: in a workflow or batch, or with triggers?"""
-    return any(getattr(row, name, None) is not None for name in ("workflow_id", "batch_id", "triggers"))
+    return any(getattr(row, name, None) is not None for name in _LINKS)
+
+
+# In a workflow or batch, with triggers, or under a concurrency key (its slot to give back).
+_LINKS = ("workflow_id", "batch_id", "triggers", "concurrency_key")
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class ClaimedJob:
     workflow_id: int | None = None
     batch_id: int | None = None
     triggers: str | None = None
+    concurrency_key: str | None = None
     due_at: datetime | None = None  # when it became due (None when unreadable)
 
     @property
@@ -173,8 +179,16 @@ class NewJob:
     waiting_on: int | None = None  # dependencies to finish first (>= 1): inserted `waiting`
     on_failure: str | None = None
     triggers: str | None = None  # JSON
+    concurrency_key: str | None = None  # with its limit: at most that many admitted at once
+    concurrency_limit: int | None = None
     # Not a column: its sensitive values, sealed once the insert gives it an id.
     sealing: Any = field(default=None, compare=False, repr=False, metadata={"column": False})
+
+    @property
+    def writes_twice(self) -> bool:
+        """Its insert takes more than one statement (a unique key, secrets to seal, a
+        concurrency slot to take): never the single-statement autocommit insert."""
+        return self.unique_key is not None or self.sealing is not None or self.concurrency_key is not None
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,10 @@ class Rotation:
     failed: dict[str, str] = field(default_factory=dict)  # row -> why it did not open
 
 
-def seal_new(conn: Connection, sql: Statements, sealings: Sequence[tuple[int, Sealing]]) -> None:
+def seal_new(conn: Connection, sql: Statements, inserted: Sequence[tuple[int, Any]]) -> None:
     """Seal the sensitive values of jobs just inserted on `conn` (in its transaction), now
-    that they have their ids."""
+    that they have their ids: `inserted` is (id, `NewJob`) pairs."""
+    sealings: list[tuple[int, Sealing]] = [(job_id, new.sealing) for job_id, new in inserted if new.sealing]
     if sealings:
         rows = [(job_id, encode_payload(sealing.seal(job_id)), sealing.keyring.newest) for job_id, sealing in sealings]
         conn.execute(sql.seal, [{"p_job": i, "p_payload": text, "p_key": key} for i, text, key in rows])

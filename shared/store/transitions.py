@@ -24,7 +24,7 @@ from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
-from jobsup.store import steps
+from jobsup.store import limits, steps
 from jobsup.store.batches import Batches
 from jobsup.store.builder import build, fired_payload
 from jobsup.store.chain import Chain
@@ -87,7 +87,7 @@ class Transitions:
             # No unique key, secret or enqueue step: one atomic insert where the dialect has
             # one (PostgreSQL: a single round trip in autocommit), else a transaction.
             alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
-            alone = alone and all(new.unique_key is None and new.sealing is None for new in jobs)
+            alone = alone and not any(new.writes_twice for new in jobs)
             with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
                 ids, positions = self.insert(conn, jobs, clock)
             announce_enqueued(jobs, ids, positions)
@@ -112,9 +112,11 @@ class Transitions:
             if is_new:
                 inserted.append(i)
         if inserted:
-            seal_new(conn, self.sql, [(ids[i], jobs[i].sealing) for i in inserted if jobs[i].sealing is not None])
+            new = [(ids[i], jobs[i]) for i in inserted]
+            seal_new(conn, self.sql, new)
+            limits.admit_new(conn, self.sql, new)
             if steps.of("enqueue"):
-                steps.run(conn, steps.Change("enqueue", [(ids[i], jobs[i]) for i in inserted], clock, self))
+                steps.run(conn, steps.Change("enqueue", new, clock, self))
             self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted} - woken)
         return ids, inserted
 

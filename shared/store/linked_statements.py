@@ -1,0 +1,148 @@
+"""The statements of the in-transaction steps (`jobsup.store.links`, `jobsup.store.limits`):
+the job-row writes of workflows, batches and concurrency keys, a part of `Statements` kept
+apart by role."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Integer, Select, Update, bindparam, func, select, update
+
+from jobsup.store.claim import status_is
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, WAITING, job, job_dependency
+
+# What the in-transaction steps of a job that finished need to know of it (`jobsup.store.links`).
+# (and `jobsup.store.limits`: a concurrency key's slot, held unless it waits with no dependency).
+LINKS = (
+    job.c.workflow_id,
+    job.c.batch_id,
+    job.c.triggers,
+    job.c.concurrency_key,
+    job.c.concurrency_limit,
+    job.c.waiting_on,
+)
+
+
+class LinkedStatements:
+    if TYPE_CHECKING:
+        dialect: Any
+
+    # -- concurrency keys: jobs over their key's limit wait (`jobsup.store.limits`) ---------
+
+    @cached_property
+    def hold_for_key(self) -> Update:
+        """A new or retried job its key has no room for: waiting, with no dependency (0)."""
+        return (
+            update(job).where(job.c.id == bindparam("p_job"), status_is(PENDING)).values(status=WAITING, waiting_on=0)
+        )
+
+    @cached_property
+    def next_for_key(self) -> Select[Any]:
+        """The job of key `p_key` that has waited for room longest (in claim order)."""
+        return (
+            select(job.c.id, job.c.queue)
+            .where(status_is(WAITING), job.c.concurrency_key == bindparam("p_key"), job.c.waiting_on == 0)
+            .order_by(job.c.priority.desc(), job.c.run_at, job.c.id)
+            .limit(1)
+        )
+
+    @cached_property
+    def limit_of(self) -> Select[Any]:
+        return select(job.c.concurrency_limit).where(job.c.id == bindparam("p_job"))
+
+    @cached_property
+    def promote_for_key(self) -> Update:
+        clock = self.dialect.clock()
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), status_is(WAITING), job.c.waiting_on == 0)
+            .values(status=PENDING, waiting_on=None, updated_at=clock)
+        )
+
+    # -- links: workflow steps waiting on their dependencies (`jobsup.store.links`) --------
+
+    @cached_property
+    def dependents_of(self) -> Select[Any]:
+        """The edges out of jobs that finished: (dependent, dependency)."""
+        return (
+            select(job_dependency.c.job_id, job_dependency.c.depends_on)
+            .where(job_dependency.c.depends_on.in_(bindparam("p_ids", expanding=True)))
+            .order_by(job_dependency.c.job_id)
+        )
+
+    @cached_property
+    def unblock(self) -> Update:
+        """A waiting step counts `p_done` more of its dependencies finished, `p_failed` of them
+        without succeeding. The row lock serialises the steps' counts, so exactly one
+        transition sees its count reach zero."""
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), status_is(WAITING))
+            .values(
+                waiting_on=job.c.waiting_on - bindparam("p_done", type_=Integer),
+                failed_deps=func.coalesce(job.c.failed_deps, 0) + bindparam("p_failed", type_=Integer),
+                updated_at=self.dialect.clock(),
+            )
+            .returning(job.c.id, job.c.waiting_on, job.c.failed_deps, job.c.on_failure, job.c.queue)
+        )
+
+    @cached_property
+    def recount(self) -> Update:
+        """The dependents still waiting on a dead-lettered step that is retried wait for it
+        again: it had been counted finished, and failed."""
+        dependents = select(job_dependency.c.job_id).where(job_dependency.c.depends_on == bindparam("p_job"))
+        return (
+            update(job)
+            .where(job.c.id.in_(dependents.scalar_subquery()), status_is(WAITING))
+            .values(
+                waiting_on=job.c.waiting_on + 1,
+                failed_deps=job.c.failed_deps - 1,
+                updated_at=self.dialect.clock(),
+            )
+        )
+
+    @cached_property
+    def promote(self) -> Update:
+        """waiting -> pending: every dependency has finished."""
+        return (
+            update(job)
+            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
+            .values(status=PENDING, updated_at=self.dialect.clock())
+            .returning(job.c.id, job.c.queue)
+        )
+
+    @cached_property
+    def cancel_blocked(self) -> Update:
+        """waiting -> cancelled: a dependency failed and the step's policy is to cancel. A
+        waiting step never started, so it has no attempt to close."""
+        clock = self.dialect.clock()
+        return (
+            update(job)
+            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
+            .values(status=CANCELLED, finished_at=clock, updated_at=clock, last_error=bindparam("p_error"))
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
+        )
+
+    @cached_property
+    def reopen(self) -> Update:
+        """A failed or cancelled step of a finished workflow runs again (`p_waiting_on` None:
+        now; else once that many dependencies have finished), with its own budget of attempts
+        again, as a dead-letter retry gives."""
+        clock = self.dialect.clock()
+        budget = func.coalesce(job.c.budget, job.c.max_attempts)
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), job.c.status.in_((DEAD_LETTERED, CANCELLED)))
+            .values(
+                status=bindparam("p_status"),
+                waiting_on=bindparam("p_waiting_on", type_=Integer),
+                failed_deps=0,
+                max_attempts=job.c.attempts + budget,
+                budget=budget,
+                run_at=clock,
+                updated_at=clock,
+                finished_at=None,
+            )
+            .returning(job.c.id, job.c.queue)
+        )

@@ -1,0 +1,122 @@
+"""Concurrency keys (issue 12, part 1) through the real store on SQLite and PostgreSQL: at
+most a key's limit of its jobs admitted at once, the others waiting outside the claim index
+until one ends; a saturated key never holds back the other keys behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+import jobsup
+from jobsup.store.schema import concurrency, job
+
+from helpers import claim, fail, succeed
+
+
+def _noop(ctx: jobsup.JobContext, payload: Any) -> None:
+    return None
+
+
+jobsup.job("one-per-customer", concurrency=1)(_noop)
+jobsup.job("two-per-tenant", concurrency={"key": "tenant", "limit": 2})(_noop)
+jobsup.job("also-per-tenant", concurrency={"key": "tenant", "limit": 2})(_noop)
+jobsup.job("unlimited-type")(_noop)
+
+
+def statuses(client: jobsup.Client, *ids: int) -> list[str]:
+    return [client.get(job_id).status for job_id in ids]  # type: ignore[union-attr]
+
+
+def admitted(client: jobsup.Client, key: str) -> int | None:
+    with client.database.read() as conn:
+        return conn.execute(select(concurrency.c.admitted).where(concurrency.c.key == key)).scalar()
+
+
+def test_a_key_admits_its_limit_and_the_rest_wait_in_order(client: jobsup.Client) -> None:
+    first, second, third = (client.enqueue("one-per-customer", concurrency_key="c1") for _ in range(3))
+    other = client.enqueue("one-per-customer", concurrency_key="c2")
+    assert statuses(client, first, second, third, other) == ["pending", "waiting", "waiting", "pending"]
+    assert client.get(first).concurrency_key == "one-per-customer:c1"  # type: ignore[union-attr]
+    claimed = claim(client, limit=10)
+    assert sorted(j.id for j in claimed) == [first, other]
+    succeed(client, [j for j in claimed if j.id == first])
+    assert statuses(client, first, second, third) == ["succeeded", "pending", "waiting"]
+    assert [j.id for j in claim(client, limit=10)] == [second]
+    assert admitted(client, "one-per-customer:c1") == 1
+
+
+def test_a_saturated_key_at_the_head_holds_back_no_other_key(client: jobsup.Client) -> None:
+    client.enqueue_many([{"name": "one-per-customer", "concurrency_key": "big"} for _ in range(2000)])
+    others = client.enqueue_many([{"name": "one-per-customer", "concurrency_key": f"k{n}"} for n in range(5)])
+    plain = client.enqueue("unlimited-type")
+    claimed = {j.id for j in claim(client, limit=20)}
+    assert set(others) | {plain} < claimed and len(claimed) == 7  # one of "big", the five, the plain one
+    with client.database.read() as conn:
+        waiting = conn.execute(select(func.count()).where(job.c.status == "waiting")).scalar_one()
+    assert waiting == 1999
+
+
+def test_a_retry_keeps_the_slot_and_an_end_gives_it_on(client: jobsup.Client) -> None:
+    first = client.enqueue("one-per-customer", concurrency_key="c", max_attempts=2)
+    second = client.enqueue("one-per-customer", concurrency_key="c")
+    [running] = claim(client)
+    assert fail(client, running, retry_in=0) == "pending"  # its retry keeps the key's slot
+    assert statuses(client, first, second) == ["pending", "waiting"]
+    [again] = claim(client)
+    assert fail(client, again) == "dead_lettered"
+    assert statuses(client, first, second) == ["dead_lettered", "pending"]
+    assert client.dead_letters.retry(first)  # the key is full again: the retried job waits
+    assert statuses(client, first, second) == ["waiting", "pending"]
+
+
+def test_cancelling_a_waiting_job_frees_nothing_and_cancelling_an_admitted_one_does(client: jobsup.Client) -> None:
+    admitted_job, waiting_one, waiting_two = (client.enqueue("one-per-customer", concurrency_key="c") for _ in range(3))
+    assert client.cancel(waiting_one)
+    assert statuses(client, admitted_job, waiting_two) == ["pending", "waiting"]
+    assert client.cancel(admitted_job)
+    assert statuses(client, waiting_one, waiting_two) == ["cancelled", "pending"]
+    assert admitted(client, "one-per-customer:c") == 1
+
+
+def test_a_shared_key_counts_across_job_types_and_a_bare_key_holds_one(client: jobsup.Client) -> None:
+    a, b, c = (
+        client.enqueue("two-per-tenant", concurrency_key="t1"),
+        client.enqueue("also-per-tenant", concurrency_key="t1"),
+        client.enqueue("two-per-tenant", concurrency_key="t1"),
+    )
+    assert statuses(client, a, b, c) == ["pending", "pending", "waiting"]
+    d, e = (client.enqueue("unlimited-type", concurrency_key="report") for _ in range(2))
+    assert statuses(client, d, e) == ["pending", "waiting"]
+    whole = [client.enqueue("two-per-tenant") for _ in range(3)]  # no key: the policy's key alone
+    assert statuses(client, *whole) == ["pending", "pending", "waiting"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"),
+    [
+        (0, "a concurrency limit is a whole number from 1"),
+        (-1, "a concurrency limit is a whole number from 1"),
+        ({"key": "x"}, "concurrency takes {'limit': N}"),
+        ({"limit": 2, "keys": "x"}, "concurrency takes {'limit': N}"),
+        (True, "a concurrency limit is a whole number"),
+    ],
+)
+def test_a_bad_limit_is_refused_at_import(policy: Any, words: str) -> None:
+    with pytest.raises(jobsup.BadInput, match="job 'bad-limit'") as caught:
+        jobsup.job("bad-limit", concurrency=policy)(_noop)
+    assert words in str(caught.value)
+    assert jobsup.registry.lookup("bad-limit") is None
+
+
+def test_a_bad_key_is_refused_and_nothing_written(client: jobsup.Client) -> None:
+    for key in (5, "", "x" * 101):
+        with pytest.raises(jobsup.BadInput, match="concurrency_key must be a string of 1-100 characters"):
+            client.enqueue("one-per-customer", concurrency_key=key)
+    assert client.list_jobs() == []
+    wf = jobsup.Workflow("keyed")
+    wf.add("one-per-customer", concurrency_key="c")
+    with pytest.raises(jobsup.BadInput, match="a workflow step cannot have a concurrency key"):
+        client.enqueue_workflow(wf)
+    assert client.list_jobs() == []
