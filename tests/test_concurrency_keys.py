@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 import jobsup
 from jobsup.store.schema import concurrency, job
 
-from helpers import claim, fail, succeed
+from helpers import claim, fail, plan_nodes, succeed
 
 
 def _noop(ctx: jobsup.JobContext, payload: Any) -> None:
@@ -120,3 +120,20 @@ def test_a_bad_key_is_refused_and_nothing_written(client: jobsup.Client) -> None
     with pytest.raises(jobsup.BadInput, match="a workflow step cannot have a concurrency key"):
         client.enqueue_workflow(wf)
     assert client.list_jobs() == []
+
+
+def test_the_hand_over_finds_the_next_waiting_job_through_its_index(client: jobsup.Client, url: str) -> None:
+    client.enqueue_many([{"name": "one-per-customer", "concurrency_key": f"k{n % 20}"} for n in range(1000)])
+    statement = client.store.transitions.sql.next_for_key.params(p_key="one-per-customer:k7")
+    with client.database.transaction() as conn:
+        conn.execute(text("ANALYZE"))
+    sql = str(statement.compile(client.database.engine, compile_kwargs={"literal_binds": True}))
+    with client.database.read() as conn:
+        if url.startswith("sqlite"):
+            plan = " | ".join(row[3] for row in conn.execute(text("EXPLAIN QUERY PLAN " + sql)))
+            assert "USING INDEX jobsup_job_concurrency_waiting" in plan and "TEMP B-TREE" not in plan, plan
+        else:
+            found = conn.execute(text("EXPLAIN (FORMAT JSON) " + sql)).scalar_one()
+            nodes = plan_nodes(found[0]["Plan"])
+            assert any(node.get("Index Name") == "jobsup_job_concurrency_waiting" for node in nodes), found
+            assert not any(node["Node Type"] in ("Sort", "Seq Scan") for node in nodes), found
