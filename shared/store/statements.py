@@ -149,7 +149,7 @@ class Statements:
                 lease_expires_at=None,
                 result=bindparam("p_result"),
             )
-            .returning(job.c.id, job.c.status, *LINKS)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -168,7 +168,7 @@ class Statements:
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id, job.c.status, *LINKS)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
         )
         return self.dialect.chain(first, self.close_attempts)
 

@@ -1,0 +1,150 @@
+"""Circuit breakers on every real database: consecutive failures open a job type's breaker
+and its jobs stay pending, attempts untouched; maintenance half-opens it after the reset,
+exactly one probe is claimed however many claim; the probe's success closes it, its
+failure opens it again; an operator's reset is audited; bad policies are refused at import."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+import jobsup
+from jobsup.errors import BadInput
+from jobsup.store.schema import audit
+
+from helpers import claim, claim_one, fail, succeed
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+
+@jobsup.job("breaker-flaky", queue="flaky", max_attempts=50, breaker={"failures": 3, "reset": "60s"})
+def flaky(ctx: jobsup.JobContext, payload: Any) -> None:
+    raise RuntimeError("down")
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def breaker_of(client: jobsup.Client, name: str = "breaker-flaky") -> dict[str, Any] | None:
+    return next((row for row in client.breakers() if row["name"] == name), None)
+
+
+def fail_times(client: jobsup.Client, n: int, now: datetime) -> None:
+    for _ in range(n):
+        job = claim_one(client, queue="flaky", now=now)
+        fail(client, job, now=now)
+
+
+def open_breaker(client: jobsup.Client) -> list[int]:
+    ids = [client.enqueue("breaker-flaky", run_at=T0) for _ in range(4)]
+    fail_times(client, 3, at(1))
+    return ids
+
+
+def test_consecutive_failures_open_it_and_its_jobs_stay_pending(client: jobsup.Client) -> None:
+    client.enqueue("breaker-flaky", run_at=T0)
+    fail_times(client, 2, at(1))
+    assert breaker_of(client)["state"] == "closed"  # type: ignore[index]
+    ids = [client.enqueue("breaker-flaky", run_at=T0) for _ in range(3)]
+    fail_times(client, 1, at(1))
+    row = breaker_of(client)
+    assert row is not None and (row["state"], row["failures"]) == ("open", 3)
+    attempts = {job_id: client.get(job_id).attempts for job_id in ids}  # type: ignore[union-attr]
+    assert claim(client, queue="flaky", limit=10, now=at(30)) == []
+    assert {job_id: client.get(job_id).attempts for job_id in ids} == attempts  # type: ignore[union-attr]
+    assert {client.get(job_id).status for job_id in ids} == {"pending"}  # type: ignore[union-attr]
+
+
+def test_a_success_resets_the_count(client: jobsup.Client) -> None:
+    for _ in range(3):
+        client.enqueue("breaker-flaky", run_at=T0)
+    fail_times(client, 2, at(1))
+    succeed(client, [claim_one(client, queue="flaky", now=at(1))], now=at(1))
+    assert breaker_of(client)["failures"] == 0  # type: ignore[index]
+
+
+def test_other_types_are_claimed_while_it_is_open(client: jobsup.Client) -> None:
+    open_breaker(client)
+    other = client.enqueue("plain-of-flaky-queue", queue="flaky", run_at=T0, allow_unknown=True)
+    assert [c.id for c in claim(client, queue="flaky", limit=10, now=at(2))] == [other]
+
+
+def test_maintenance_half_opens_it_after_the_reset_and_one_probe_is_claimed(client: jobsup.Client) -> None:
+    open_breaker(client)
+    assert client.store.breakers.half_open(now=at(30)) == []
+    assert client.store.breakers.half_open(now=at(62)) == ["breaker-flaky"]
+    row = breaker_of(client)
+    assert row is not None and row["state"] == "half_open" and row["probe_job_id"] is not None
+    other = jobsup.Client(client.database.url)  # another instance claiming at once
+    try:
+        first = claim(client, "w1", "flaky", limit=10, now=at(63))
+        second = claim(other, "w2", "flaky", limit=10, now=at(63))
+    finally:
+        other.close()
+    assert [c.id for c in first + second] == [row["probe_job_id"]]
+    # A second tick does not name another probe while this one runs.
+    assert client.store.breakers.half_open(now=at(64)) == []
+
+
+def test_the_probes_success_closes_it(client: jobsup.Client) -> None:
+    ids = open_breaker(client)
+    client.store.breakers.half_open(now=at(62))
+    probe = claim_one(client, queue="flaky", now=at(63))
+    succeed(client, [probe], now=at(63))
+    assert (breaker_of(client)["state"], breaker_of(client)["failures"]) == ("closed", 0)  # type: ignore[index]
+    rest = claim(client, queue="flaky", limit=10, now=at(64))
+    assert sorted(c.id for c in rest) == sorted(set(ids) - {probe.id})
+
+
+def test_the_probes_failure_opens_it_again(client: jobsup.Client) -> None:
+    open_breaker(client)
+    client.store.breakers.half_open(now=at(62))
+    fail(client, claim_one(client, queue="flaky", now=at(63)), now=at(63))
+    row = breaker_of(client)
+    assert row is not None and row["state"] == "open" and row["probe_job_id"] is None
+    assert row["reopen_at"] == at(123)
+    assert claim(client, queue="flaky", limit=10, now=at(64)) == []
+
+
+def test_a_cancelled_probe_is_replaced(client: jobsup.Client) -> None:
+    open_breaker(client)
+    client.store.breakers.half_open(now=at(62))
+    first = breaker_of(client)["probe_job_id"]  # type: ignore[index]
+    client.cancel(first)
+    assert client.store.breakers.half_open(now=at(63)) == ["breaker-flaky"]
+    assert breaker_of(client)["probe_job_id"] not in (None, first)  # type: ignore[index]
+
+
+def test_an_operator_reset_closes_it_and_is_audited(client: jobsup.Client) -> None:
+    ids = open_breaker(client)
+    assert client.reset_breaker("breaker-flaky", actor="alice") is True
+    assert breaker_of(client)["state"] == "closed"  # type: ignore[index]
+    assert len(claim(client, queue="flaky", limit=10, now=at(2))) == len(ids)  # the failed ones retried at once
+    assert client.reset_breaker("breaker-flaky", actor="alice") is False
+    with client.database.read() as conn:
+        rows = conn.execute(select(audit.c.actor, audit.c.action, audit.c.outcome).order_by(audit.c.id)).all()
+    assert [tuple(r) for r in rows if r.action == "breaker.reset"] == [
+        ("alice", "breaker.reset", "ok"),
+        ("alice", "breaker.reset", "unchanged"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"failures": 0, "reset": "60s"},
+        {"failures": -1, "reset": "60s"},
+        {"failures": 3, "reset": "soon"},
+        {"failures": 3, "reset": 0},
+        {"failures": 3},
+        {"failures": 3, "reset": "1m", "ratio": 0.5},
+        5,
+    ],
+)
+def test_a_bad_policy_is_refused_naming_the_job(policy: object) -> None:
+    with pytest.raises(BadInput, match="breaker-bad"):
+        jobsup.job("breaker-bad", breaker=policy)(lambda ctx, payload: None)
