@@ -93,11 +93,15 @@ def jobs() -> None:
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--queue")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--sla-breached", is_flag=True, help="Only jobs marked past an SLA deadline.")
 @json_option
 @with_target
-def jobs_list(target: Target, status: str | None, queue: str | None, limit: int, as_json: bool) -> None:
+def jobs_list(
+    target: Target, status: str | None, queue: str | None, limit: int, sla_breached: bool, as_json: bool
+) -> None:
     """Jobs, newest first."""
-    show_jobs(target.client().list_jobs(status=status, queue=queue, limit=limit), as_json)
+    found = target.client().list_jobs(status=status, queue=queue, limit=limit, sla_breached=sla_breached)
+    show_jobs(found, as_json)
 
 
 def show_jobs(found: list[Any], as_json: bool) -> None:

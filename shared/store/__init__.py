@@ -26,6 +26,7 @@ from jobsup.store.reads import Reads
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.retention import Retention
 from jobsup.store.sealed import SealedRows
+from jobsup.store.sla import SlaMarks
 from jobsup.store.transitions import Transitions
 
 
@@ -47,6 +48,7 @@ class Store:
         self.audit = Audit(db)
         self.pauses = Pauses(db, self.audit)
         self.breakers = Breakers(db, self.audit, self.resolver)
+        self.sla = SlaMarks(self.transitions)
 
     def schema_check(self) -> None:
         """Raise `SchemaOutdated` unless the schema is at this code's revision."""

@@ -47,6 +47,9 @@ class Job:
     step: str | None = None  # its name in its workflow
     batch_id: int | None = None
     parent_id: int | None = None  # the job whose trigger or batch enqueued it
+    sla_start_by: datetime | None = None  # its SLA deadlines (`jobsup.store.sla`)
+    sla_finish_by: datetime | None = None
+    sla_breached_at: datetime | None = None  # when maintenance found it past one
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, with the same field names (for `--json` and logs)."""
@@ -173,6 +176,9 @@ class NewJob:
     waiting_on: int | None = None  # dependencies to finish first (>= 1): inserted `waiting`
     on_failure: str | None = None
     triggers: str | None = None  # JSON
+    # SLA deadlines (`jobsup.store.sla`): None for a job without one.
+    sla_start_by: datetime | None = None
+    sla_finish_by: datetime | None = None
     # Not a column: its sensitive values, sealed once the insert gives it an id.
     sealing: Any = field(default=None, compare=False, repr=False, metadata={"column": False})
 

@@ -340,6 +340,14 @@ class Statements:
         )
 
     @cached_property
+    def sla_mark(self) -> Update:
+        """Mark the jobs `p_ids` past an SLA deadline, those not marked yet: the
+        compare-and-set that counts each job's breach once, however many instances look."""
+        marked = job.c.id.in_(bindparam("p_ids", expanding=True)), job.c.sla_breached_at.is_(None)
+        stmt = update(job).where(*marked).values(sla_breached_at=self.dialect.clock())
+        return stmt.returning(job.c.id, job.c.name, job.c.queue)
+
+    @cached_property
     def promote(self) -> Update:
         """waiting -> pending: every dependency has finished."""
         return (
