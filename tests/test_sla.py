@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 import jobsup
 from jobsup.errors import BadInput
@@ -93,6 +94,7 @@ def test_racing_maintenance_marks_and_counts_each_breach_once(client: jobsup.Cli
     ids = client.enqueue_many([{"name": "sla-report", "run_at": T0} for _ in range(60)])
     others = [jobsup.Client(client.database.url) for _ in range(3)]
     steps = [MarkSlaBreaches(c.store, batch=7) for c in [client, *others]]
+    counted = REGISTRY.get_sample_value("jobsup_sla_breaches_total", {"job": "sla-report", "kind": "start"}) or 0
     counts: list[int] = []
     gate = threading.Barrier(len(steps))
 
@@ -110,6 +112,8 @@ def test_racing_maintenance_marks_and_counts_each_breach_once(client: jobsup.Cli
     assert sum(counts) == len(ids)
     assert sorted(b["job"] for b in breaches.seen) == sorted(ids)
     assert len(client.list_jobs(sla_breached=True, limit=1000)) == len(ids)
+    after = REGISTRY.get_sample_value("jobsup_sla_breaches_total", {"job": "sla-report", "kind": "start"})
+    assert after == counted + len(ids)
 
 
 def test_the_cli_lists_and_shows_breached_jobs(client: jobsup.Client, url: str) -> None:
