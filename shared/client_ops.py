@@ -124,7 +124,7 @@ class OpsAPI:
         (when an open one lets a probe through), ``probe_job_id``, ``changed_by``,
         ``changed_at``."""
         self._ready()
-        return self.store.breakers.list()
+        return self.store.breakers.rows()
 
     # -- the audit trail ------------------------------------------------------------------
 

@@ -149,13 +149,13 @@ class Breakers:
     def __init__(self, db: Any, audit: Any, resolver: Any) -> None:
         self.db, self.dialect, self.audit, self.resolver = db, db.dialect, audit, resolver
 
-    def list(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[dict[str, Any]]:
         with self.db.read("breakers") as conn:
             rows = conn.execute(select(breaker).order_by(breaker.c.name)).all()
         return [dict(row._mapping) for row in rows]
 
     def states(self) -> dict[str, str]:
-        return {row["name"]: row["state"] for row in self.list()}
+        return {row["name"]: row["state"] for row in self.rows()}
 
     def half_open(self, *, now: datetime | None = None) -> list[str]:
         """Open breakers whose reset has passed become half_open; every half_open breaker
