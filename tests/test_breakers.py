@@ -5,11 +5,12 @@ failure opens it again; an operator's reset is audited; bad policies are refused
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 import jobsup
 from jobsup.errors import BadInput
@@ -79,13 +80,21 @@ def test_maintenance_half_opens_it_after_the_reset_and_one_probe_is_claimed(clie
     assert client.store.breakers.half_open(now=at(62)) == ["breaker-flaky"]
     row = breaker_of(client)
     assert row is not None and row["state"] == "half_open" and row["probe_job_id"] is not None
-    other = jobsup.Client(client.database.url)  # another instance claiming at once
-    try:
-        first = claim(client, "w1", "flaky", limit=10, now=at(63))
-        second = claim(other, "w2", "flaky", limit=10, now=at(63))
-    finally:
+    others = [jobsup.Client(client.database.url) for _ in range(3)]  # other instances, claiming at once
+    gate, claimed = threading.Barrier(len(others) + 1), []
+
+    def claims(c: jobsup.Client, owner: str) -> None:
+        gate.wait()
+        claimed.extend(claim(c, owner, "flaky", limit=10, now=at(63)))
+
+    threads = [threading.Thread(target=claims, args=(c, f"w{i}")) for i, c in enumerate([client, *others])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for other in others:
         other.close()
-    assert [c.id for c in first + second] == [row["probe_job_id"]]
+    assert [c.id for c in claimed] == [row["probe_job_id"]]
     # A second tick does not name another probe while this one runs.
     assert client.store.breakers.half_open(now=at(64)) == []
 
@@ -148,3 +157,27 @@ def test_an_operator_reset_closes_it_and_is_audited(client: jobsup.Client) -> No
 def test_a_bad_policy_is_refused_naming_the_job(policy: object) -> None:
     with pytest.raises(BadInput, match="breaker-bad"):
         jobsup.job("breaker-bad", breaker=policy)(lambda ctx, payload: None)
+
+
+@pytest.mark.postgres
+def test_plain_jobs_still_settle_in_one_statement_and_breaker_types_count(postgres_url: str) -> None:
+    client = jobsup.Client(postgres_url)
+    plain_id = client.enqueue("plain-of-flaky-queue", queue="flaky", run_at=T0, allow_unknown=True)
+    client.enqueue("breaker-flaky", run_at=T0)
+    [first, second] = sorted(claim(client, queue="flaky", limit=2, now=at(1)), key=lambda c: c.id)
+    plain = first if first.id == plain_id else second
+    flaky_job = second if plain is first else first
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    for engine in (client.database.engine, client.database.single):
+        event.listen(engine, "before_cursor_execute", seen)
+    succeed(client, [plain], now=at(2))
+    assert len(statements) == 1, statements
+    statements.clear()
+    fail(client, flaky_job, now=at(2))
+    assert any("jobsup_breaker" in statement for statement in statements), statements
+    assert breaker_of(client)["failures"] == 1  # type: ignore[index]
+    client.close()
