@@ -140,3 +140,13 @@ def test_a_bad_enqueue_deadline_is_refused(client: jobsup.Client) -> None:
     with pytest.raises(BadInput, match="start_within"):
         client.enqueue("sla-report", start_within="0s")
     assert client.list_jobs() == []
+
+
+def test_the_cli_enqueues_with_deadlines(client: jobsup.Client, url: str) -> None:
+    enqueued = run_jobsup(
+        "--database-url", url, "enqueue", "sla-plain", "--allow-unknown", "--run-at", T0.isoformat(),
+        "--start-within", "90s", "--finish-within", "2h",
+    )  # fmt: skip
+    assert enqueued.returncode == 0, enqueued.stderr
+    job = client.get(int(enqueued.stdout))
+    assert (job.sla_start_by, job.sla_finish_by) == (at(90), at(7200))  # type: ignore[union-attr]

@@ -37,6 +37,8 @@ FOLLOW_EVERY = 0.5  # seconds between looks for new lines
 @click.option("--max-attempts", type=int)
 @click.option("--timeout", help="Stop the job after this long.")
 @click.option("--unique-key", help="Return the live job with this key instead of adding another.")
+@click.option("--start-within", help="SLA: it should start within this long of being due (5m).")
+@click.option("--finish-within", help="SLA: it should finish within this long of being due (1h).")
 @click.option("--allow-unknown", is_flag=True, help="Enqueue a name no definition knows (with the defaults).")
 @actor_option
 @json_option
