@@ -98,7 +98,7 @@ def _succeeded(conn: Connection, t: Any, name: str, job_id: int, params: Any) ->
     )
     closed = conn.execute(stmt, _clock_params(t, params)).all()
     if closed:
-        after_commit(conn, lambda: emit("breaker.success", name=name, job=job_id))
+        after_commit(conn, lambda: emit("breaker.reset_by_success", name=name, job=job_id))
 
 
 def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, params: Any) -> None:
