@@ -16,7 +16,7 @@ import jobsup
 from jobsup.errors import BadInput
 from jobsup.store.schema import audit
 
-from helpers import claim, claim_one, fail, succeed
+from helpers import claim, claim_one, fail, run_jobsup, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -181,3 +181,30 @@ def test_plain_jobs_still_settle_in_one_statement_and_breaker_types_count(postgr
     assert any("jobsup_breaker" in statement for statement in statements), statements
     assert breaker_of(client)["failures"] == 1  # type: ignore[index]
     client.close()
+
+
+def test_the_policies_round_trip_through_a_definition() -> None:
+    from jobsup.flow.limits import Limits
+
+    given = Limits.parse(
+        "breaker-rt", breaker={"failures": 2, "reset": "5m"}, sla={"start_within": "1m", "finish_within": 3600}
+    )
+    assert given.describe() == {
+        "breaker": {"failures": 2, "reset": 300.0},
+        "sla": {"start_within": 60.0, "finish_within": 3600.0},
+    }
+    assert Limits.load(given.describe()) == given
+
+
+def test_definitions_list_shows_the_breaker_state(client: jobsup.Client, url: str) -> None:
+    from jobsup.jobtypes import JobType
+    from jobsup.registry import lookup
+
+    flaky_type = lookup("breaker-flaky")
+    assert flaky_type is not None
+    client.store.definitions.publish([flaky_type.type, JobType("breaker-none")], instance="test")
+    open_breaker(client)
+    listed = run_jobsup("--database-url", url, "definitions", "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    assert "open" in lines["breaker-flaky"] and "-" in lines["breaker-none"]
