@@ -77,9 +77,12 @@ class AsyncClient:
         """See `Client.cancel` (audited alike)."""
         return await self._run(lambda _: self._client.cancel(job_id, actor=actor))
 
-    async def list_jobs(self, *, status: str | None = None, queue: str | None = None, limit: int = 100) -> list[Job]:
+    async def list_jobs(
+        self, *, status: str | None = None, queue: str | None = None, limit: int = 100, sla_breached: bool = False
+    ) -> list[Job]:
         """See `Client.list_jobs`."""
-        return await self._run(lambda _: self._client.list_jobs(status=status, queue=queue, limit=limit))
+        found = self._client.list_jobs
+        return await self._run(lambda _: found(status=status, queue=queue, limit=limit, sla_breached=sla_breached))
 
     async def close(self) -> None:
         await self.engine.dispose()

@@ -177,12 +177,16 @@ class Client(GroupsAPI, OpsAPI):
         self._audit(who, "job.cancel", job_ids=[job_id], job_count=int(cancelled), outcome=_found(cancelled))
         return cancelled
 
-    def list_jobs(self, *, status: str | None = None, queue: str | None = None, limit: int = 100) -> list[Job]:
-        """Jobs, newest first, without their history (use `get` for that)."""
+    def list_jobs(
+        self, *, status: str | None = None, queue: str | None = None, limit: int = 100, sla_breached: bool = False
+    ) -> list[Job]:
+        """Jobs, newest first, without their history (use `get` for that); with
+        `sla_breached`, only those maintenance marked past an SLA deadline."""
         if status is not None and status not in STATUSES:
             raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         self._ready()
-        return self.store.reads.job_list(status=status, queue=queue, limit=check_limit(limit))
+        found = self.store.reads.job_list
+        return found(status=status, queue=queue, limit=check_limit(limit), sla_breached=bool(sla_breached))
 
     def definitions(self) -> list[Definition]:
         """Every published job type, with who declared it and any disagreement."""

@@ -1,11 +1,12 @@
-"""The client's operator side: paused queues and the audit trail (a part of `jobsup.Client`,
+"""The client's operator side: paused queues, circuit breakers and the audit trail (a part of `jobsup.Client`,
 kept apart by role).
 
 **What is audited.** Every call of an operator method of the API records one row in
 `jobsup_audit`, whoever calls it: the CLI, or an application (a web app's "cancel" button is
 an operator action too). The methods: `cancel`, `dead_letters.retry` / `retry_all` /
 `purge`, `pause_queue`, `resume_queue`, `add_recurring`, `remove_recurring`,
-`set_recurring_enabled`, `cancel_workflow`, `retry_workflow`, `cancel_batch`. Each takes
+`set_recurring_enabled`, `cancel_workflow`, `retry_workflow`, `cancel_batch`,
+`reset_breaker`. Each takes
 `actor=`; without it the actor is `jobsup.audit.default_actor()` (``os:<user>``). What the
 worker and the supervisor do on their own (settling, retrying with backoff, sweeping
 leases, firing schedules, retention) goes through the store, not these methods, and is not
@@ -14,7 +15,7 @@ attempted and records nothing; an action that ran records its outcome: ``ok``,
 ``not_found`` (nothing matched: no such job, schedule, or paused queue) or ``refused`` (the
 database's state forbade it, with the reason in `detail`).
 
-**When.** A pause and a resume write their row in their own transaction. The other actions
+**When.** A pause, a resume and a breaker reset write their row in their own transaction. The other actions
 write it right after their change has committed: they run through the store's transitions,
 which the worker shares and which are one or many transactions (a retry-all or a purge works
 in batches), and their outcome is known only once their compare-and-set has run. A process
@@ -105,6 +106,25 @@ class OpsAPI:
                 }
             )
         return rows
+
+    # -- circuit breakers -----------------------------------------------------------------
+
+    def reset_breaker(self, name: str, *, actor: str | None = None) -> bool:
+        """Close the circuit breaker of job type `name` at once, its failure count zeroed,
+        audited ``breaker.reset`` in the same transaction. False (recorded ``unchanged``)
+        when it was closed with no failures counted, or never failed."""
+        check_name(name, "job name")
+        who = actor_of(actor)
+        self._ready()
+        return self.store.breakers.reset(name, actor=who)
+
+    def breakers(self) -> list[dict[str, Any]]:
+        """Every job type's breaker that has counted a failure: ``name``, ``state``
+        (closed, open, half_open), consecutive ``failures``, ``opened_at``, ``reopen_at``
+        (when an open one lets a probe through), ``probe_job_id``, ``changed_by``,
+        ``changed_at``."""
+        self._ready()
+        return self.store.breakers.rows()
 
     # -- the audit trail ------------------------------------------------------------------
 

@@ -181,5 +181,11 @@ class Resolver:
         enqueued with allow_unknown, or whose code is gone)."""
         return self.find(name) or JobType(name)
 
+    def breaker_of(self, name: str) -> Any:
+        """The breaker policy of `name` (`jobsup.flow.breaker.Breaker`), or None. From what
+        this process registered or has read, never a database read: settles ask it."""
+        found = _registered(name) or self.published.get(name)
+        return None if found is None or found.limits is None else found.limits.breaker
+
     def retry_in(self, name: str, attempt: int) -> float:
         return self.settings_of(name).retry.delay(attempt)

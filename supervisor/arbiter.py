@@ -33,6 +33,7 @@ from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
 from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.enforce import Enforcer
+from jobsup.supervisor.flow_control import HalfOpenBreakers, MarkSlaBreaches
 from jobsup.supervisor.guard import guarded
 from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import (
@@ -104,6 +105,8 @@ class Arbiter:
             [
                 ExpireLeases(self.store),
                 FinishBatches(self.store),
+                HalfOpenBreakers(self.store),
+                MarkSlaBreaches(self.store),
                 *(housekeeping if self.settings.housekeeping else []),
                 QueueGauges(self.store, self.settings.queues),
             ]

@@ -27,6 +27,8 @@ _WARNINGS = {
     "recurring.invalid",
     "recurring.behind",
     "definitions.incompatible",
+    "breaker.opened",
+    "sla.breached",
 }
 _ERRORS = {
     "db.error",

@@ -91,6 +91,14 @@ def _m() -> dict[str, Any]:
             ["queue"],
             multiprocess_mode="livemax",
         ),
+        "breaker_state": Gauge(
+            "jobsup_breaker_state",
+            "A job type's circuit breaker: 0 closed, 1 half-open, 2 open.",
+            ["job"],
+            multiprocess_mode="livemax",
+        ),
+        "breaker_opened": Counter("jobsup_breaker_opened", "Circuit breakers that opened.", ["job"]),
+        "sla_breaches": Counter("jobsup_sla_breaches", "Jobs that missed an SLA deadline.", ["job", "kind"]),
         "expired": Counter("jobsup_leases_expired", "Leases closed because they lapsed or their worker died."),
         "workers": Gauge("jobsup_workers", "Live worker processes.", ["queue"], multiprocess_mode="livesum"),
         "restarts": Counter("jobsup_worker_restarts", "Workers that died and were replaced.", ["queue"]),
@@ -159,6 +167,10 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         m["maintenance_errors"].labels(fields["step"]).inc()
     elif kind == "db.error":
         m["db_errors"].labels(fields.get("operation", "other")).inc()
+    elif kind == "breaker.opened":
+        m["breaker_opened"].labels(job_label(fields.get("name"))).inc()
+    elif kind == "sla.breached":
+        m["sla_breaches"].labels(job_label(fields.get("name")), fields["kind"]).inc(fields.get("count", 1))
     elif kind == "secrets.unseal_failed":
         m["unseal_failures"].labels(job_label(fields.get("name"))).inc()
 
@@ -204,6 +216,14 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
 def set_queues_paused(paused: dict[str, bool]) -> None:
     for queue, is_paused in paused.items():
         _m()["paused"].labels(queue).set(1 if is_paused else 0)
+
+
+BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values, in order
+
+
+def set_breaker_states(states: dict[str, str]) -> None:
+    for name, state in states.items():
+        _m()["breaker_state"].labels(job_label(name)).set(BREAKER_STATES.index(state) if state in BREAKER_STATES else 2)
 
 
 def process_dead(pid: int) -> None:

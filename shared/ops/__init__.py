@@ -1,5 +1,5 @@
 """jobsup.ops: the operator's commands (enqueue, jobs, dead letters, recurring schedules,
-definitions, workflows, batches, workers, stats, paused queues, the audit trail, bench) and
+definitions, workflows, batches, workers, stats, paused queues, circuit breakers, the audit trail, bench) and
 their output: aligned tables for people, ``--json`` for scripts (the API's field names).
 They read through the same client as applications do; every command that changes
 something takes ``--actor`` and is audited."""
@@ -7,4 +7,4 @@ something takes ``--actor`` and is audited."""
 
 def register() -> None:
     """Add the operator commands to `jobsup.cli.cli` (imported for their effect)."""
-    from jobsup.ops import audit, bench, definitions, jobs, keys, links, pauses, queues, recurring  # noqa: F401
+    from jobsup.ops import audit, bench, breakers, definitions, jobs, keys, links, pauses, queues, recurring  # noqa: F401

@@ -29,18 +29,30 @@ def definitions() -> None:
 @with_target
 def definitions_list(target: Target, as_json: bool) -> None:
     """Every published job type, who declared it last, and any disagreement."""
-    found = target.client().definitions()
+    client = target.client()
+    found = client.definitions()
     if as_json:
         emit_json([d.to_dict() for d in found])
         return
+    states = {row["name"]: row["state"] for row in client.breakers()}
     emit_table(
-        ["name", "queue", "attempts", "timeout", "priority", "declared by", "declared", "disagreement"],
+        ["name", "queue", "attempts", "timeout", "priority", "breaker", "declared by", "declared", "disagreement"],
         [
-            (d.name, d.queue, d.max_attempts, d.timeout, d.priority, d.declared_by, age(d.declared_at), disagreement(d))
+            (
+                *(d.name, d.queue, d.max_attempts, d.timeout, d.priority, breaker_column(d, states)),
+                *(d.declared_by, age(d.declared_at), disagreement(d)),
+            )
             for d in found
         ],
         empty="no job types are published: run `jobsup start --app MODULE` or `jobsup definitions sync --app MODULE`",
     )
+
+
+def breaker_column(definition: Definition, states: dict[str, str]) -> str | None:
+    """Its breaker's state; ``-`` for a type without a breaker policy (closed unless it failed)."""
+    if not isinstance(definition.limits, dict) or "breaker" not in definition.limits:
+        return states.get(definition.name, "-")
+    return states.get(definition.name, "closed")
 
 
 def disagreement(definition: Definition) -> str | None:

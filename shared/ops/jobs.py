@@ -37,6 +37,8 @@ FOLLOW_EVERY = 0.5  # seconds between looks for new lines
 @click.option("--max-attempts", type=int)
 @click.option("--timeout", help="Stop the job after this long.")
 @click.option("--unique-key", help="Return the live job with this key instead of adding another.")
+@click.option("--start-within", help="SLA: it should start within this long of being due (5m).")
+@click.option("--finish-within", help="SLA: it should finish within this long of being due (1h).")
 @click.option("--allow-unknown", is_flag=True, help="Enqueue a name no definition knows (with the defaults).")
 @actor_option
 @json_option
@@ -93,11 +95,15 @@ def jobs() -> None:
 @click.option("--status", type=click.Choice(STATUSES))
 @click.option("--queue")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--sla-breached", is_flag=True, help="Only jobs marked past an SLA deadline.")
 @json_option
 @with_target
-def jobs_list(target: Target, status: str | None, queue: str | None, limit: int, as_json: bool) -> None:
+def jobs_list(
+    target: Target, status: str | None, queue: str | None, limit: int, sla_breached: bool, as_json: bool
+) -> None:
     """Jobs, newest first."""
-    show_jobs(target.client().list_jobs(status=status, queue=queue, limit=limit), as_json)
+    found = target.client().list_jobs(status=status, queue=queue, limit=limit, sla_breached=sla_breached)
+    show_jobs(found, as_json)
 
 
 def show_jobs(found: list[Any], as_json: bool) -> None:

@@ -4,7 +4,8 @@
   `statements` holds their SQL, `steps` lets features join them, `builder` builds new rows.
 - `reads`: what operators look at; `retention`: deleting finished jobs.
 - `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `pauses`
-  (paused queues, a part of the claim): the other tables, one module each.
+  (paused queues, a part of the claim), `breakers` (circuit breakers, a part of the claim
+  and a settle step): the other tables, one module each.
 - `claim`: the claim predicate and the parts of a claim every dialect shares.
 - `dialects/`: what differs between databases; `database`: connections and error
   translation; `schema` and `migrate`: the tables and their Alembic upgrades.
@@ -15,6 +16,7 @@ from __future__ import annotations
 from jobsup.jobtypes import Resolver
 from jobsup.store import limits, links  # noqa: F401 - register the steps of linked and keyed jobs
 from jobsup.store.audit import Audit
+from jobsup.store.breakers import Breakers
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
@@ -24,6 +26,7 @@ from jobsup.store.reads import Reads
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.retention import Retention
 from jobsup.store.sealed import SealedRows
+from jobsup.store.sla import SlaMarks
 from jobsup.store.transitions import Transitions
 
 
@@ -44,6 +47,8 @@ class Store:
         self.sealed = SealedRows(db, self.transitions.sql)
         self.audit = Audit(db)
         self.pauses = Pauses(db, self.audit)
+        self.breakers = Breakers(db, self.audit, self.resolver)
+        self.sla = SlaMarks(self.transitions)
 
     def schema_check(self) -> None:
         """Raise `SchemaOutdated` unless the schema is at this code's revision."""

@@ -40,8 +40,11 @@ class Reads:
         queue: str | None = None,
         limit: int = 100,
         order_by: Iterable[Any] = (job.c.id.desc(),),
+        sla_breached: bool = False,
     ) -> list[Job]:
         stmt = select(job).order_by(*order_by).limit(limit)
+        if sla_breached:  # newest first by id: it reads back from the newest job until `limit` match
+            stmt = stmt.where(job.c.sla_breached_at.is_not(None))
         if status is not None:
             stmt = stmt.where(status_is(status))
         if queue is not None:
@@ -191,4 +194,7 @@ def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
         batch_id=row.batch_id,
         parent_id=row.parent_id,
         concurrency_key=row.concurrency_key,
+        sla_start_by=row.sla_start_by,
+        sla_finish_by=row.sla_finish_by,
+        sla_breached_at=row.sla_breached_at,
     )

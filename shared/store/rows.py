@@ -48,6 +48,9 @@ class Job:
     batch_id: int | None = None
     parent_id: int | None = None  # the job whose trigger or batch enqueued it
     concurrency_key: str | None = None  # the key it is counted under (`jobsup.store.limits`)
+    sla_start_by: datetime | None = None  # its SLA deadlines (`jobsup.store.sla`)
+    sla_finish_by: datetime | None = None
+    sla_breached_at: datetime | None = None  # when maintenance found it past one
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, with the same field names (for `--json` and logs)."""
@@ -181,6 +184,9 @@ class NewJob:
     triggers: str | None = None  # JSON
     concurrency_key: str | None = None  # with its limit: at most that many admitted at once
     concurrency_limit: int | None = None
+    # SLA deadlines (`jobsup.store.sla`): None for a job without one.
+    sla_start_by: datetime | None = None
+    sla_finish_by: datetime | None = None
     # Not a column: its sensitive values, sealed once the insert gives it an id.
     sealing: Any = field(default=None, compare=False, repr=False, metadata={"column": False})
 

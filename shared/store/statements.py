@@ -145,7 +145,7 @@ class Statements(LinkedStatements):
                 lease_expires_at=None,
                 result=bindparam("p_result"),
             )
-            .returning(job.c.id, job.c.status, *LINKS)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -164,7 +164,7 @@ class Statements(LinkedStatements):
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id, job.c.status, *LINKS)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -294,3 +294,11 @@ class Statements(LinkedStatements):
                 job.c.id, job.c.name, job.c.queue, job.c.workflow_id, job.c.concurrency_key, job.c.concurrency_limit
             )
         )
+
+    @cached_property
+    def sla_mark(self) -> Update:
+        """Mark the jobs `p_ids` past an SLA deadline, those not marked yet: the
+        compare-and-set that counts each job's breach once, however many instances look."""
+        marked = job.c.id.in_(bindparam("p_ids", expanding=True)), job.c.sla_breached_at.is_(None)
+        stmt = update(job).where(*marked).values(sla_breached_at=self.dialect.clock())
+        return stmt.returning(job.c.id, job.c.name, job.c.queue)

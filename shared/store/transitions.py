@@ -171,13 +171,11 @@ class Transitions:
             {
                 **self.dialect.clock_params(now),
                 **self.sql.fence_params([o.held.lease for o in group]),
-                "p_result": result,
-                "p_outcome": SUCCEEDED,
-                "p_error": None,
+                **{"p_result": result, "p_outcome": SUCCEEDED, "p_error": None},
             }
             for result, group in by_result.items()
         ]
-        linked = any(outcome.held.linked for outcome in outcomes)
+        linked = any(self._has_steps(outcome.held) for outcome in outcomes)
         rows = self._run_each("complete", self.sql.complete, groups, "settle", linked) if groups else []
         settled = {row[0] for row in rows}
         for outcome in outcomes:
@@ -211,7 +209,7 @@ class Transitions:
         }
         chain = self.sql.fail_expired if expired_only else self.sql.fail
         transition = "expire" if outcome.kind == LEASE_EXPIRED else "fail"
-        rows = self._run(transition, chain, params, operation, held.linked)
+        rows = self._run(transition, chain, params, operation, self._has_steps(held))
         status = str(rows[0].status) if rows else None
         kind = "failed" if outcome.kind == DISCARDED else outcome.kind
         fields = {**_fields(held, outcome), "outcome": kind, "error": outcome.error}
@@ -224,6 +222,10 @@ class Transitions:
         else:
             emit("job.failed", **fields, retry_in=round(delay, 3))
         return status
+
+    def _has_steps(self, held: Held) -> bool:
+        """Linked, or of a type whose breaker counts its settles (`jobsup.store.breakers`)."""
+        return held.linked or self.resolver.breaker_of(held.name) is not None
 
     def _retry_delay(self, held: Held) -> float:
         try:
@@ -246,12 +248,8 @@ class Transitions:
         released: set[int] = set()
         for owner in {h.lease.owner for h in held}:
             mine = [h for h in held if h.lease.owner == owner]
-            params = {
-                **self.dialect.clock_params(now),
-                **self.sql.fence_params([h.lease for h in mine]),
-                "p_outcome": RELEASED,
-                "p_error": None,
-            }
+            params = {**self.dialect.clock_params(now), **self.sql.fence_params([h.lease for h in mine])}
+            params |= {"p_outcome": RELEASED, "p_error": None}
             chain = self.sql.release_expired if expired_only else self.sql.release
             linked = any(h.linked for h in mine)
             released |= {row[0] for row in self._run("release", chain, params, operation, linked)}

@@ -1,0 +1,227 @@
+"""Circuit breakers per job type (`jobsup_breaker`, one row per type that has failed).
+
+closed --N consecutive failed attempts--> open --reset passed (maintenance)--> half_open
+half_open --its one probe succeeds--> closed;  --the probe fails--> open again.
+
+- **The claim** carries one more part: ``(name NOT IN (SELECT name FROM jobsup_breaker WHERE
+  state <> 'closed') OR id IN (SELECT probe_job_id FROM jobsup_breaker WHERE state =
+  'half_open'))``. Neither subquery names a column of the job row, so the database runs
+  each once per claim over the (small) breaker table, and a job type without a breaker row
+  costs a hash probe. An open type's jobs stay pending, attempts untouched.
+- **Exactly one probe**: when the reset has passed, maintenance moves the breaker to
+  half_open and names the probe, the type's next pending job, by compare-and-set
+  (`probe_job_id`). Only that job passes the claim, and a claim takes a row once, so one
+  probe runs across every instance. A probe that ends otherwise (cancelled) is replaced on
+  the next tick.
+- **Counting** is an in-transaction step of complete, fail and expire, registered for
+  linked jobs only: a transition runs it when a job's type has a breaker
+  (`Resolver.has_breaker`), so plain jobs of other types still settle in one statement.
+  Failed and timed-out attempts count (a discard or a last attempt is one of them); a lease
+  that expired counts when it dead-lettered the job. A success resets the count.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, insert, literal_column, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from jobsup.observe.events import emit
+from jobsup.store import steps
+from jobsup.store.claim import Part, add_part, status_is
+from jobsup.store.database import after_commit
+from jobsup.store.schema import DEAD_LETTERED, PENDING, UNFINISHED_STATUSES, breaker, job
+
+CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
+STATES = (CLOSED, HALF_OPEN, OPEN)  # the gauge's values, in order
+SYSTEM = "jobsup"  # `changed_by` of the changes jobsup makes itself
+FAILED_OUTCOMES = ("failed", "timed_out")
+
+
+def _state(value: str) -> Any:
+    return literal_column(f"'{value}'")
+
+
+def _claim_part(columns: Any, clock: Any) -> Any:
+    held_back = select(breaker.c.name).where(breaker.c.state != _state(CLOSED))
+    probes = select(breaker.c.probe_job_id).where(
+        breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id.isnot(None)
+    )
+    return or_(columns["name"].not_in(held_back), columns["id"].in_(probes))
+
+
+add_part(Part("breaker_closed", _claim_part))
+
+
+# -- the settle step ------------------------------------------------------------------------
+
+
+def count_settles(conn: Connection, change: steps.Change) -> None:
+    t = change.transitions
+    for row in change.rows:
+        policy = t.resolver.breaker_of(row.name)
+        if policy is None:
+            continue
+        if change.transition == "complete":
+            _succeeded(conn, t, row.name, row.id, change.params)
+        elif _counts_as_failure(change, row):
+            _failed(conn, t, row.name, row.id, policy, change.params)
+
+
+def _counts_as_failure(change: steps.Change, row: Any) -> bool:
+    if change.transition == "fail":
+        return change.params.get("p_outcome") in FAILED_OUTCOMES
+    return change.transition == "expire" and row.status == DEAD_LETTERED
+
+
+for _transition in ("complete", "fail", "expire"):
+    steps.register(_transition, count_settles, linked_only=True)
+
+
+def _clock_params(t: Any, params: Any, reset: float = 0.0) -> dict[str, Any]:
+    # The transition's own instant (a fixed `now` in tests), with the reset as an offset.
+    return dict(t.dialect.clock_params(params.get("p_now"), reset=reset))
+
+
+def _succeeded(conn: Connection, t: Any, name: str, job_id: int, params: Any) -> None:
+    # A success resets the count; in half_open only the probe's closes the breaker. No row
+    # matches while nothing failed, so a healthy type's successes lock nothing.
+    clock = t.dialect.clock()
+    probe = and_(breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == job_id)
+    stmt = (
+        update(breaker)
+        .where(breaker.c.name == name, or_(and_(breaker.c.state == _state(CLOSED), breaker.c.failures > 0), probe))
+        .values(failures=0, state=CLOSED, probe_job_id=None, changed_by=SYSTEM, changed_at=clock)
+        .returning(breaker.c.name)
+    )
+    closed = conn.execute(stmt, _clock_params(t, params)).all()
+    if closed:
+        after_commit(conn, lambda: emit("breaker.reset_by_success", name=name, job=job_id))
+
+
+def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, params: Any) -> None:
+    clock_params = _clock_params(t, params, policy.reset)
+    clock = t.dialect.clock()
+    if conn.execute(select(breaker.c.state).where(breaker.c.name == name)).first() is None:
+        try:
+            with conn.begin_nested():
+                conn.execute(
+                    insert(breaker).values(name=name, state=CLOSED, failures=0, changed_by=SYSTEM, changed_at=clock),
+                    clock_params,
+                )
+        except IntegrityError:
+            pass  # another settle inserted it first
+    opens = or_(
+        and_(breaker.c.state == _state(CLOSED), breaker.c.failures + 1 >= policy.failures),
+        and_(breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == job_id),
+    )
+    opened = conn.execute(
+        update(breaker)
+        .where(breaker.c.name == name, opens)
+        .values(
+            state=OPEN,
+            failures=breaker.c.failures + 1,
+            opened_at=clock,
+            reopen_at=t.dialect.clock("reset"),
+            probe_job_id=None,
+            changed_by=SYSTEM,
+            changed_at=clock,
+        )
+        .returning(breaker.c.name),
+        clock_params,
+    ).all()
+    if opened:
+        after_commit(conn, lambda: emit("breaker.opened", name=name, job=job_id, reset=policy.reset))
+        return
+    counted = breaker.c.name == name, breaker.c.state == _state(CLOSED)
+    conn.execute(update(breaker).where(*counted).values(failures=breaker.c.failures + 1))
+
+
+# -- maintenance and operators -------------------------------------------------------------
+
+
+class Breakers:
+    """The breaker rows of one database: listing, maintenance's half-opening, an
+    operator's reset."""
+
+    def __init__(self, db: Any, audit: Any, resolver: Any) -> None:
+        self.db, self.dialect, self.audit, self.resolver = db, db.dialect, audit, resolver
+
+    def rows(self) -> list[dict[str, Any]]:
+        with self.db.read("breakers") as conn:
+            rows = conn.execute(select(breaker).order_by(breaker.c.name)).all()
+        return [dict(row._mapping) for row in rows]
+
+    def states(self) -> dict[str, str]:
+        return {row["name"]: row["state"] for row in self.rows()}
+
+    def half_open(self, *, now: datetime | None = None) -> list[str]:
+        """Open breakers whose reset has passed become half_open; every half_open breaker
+        without a live probe gets one (its type's next pending job). Returns the names
+        changed."""
+        clock, params = self.dialect.clock(), self.dialect.clock_params(now)
+        changed: list[str] = []
+        with self.db.transaction("breakers") as conn:
+            due = and_(breaker.c.state == _state(OPEN), breaker.c.reopen_at <= clock)
+            stmt = (
+                update(breaker)
+                .where(due)
+                .values(state=HALF_OPEN, probe_job_id=None, changed_by=SYSTEM, changed_at=clock)
+            )
+            changed += conn.execute(stmt.returning(breaker.c.name), params).scalars().all()
+            waiting = conn.execute(
+                select(breaker.c.name, breaker.c.probe_job_id).where(breaker.c.state == _state(HALF_OPEN))
+            ).all()
+            for name, probe in waiting:
+                if probe is not None and self._live(conn, probe):
+                    continue
+                chosen = self._next_pending(conn, name)
+                if chosen is None or chosen == probe:
+                    continue
+                cas = update(breaker).where(
+                    breaker.c.name == name,
+                    breaker.c.state == _state(HALF_OPEN),
+                    breaker.c.probe_job_id.is_(None) if probe is None else breaker.c.probe_job_id == probe,
+                )
+                if conn.execute(cas.values(probe_job_id=chosen)).rowcount:
+                    changed.append(name)
+        changed = list(dict.fromkeys(changed))
+        for name in changed:
+            emit("breaker.half_open", name=name)
+        return changed
+
+    def _live(self, conn: Connection, job_id: int) -> bool:
+        found = select(job.c.status).where(job.c.id == job_id)
+        return conn.execute(found).scalar() in UNFINISHED_STATUSES
+
+    def _next_pending(self, conn: Connection, name: str) -> int | None:
+        # Through the claim index of the type's own queue when this process knows it.
+        jobtype = self.resolver.find(name)
+        where = [status_is(PENDING), job.c.name == name]
+        if jobtype is not None:
+            where.append(job.c.queue == jobtype.queue)
+        order = (job.c.priority.desc(), job.c.run_at, job.c.id)
+        return conn.execute(select(job.c.id).where(*where).order_by(*order).limit(1)).scalar()
+
+    def reset(self, name: str, *, actor: str, now: datetime | None = None) -> bool:
+        """Close `name`'s breaker at once (count zeroed), audited `breaker.reset`; False if
+        it was closed with no failures counted (or had no row)."""
+        clock = self.dialect.clock()
+        stmt = (
+            update(breaker)
+            .where(breaker.c.name == name, or_(breaker.c.state != _state(CLOSED), breaker.c.failures > 0))
+            .values(state=CLOSED, failures=0, probe_job_id=None, changed_by=actor, changed_at=clock)
+        )
+        with self.db.transaction("breakers") as conn:
+            was = conn.execute(select(breaker.c.state, breaker.c.failures).where(breaker.c.name == name)).first()
+            done = bool(conn.execute(stmt, self.dialect.clock_params(now)).rowcount)
+            detail = {"was": None if was is None else {"state": was.state, "failures": was.failures}}
+            outcome = "ok" if done else "unchanged"
+            self.audit.record(
+                actor, "breaker.reset", target=name, outcome=outcome, detail=detail, connection=conn, now=now
+            )
+        if done:
+            emit("breaker.reset", name=name, actor=actor)
+        return done
