@@ -7,4 +7,4 @@ something takes ``--actor`` and is audited."""
 
 def register() -> None:
     """Add the operator commands to `jobsup.cli.cli` (imported for their effect)."""
-    from jobsup.ops import audit, bench, definitions, jobs, keys, links, pauses, queues, recurring  # noqa: F401
+    from jobsup.ops import audit, bench, calendars, definitions, jobs, keys, links, pauses, queues, recurring  # noqa: F401

@@ -35,7 +35,7 @@ OPERATIONS = frozenset(
     {
         "read", "write", "claim", "renew", "settle", "release", "cancel", "enqueue", "maintenance",
         "retention", "dead_letters", "recurring", "definitions", "process", "inspect", "stats",
-        "schema", "health", "joblog", "workflows", "batches", "keys", "queues", "audit", "other",
+        "schema", "health", "joblog", "workflows", "batches", "keys", "queues", "audit", "calendars", "other",
     }
 )  # fmt: skip
 
