@@ -13,6 +13,7 @@ from jobsup.client_ops import OpsAPI
 from jobsup.client_schedules import SchedulesAPI
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
+from jobsup.flow.calendar_use import pushed, uses_calendar
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
 from jobsup.observe.events import emit
@@ -110,6 +111,8 @@ class Client(GroupsAPI, OpsAPI, SchedulesAPI):
                 news.append(build(jobtype, spec.get("payload"), options))
             except BadInput as exc:
                 raise type(exc)(f"{what}[{index}]: {exc}") from None
+        if any(uses_calendar(jobtype) for jobtype in types.values()):
+            news = pushed(self.store.calendars, news, {jobtype.name: jobtype for jobtype in types.values()})
         return news
 
     def _build(
@@ -124,7 +127,8 @@ class Client(GroupsAPI, OpsAPI, SchedulesAPI):
         assert isinstance(name, str)
         jobtype = self._job_type(name, allow_unknown)
         self._check_triggers(options.get("then"), allow_unknown)
-        return build(jobtype, payload, options, links=links)
+        new = build(jobtype, payload, options, links=links)
+        return pushed(self.store.calendars, [new], {name: jobtype})[0] if uses_calendar(jobtype) else new
 
     def _check_triggers(self, then: object, allow_unknown: bool) -> None:
         """A trigger's job must be one some instance defines: found now, not at the settle."""
