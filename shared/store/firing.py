@@ -64,22 +64,18 @@ def fire(
         with transitions.db.transaction("recurring") as conn:
             if reason is None and schedule.overlap != ALLOW and live_run(conn, schedule.name) is not None:
                 if schedule.overlap == QUEUE:
-                    emit("recurring.waiting", schedule=schedule.name, slot=slot.isoformat())
-                    return WAITING  # nothing written: the slot stays due
+                    return WAITING  # nothing written, nothing said (it is asked every tick): the slot stays due
                 reason = OVERLAP
             if not recurring.advance(conn, schedule, following, at, fired=reason is None):
                 emit("recurring.already_fired", schedule=schedule.name)
                 return ALREADY_FIRED
-            if reason is not None:
-                skipped = True
-            else:
-                skipped = False
+            if reason is None:
                 ids, _ = transitions.insert(conn, [new], clock)
                 steps.run(conn, steps.Change("fire", [(schedule.name, slot, ids[0])], clock, transitions))
     except ConstraintViolation:
         emit("recurring.already_fired", schedule=schedule.name)
         return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held
-    if skipped:
+    if reason is not None:
         emit("recurring.skipped", schedule=schedule.name, reason=reason, slot=slot.isoformat())
         return SKIPPED
     announce_enqueued([new], ids, [0])
