@@ -1,7 +1,8 @@
 """Named calendars (`jobsup_calendar`): every statement about them, written once.
 
-A row keeps its rules as given (JSON text) and is parsed on read (`jobsup.calendars`), so a
-calendar edited by hand into nonsense is refused where it is used, by name."""
+A row keeps its rules checked and normalised (`Calendar.describe`, JSON text) and is parsed
+again on read (`jobsup.calendars`), so a calendar edited by hand into nonsense is refused
+where it is used, by name."""
 
 from __future__ import annotations
 
