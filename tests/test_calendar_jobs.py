@@ -45,3 +45,22 @@ def test_the_policy_is_checked_at_registration_and_published_in_the_definition()
     for bad, message in (({"name": "x", "mode": "sometimes"}, "mode 'sometimes'"), ({"when": "x"}, "takes a name")):
         with pytest.raises(BadInput, match=message):
             Limits.parse("t", calendar=bad)
+
+
+def test_the_async_client_pushes_run_at_too(client: jobsup.Client, url: str) -> None:
+    import asyncio
+
+    client.add_calendar("weekend", [{"weekdays": ["sat", "sun"]}], timezone="UTC")
+
+    @jobsup.job("weekend-task", calendar="weekend")
+    def weekend_task() -> None: ...
+
+    async def enqueue() -> int:
+        async_client = jobsup.AsyncClient(url)
+        try:
+            return await async_client.enqueue("weekend-task", run_at=datetime(2026, 3, 25, 12, tzinfo=UTC))
+        finally:
+            await async_client.close()
+
+    found = client.get(asyncio.run(enqueue()))
+    assert found is not None and found.run_at == datetime(2026, 3, 28, tzinfo=UTC)  # Saturday 00:00
