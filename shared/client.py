@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any, Unpack
 
 from sqlalchemy import Connection
 
 from jobsup.audit import actor_of
 from jobsup.client_groups import GroupsAPI
-from jobsup.client_ops import OpsAPI, same_schedule
-from jobsup.cron import check_cron, zone
+from jobsup.client_ops import OpsAPI
+from jobsup.client_schedules import SchedulesAPI
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
+from jobsup.flow.calendar_use import pushed, uses_calendar
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
-from jobsup.registry import check_limit, check_name, check_priority
-from jobsup.secrets import mask, schedule_binding
+from jobsup.registry import check_limit, check_name
 from jobsup.store import Database, Store
-from jobsup.store.builder import EnqueueOptions, build, typed_payload
-from jobsup.store.rows import Definition, Job, LogLine, NewJob, RecurringSchedule
+from jobsup.store.builder import EnqueueOptions, build
+from jobsup.store.rows import Definition, Job, LogLine, NewJob
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
 INT64 = 2**63 - 1
 
 
-class Client(GroupsAPI, OpsAPI):
+class Client(GroupsAPI, OpsAPI, SchedulesAPI):
     """A handle on one jobsup database.
 
     `database_url` defaults to the configured one (``JOBSUP_DATABASE_URL``, ``jobsup.toml``),
@@ -112,6 +111,8 @@ class Client(GroupsAPI, OpsAPI):
                 news.append(build(jobtype, spec.get("payload"), options))
             except BadInput as exc:
                 raise type(exc)(f"{what}[{index}]: {exc}") from None
+        if any(uses_calendar(jobtype) for jobtype in types.values()):
+            news = pushed(self.store.calendars, news, {jobtype.name: jobtype for jobtype in types.values()})
         return news
 
     def _build(
@@ -126,7 +127,8 @@ class Client(GroupsAPI, OpsAPI):
         assert isinstance(name, str)
         jobtype = self._job_type(name, allow_unknown)
         self._check_triggers(options.get("then"), allow_unknown)
-        return build(jobtype, payload, options, links=links)
+        new = build(jobtype, payload, options, links=links)
+        return pushed(self.store.calendars, [new], {name: jobtype})[0] if uses_calendar(jobtype) else new
 
     def _check_triggers(self, then: object, allow_unknown: bool) -> None:
         """A trigger's job must be one some instance defines: found now, not at the settle."""
@@ -194,71 +196,6 @@ class Client(GroupsAPI, OpsAPI):
         return self.store.definitions.list()
 
     # -- recurring schedules ------------------------------------------------------------
-
-    def add_recurring(
-        self,
-        name: str,
-        *,
-        job: str,
-        cron: str,
-        payload: Any = None,
-        queue: str | None = None,
-        timezone: str = "UTC",
-        priority: int | None = None,
-        allow_unknown: bool = False,
-        actor: str | None = None,
-    ) -> RecurringSchedule:
-        """Add or update the schedule `name`: run `job` with `payload` at each `cron` slot in
-        `timezone`. Safe to call at every startup on every instance: the same cron keeps
-        its next run, a changed one starts from now. A bad cron or time zone raises
-        `BadInput`, an unknown job `UnknownJob` (unless `allow_unknown`), and nothing is
-        written."""
-        check_name(name, "schedule name")
-        check_name(job, "job name")
-        who = actor_of(actor)
-        jobtype = self._job_type(job, allow_unknown)
-        text, sealing = typed_payload(jobtype, payload, binding=schedule_binding(name))
-        self._ready()
-        before = self.store.recurring.recurring_get(name)
-        schedule = self.store.recurring.recurring_upsert(
-            name=name,
-            job_name=job,
-            cron=check_cron(cron),
-            timezone=zone(timezone).key,
-            payload=text,
-            key_id=None if sealing is None else sealing.keyring.newest,
-            queue=check_name(queue or jobtype.queue, "queue"),
-            priority=jobtype.priority if priority is None else check_priority(priority),
-        )
-        if not same_schedule(before, schedule):  # the same call at every start is no action
-            detail = {
-                "job": schedule.job,
-                "cron": schedule.cron,
-                "timezone": schedule.timezone,
-                "queue": schedule.queue,
-            }
-            self._audit(who, "recurring.add", target=name, detail=detail)
-        return replace(schedule, payload=mask(schedule.payload))
-
-    def remove_recurring(self, name: str, *, actor: str | None = None) -> bool:
-        who = actor_of(actor)
-        self._ready()
-        removed = self.store.recurring.recurring_remove(name)
-        self._audit(who, "recurring.remove", target=name, outcome=_found(removed))
-        return removed
-
-    def set_recurring_enabled(self, name: str, enabled: bool, *, actor: str | None = None) -> bool:
-        """Pause or resume a schedule; resuming starts from now (no catch-up). False if unknown."""
-        who = actor_of(actor)
-        self._ready()
-        changed = self.store.recurring.recurring_set_enabled(name, enabled)
-        self._audit(who, "recurring.enable" if enabled else "recurring.disable", target=name, outcome=_found(changed))
-        return changed
-
-    def list_recurring(self) -> list[RecurringSchedule]:
-        """Every schedule, its sensitive values shown as ``***``."""
-        self._ready()
-        return [replace(s, payload=mask(s.payload)) for s in self.store.recurring.recurring_list()]
 
     # -- operations ---------------------------------------------------------------------
 

@@ -5,15 +5,14 @@ kept apart by role).
 `jobsup_audit`, whoever calls it: the CLI, or an application (a web app's "cancel" button is
 an operator action too). The methods: `cancel`, `dead_letters.retry` / `retry_all` /
 `purge`, `pause_queue`, `resume_queue`, `add_recurring`, `remove_recurring`,
-`set_recurring_enabled`, `cancel_workflow`, `retry_workflow`, `cancel_batch`,
-`reset_breaker`. Each takes
-`actor=`; without it the actor is `jobsup.audit.default_actor()` (``os:<user>``). What the
-worker and the supervisor do on their own (settling, retrying with backoff, sweeping
-leases, firing schedules, retention) goes through the store, not these methods, and is not
-audited. Bad input (a bad id, a queue no one knows) is refused before anything is
-attempted and records nothing; an action that ran records its outcome: ``ok``,
-``not_found`` (nothing matched: no such job, schedule, or paused queue) or ``refused`` (the
-database's state forbade it, with the reason in `detail`).
+`set_recurring_enabled`, `add_calendar`, `remove_calendar`, `cancel_workflow`,
+`retry_workflow`, `cancel_batch`, `reset_breaker`. Each takes `actor=`; without it the actor
+is `jobsup.audit.default_actor()` (``os:<user>``). What the worker and the supervisor do on
+their own (settling, retrying with backoff, sweeping leases, firing schedules, retention)
+goes through the store, not these methods, and is not audited. Bad input (a bad id, a queue
+no one knows) is refused before anything is attempted and records nothing; an action that
+ran records its outcome: ``ok``, ``not_found`` (nothing matched: no such job, schedule, or
+paused queue) or ``refused`` (the database's state forbade it, with the reason in `detail`).
 
 **When.** A pause, a resume and a breaker reset write their row in their own transaction. The other actions
 write it right after their change has committed: they run through the store's transitions,
@@ -185,7 +184,8 @@ def same_schedule(before: RecurringSchedule | None, after: RecurringSchedule) ->
         if has_sealed(payload):
             what = f"recurring schedule {schedule.name!r}"
             payload = required_keyring().unseal(payload, schedule_binding(schedule.name), what=what)
-        return (schedule.job, schedule.cron, schedule.timezone, schedule.queue, schedule.priority, payload)
+        how = (schedule.overlap, schedule.calendar, schedule.calendar_mode, schedule.calendar_policy)
+        return (schedule.job, schedule.cron, schedule.timezone, schedule.queue, schedule.priority, payload, how)
 
     try:
         return shape(before) == shape(after)

@@ -2,22 +2,25 @@
 
 A tick is bounded in time (`BUDGET`, at least one fire): schedules still due when it runs
 out wait for the next tick, so firing never delays the supervisor's reaping and heartbeats
-for long."""
+for long. The calendars schedules name are read from the database and kept `CALENDAR_TTL`
+seconds: an edited calendar applies to slots fired after that."""
 
 from __future__ import annotations
 
 import time
 from datetime import datetime
 
+from jobsup.calendars import Calendar
 from jobsup.errors import BadInput, ConfigurationError, JobsupError
 from jobsup.observe.events import emit
 from jobsup.secrets import SealedParameterError
 from jobsup.store import Store
+from jobsup.store.firing import FIRED
 from jobsup.store.rows import RecurringSchedule
-from jobsup.store.transitions import FIRED
 from jobsup.supervisor.guard import guarded
 
 BUDGET = 0.25  # seconds of firing per tick
+CALENDAR_TTL = 30.0  # seconds a calendar read from the database is used
 
 
 class CronTick:
@@ -26,6 +29,7 @@ class CronTick:
     def __init__(self, store: Store, budget: float = BUDGET) -> None:
         self.store, self.budget = store, budget
         self.reported: set[tuple[str, str, str]] = set()  # bad schedules already logged
+        self.calendars: dict[str, tuple[float, Calendar | None]] = {}  # name: (read at, calendar)
 
     def run_once(self, now: datetime | None = None) -> int:
         deadline = time.monotonic() + self.budget
@@ -41,12 +45,22 @@ class CronTick:
 
     def fire(self, schedule: RecurringSchedule, now: datetime | None) -> str | None:
         try:
-            return self.store.transitions.fire(self.store.recurring, schedule, now=now)
+            calendar = None if schedule.calendar is None else self.calendar(schedule.calendar)
+            return self.store.transitions.fire(self.store.recurring, schedule, now=now, calendar=calendar)
         except (BadInput, ConfigurationError, SealedParameterError) as exc:
             # A payload that no longer fits its job's parameters, or sealed values this
             # supervisor's keys do not open: said once; the slot fires once it is mended.
             self.report_invalid(schedule.name, schedule.cron, schedule.timezone, exc)
             return None
+
+    def calendar(self, name: str) -> Calendar | None:
+        """The calendar `name` (None: no such calendar), from the cache while it is fresh."""
+        cached = self.calendars.get(name)
+        if cached is not None and time.monotonic() - cached[0] < CALENDAR_TTL:
+            return cached[1]
+        found = self.store.calendars.calendar_get(name)
+        self.calendars[name] = (time.monotonic(), found)
+        return found
 
     def report_invalid(self, name: str, cron: str, timezone: str, exc: JobsupError) -> None:
         # A row edited to a bad cron or zone: say so once, keep firing the others.

@@ -108,6 +108,9 @@ def _m() -> dict[str, Any]:
         ),
         "fired": Counter("jobsup_recurring_fired", "Recurring slots fired.", ["schedule"]),
         "already_fired": Counter("jobsup_recurring_already_fired", "Slots another instance fired first.", ["schedule"]),
+        "skipped": Counter(
+            "jobsup_recurring_skipped", "Slots not fired (reason: overlap, calendar).", ["schedule", "reason"]
+        ),
         "maintenance_errors": Counter("jobsup_maintenance_errors", "Failed maintenance steps.", ["step"]),
         "db_errors": Counter("jobsup_db_errors", "Database errors, by operation.", ["operation"]),
         "unseal_failures": Counter(
@@ -163,6 +166,8 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         m["fired"].labels(fields["schedule"]).inc()
     elif kind == "recurring.already_fired":
         m["already_fired"].labels(fields["schedule"]).inc()
+    elif kind == "recurring.skipped":
+        m["skipped"].labels(fields["schedule"], fields["reason"]).inc()
     elif kind == "maintenance.failed":
         m["maintenance_errors"].labels(fields["step"]).inc()
     elif kind == "db.error":

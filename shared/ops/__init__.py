@@ -7,4 +7,16 @@ something takes ``--actor`` and is audited."""
 
 def register() -> None:
     """Add the operator commands to `jobsup.cli.cli` (imported for their effect)."""
-    from jobsup.ops import audit, bench, breakers, definitions, jobs, keys, links, pauses, queues, recurring  # noqa: F401
+    from jobsup.ops import (  # noqa: F401
+        audit,
+        bench,
+        breakers,
+        calendars,
+        definitions,
+        jobs,
+        keys,
+        links,
+        pauses,
+        queues,
+        recurring,
+    )

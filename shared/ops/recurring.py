@@ -9,6 +9,10 @@ import click
 from jobsup.cli import cli
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
+from jobsup.store.rows import RecurringSchedule
+
+HEADERS: tuple[str, ...] = ("name", "job", "cron", "timezone", "queue", "enabled", "next run", "last fired")
+HEADERS += ("overlap", "calendar", "skipped", "last skipped")
 
 
 @cli.group()
@@ -24,6 +28,28 @@ def recurring() -> None:
 @click.option("--queue")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA time zone of the cron times.")
 @click.option("--priority", type=int)
+@click.option(
+    "--overlap",
+    type=click.Choice(["allow", "skip", "queue"]),
+    default="allow",
+    show_default=True,
+    help="A slot while the last run is live: fire it, skip it, or fire it once that run ends.",
+)
+@click.option("--calendar", help="A calendar (jobsup calendars add) whose windows apply to the slots.")
+@click.option(
+    "--calendar-mode",
+    type=click.Choice(["blackout", "allowed"]),
+    default="blackout",
+    show_default=True,
+    help="blackout: no slot inside the calendar; allowed: no slot outside it.",
+)
+@click.option(
+    "--calendar-policy",
+    type=click.Choice(["skip", "defer_to_end"]),
+    default="skip",
+    show_default=True,
+    help="A blocked slot is skipped, or its job runs at the end of the window.",
+)
 @click.option("--allow-unknown", is_flag=True, help="Schedule a job name no definition knows.")
 @actor_option
 @json_option
@@ -47,10 +73,31 @@ def recurring_list(target: Target, as_json: bool) -> None:
         emit_json([schedule.to_dict() for schedule in schedules])
         return
     emit_table(
-        ["name", "job", "cron", "timezone", "queue", "enabled", "next run", "last fired"],
-        [(s.name, s.job, s.cron, s.timezone, s.queue, s.enabled, s.next_run_at, s.last_fired_at) for s in schedules],
+        [*HEADERS],
+        [_row(s) for s in schedules],
         empty="no schedules",
     )
+
+
+def _row(s: RecurringSchedule) -> tuple[object, ...]:
+    when = (s.next_run_at, s.last_fired_at)
+    return (
+        s.name,
+        s.job,
+        s.cron,
+        s.timezone,
+        s.queue,
+        s.enabled,
+        *when,
+        s.overlap,
+        _calendar(s),
+        s.skipped,
+        s.last_skipped_at,
+    )
+
+
+def _calendar(s: RecurringSchedule) -> str:
+    return "" if s.calendar is None else f"{s.calendar} ({s.calendar_mode}, {s.calendar_policy})"
 
 
 @recurring.command("remove")

@@ -3,9 +3,9 @@
 - `transitions`: the only writers of job rows, one method per arrow of the state machine;
   `statements` holds their SQL, `steps` lets features join them, `builder` builds new rows.
 - `reads`: what operators look at; `retention`: deleting finished jobs.
-- `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `pauses`
-  (paused queues, a part of the claim), `breakers` (circuit breakers, a part of the claim
-  and a settle step): the other tables, one module each.
+- `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `calendars`,
+  `pauses` (paused queues, a part of the claim), `breakers` (circuit breakers, a part of the
+  claim and a settle step): the other tables, one module each.
 - `claim`: the claim predicate and the parts of a claim every dialect shares.
 - `dialects/`: what differs between databases; `database`: connections and error
   translation; `schema` and `migrate`: the tables and their Alembic upgrades.
@@ -17,6 +17,7 @@ from jobsup.jobtypes import Resolver
 from jobsup.store import limits, links  # noqa: F401 - register the steps of linked and keyed jobs
 from jobsup.store.audit import Audit
 from jobsup.store.breakers import Breakers
+from jobsup.store.calendars import CalendarStore
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
@@ -41,6 +42,7 @@ class Store:
         self.reads = Reads(db)
         self.retention = Retention(db, self.reads)
         self.recurring = RecurringStore(db)
+        self.calendars = CalendarStore(db)
         self.processes = ProcessTable(db)
         self.workflows, self.batches = self.transitions.workflows, self.transitions.batches
         self.logs = JobLogs(db)

@@ -2,15 +2,17 @@
 
 `recurring_upsert` is safe at every startup on every instance: the same cron and time zone
 keep `next_run_at`, a changed one starts from now. Firing a slot is a transition
-(`Transitions.fire`); its compare-and-set on `next_run_at` is `advance`, here.
+(`Transitions.fire`, decided in `jobsup.store.firing`); its compare-and-set on `next_run_at`
+is `advance`, here, which also counts a skipped slot.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from jobsup.clock import host_clock
 from jobsup.cron import check_cron, next_slot, zone
@@ -18,6 +20,21 @@ from jobsup.errors import ConstraintViolation
 from jobsup.store.database import Database
 from jobsup.store.rows import RecurringSchedule, decode_stored
 from jobsup.store.schema import recurring_job
+
+ALLOW, SKIP, QUEUE = "allow", "skip", "queue"  # overlap (SKIP is a calendar policy too)
+BLACKOUT, ALLOWED = "blackout", "allowed"  # calendar modes
+DEFER = "defer_to_end"  # calendar policy
+OVERLAPS, MODES, POLICIES = (ALLOW, SKIP, QUEUE), (BLACKOUT, ALLOWED), (SKIP, DEFER)
+
+
+@dataclass(frozen=True)
+class How:
+    """What a schedule does with a slot whose last run is still live, and with its calendar."""
+
+    overlap: str = ALLOW
+    calendar: str | None = None
+    calendar_mode: str = BLACKOUT
+    calendar_policy: str = SKIP
 
 
 class RecurringStore:
@@ -36,12 +53,20 @@ class RecurringStore:
         queue: str,
         priority: int,
         key_id: str | None = None,
+        how: How | None = None,
         now: datetime | None = None,
     ) -> RecurringSchedule:
+        """Add or update a schedule; `how` says what it does about overlaps and its calendar
+        (None: the defaults, fire every slot)."""
         check_cron(cron)
         zone(timezone)
         at = now or host_clock()
+        how = how or How()
         values: dict[str, Any] = {
+            "overlap": how.overlap,
+            "calendar": how.calendar,
+            "calendar_mode": how.calendar_mode,
+            "calendar_policy": how.calendar_policy,
             "job_name": job_name,
             "payload": payload,
             "queue": queue,
@@ -67,6 +92,7 @@ class RecurringStore:
                             enabled=True,
                             next_run_at=next_slot(cron, timezone, at),
                             created_at=at,
+                            skipped=0,
                             **values,
                         )
                     )
@@ -117,9 +143,16 @@ class RecurringStore:
         """The clock schedules are read by: the host's (see the README on skew)."""
         return host_clock()
 
-    def advance(self, conn: Connection, schedule: RecurringSchedule, following: datetime, at: datetime) -> bool:
+    def advance(
+        self, conn: Connection, schedule: RecurringSchedule, following: datetime, at: datetime, *, fired: bool = True
+    ) -> bool:
         """Inside the fire's transaction: move the schedule on to `following` if it still
-        expects `schedule.next_run_at` (the compare-and-set of a fire)."""
+        expects `schedule.next_run_at` (the compare-and-set of a fire). `fired`: the slot
+        fired (its time is the last fire), else it was skipped (counted)."""
+        if fired:
+            values: dict[str, Any] = {"last_fired_at": at}
+        else:
+            values = {"skipped": func.coalesce(recurring_job.c.skipped, 0) + 1, "last_skipped_at": at}
         moved = conn.execute(
             update(recurring_job)
             .where(
@@ -127,7 +160,7 @@ class RecurringStore:
                 recurring_job.c.next_run_at == schedule.next_run_at,
                 recurring_job.c.enabled.is_(True),
             )
-            .values(next_run_at=following, last_fired_at=at)
+            .values(next_run_at=following, **values)
         ).rowcount
         return bool(moved)
 
@@ -144,4 +177,10 @@ def _schedule(row: Any) -> RecurringSchedule:
         enabled=bool(row.enabled),
         next_run_at=row.next_run_at,
         last_fired_at=row.last_fired_at,
+        overlap=row.overlap or ALLOW,
+        calendar=row.calendar,
+        calendar_mode=row.calendar_mode or BLACKOUT,
+        calendar_policy=row.calendar_policy or SKIP,
+        skipped=row.skipped or 0,
+        last_skipped_at=row.last_skipped_at,
     )

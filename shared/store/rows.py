@@ -211,6 +211,12 @@ class RecurringSchedule:
     enabled: bool
     next_run_at: datetime | None
     last_fired_at: datetime | None
+    overlap: str = "allow"  # skip | allow | queue
+    calendar: str | None = None
+    calendar_mode: str = "blackout"  # blackout | allowed
+    calendar_policy: str = "skip"  # skip | defer_to_end
+    skipped: int = 0  # slots not fired (overlap, calendar)
+    last_skipped_at: datetime | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items()}

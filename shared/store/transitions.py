@@ -20,16 +20,19 @@ from typing import Any
 from sqlalchemy import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
-from jobsup.cron import latest_slot, next_slot
+from jobsup.calendars import Calendar
 from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
-from jobsup.store import limits, steps
+from jobsup.store import firing, limits, steps
 from jobsup.store.batches import Batches
-from jobsup.store.builder import build, fired_payload
 from jobsup.store.chain import Chain
 from jobsup.store.claim import claim_params, claimed_job
 from jobsup.store.database import Database, after_commit
+from jobsup.store.firing import ALREADY_FIRED as ALREADY_FIRED  # the outcomes of a fire
+from jobsup.store.firing import FIRED as FIRED
+from jobsup.store.firing import SKIPPED as SKIPPED
+from jobsup.store.firing import WAITING as WAITING
 from jobsup.store.groups import Groups
 from jobsup.store.insert import row_params
 from jobsup.store.recurring import RecurringStore
@@ -51,8 +54,6 @@ from jobsup.store.sealed import seal_new
 from jobsup.store.statements import Statements
 from jobsup.store.sweep import Sweep
 from jobsup.store.workflows import Workflows
-
-FIRED, ALREADY_FIRED = "fired", "already_fired"
 
 
 class Transitions:
@@ -304,33 +305,22 @@ class Transitions:
 
     # -- fire: a recurring schedule's slot -> a pending job -----------------------------------------
 
-    def fire(self, recurring: RecurringStore, schedule: RecurringSchedule, *, now: datetime | None = None) -> str:
-        """Fire the schedule's latest due slot once; returns FIRED or ALREADY_FIRED. The
-        schedule moves on by compare-and-set on its next run, and the job carries (schedule,
-        slot) under a unique index, so no slot fires twice however many instances try. A bad
-        cron or time zone raises `BadInput` (the caller logs it and moves on)."""
-        at = now or recurring.clock()
-        assert schedule.next_run_at is not None
-        slot = latest_slot(schedule.cron, schedule.timezone, schedule.next_run_at, at)
-        following = next_slot(schedule.cron, schedule.timezone, slot)
-        jobtype = self.resolver.settings_of(schedule.job)
-        options = {"queue": schedule.queue, "priority": schedule.priority}
-        payload, sealed = fired_payload(schedule.name, schedule.payload)
-        new = build(jobtype, payload, options, recurring=(schedule.name, slot), also_sealed=sealed)
-        try:
-            with self.db.transaction("recurring") as conn:
-                if not recurring.advance(conn, schedule, following, at):
-                    emit("recurring.already_fired", schedule=schedule.name)
-                    return ALREADY_FIRED
-                ids, _ = self.insert(conn, [new], self.dialect.clock_params(now))
-                fired = steps.Change("fire", [(schedule.name, slot, ids[0])], self.dialect.clock_params(now), self)
-                steps.run(conn, fired)
-        except ConstraintViolation:
-            emit("recurring.already_fired", schedule=schedule.name)
-            return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held
-        announce_enqueued([new], ids, [0])
-        emit("recurring.fired", schedule=schedule.name, job=ids[0], name=schedule.job, slot=slot.isoformat())
-        return FIRED
+    def fire(
+        self,
+        recurring: RecurringStore,
+        schedule: RecurringSchedule,
+        *,
+        now: datetime | None = None,
+        calendar: Calendar | None = None,
+    ) -> str:
+        """Fire the schedule's latest due slot once; returns FIRED, ALREADY_FIRED, SKIPPED
+        (its overlap or calendar said so: counted on the schedule) or WAITING (overlap
+        ``queue``, a run still live: the slot stays due). The schedule moves on by
+        compare-and-set on its next run, and the job carries (schedule, slot) under a unique
+        index, so no slot fires twice however many instances try. `calendar` is the one the
+        schedule names. A bad cron, time zone or missing calendar raises `BadInput` (the
+        caller logs it and moves on)."""
+        return firing.fire(self, recurring, schedule, now=now, calendar=calendar)
 
     # -- the unit of every transition ------------------------------------------------------------
 
