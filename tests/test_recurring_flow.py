@@ -120,18 +120,18 @@ def test_overlap_skip_skips_while_the_last_run_is_live(client: jobsup.Client) ->
     assert [slot for slot, *_ in jobs_of(client)] == [start, start + timedelta(hours=3)]
 
 
-def test_overlap_queue_fires_the_slot_once_the_live_run_ends(client: jobsup.Client) -> None:
+def test_overlap_queue_fires_each_slot_to_wait_behind_the_live_run(client: jobsup.Client) -> None:
     start = datetime(2030, 1, 7, 9, tzinfo=UTC)
     add(client, now=start - timedelta(minutes=1), overlap="queue", timezone="UTC")
     tick = CronTick(client.store)
     assert tick.run_once(now=start) == 1
-    assert tick.run_once(now=start + timedelta(hours=1)) == 0  # waits: nothing written
-    assert schedule(client).next_run_at == start + timedelta(hours=1)
-    assert tick.run_once(now=start + timedelta(hours=2, minutes=30)) == 0
-    [(_, _, _, first)] = jobs_of(client)
-    assert client.cancel(first)
-    assert tick.run_once(now=start + timedelta(hours=2, minutes=40)) == 1  # the slots passed collapse into one
-    assert [slot for slot, *_ in jobs_of(client)] == [start, start + timedelta(hours=2)]
+    assert tick.run_once(now=start + timedelta(hours=1)) == 1  # fired, and waits behind the first
+    assert tick.run_once(now=start + timedelta(hours=2)) == 1
+    first, second, third = (job_id for *_, job_id in jobs_of(client))
+    assert [client.get(i).status for i in (first, second, third)] == ["pending", "waiting", "waiting"]  # type: ignore[union-attr]
+    assert client.get(second).concurrency_key == "recurring:report"  # type: ignore[union-attr]
+    assert client.cancel(first)  # the live run ends: the next slot's job is let in, in slot order
+    assert [client.get(i).status for i in (second, third)] == ["pending", "waiting"]  # type: ignore[union-attr]
     assert schedule(client).skipped == 0
 
 

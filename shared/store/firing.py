@@ -1,9 +1,10 @@
 """What the fire transition decides about a due slot (DESIGN section 9, issue 12).
 
-A slot is fired, skipped (counted on the schedule, reason ``overlap`` or ``calendar``),
+A slot is fired, skipped (counted on the schedule, reason ``overlap`` or ``calendar``), or
 deferred (fired with the job's run_at at the end of its blackout, or the start of its next
-allowed window), or left waiting (overlap ``queue``: it fires at the first tick after the
-live run ends; slots passing meanwhile collapse into it, as during downtime).
+allowed window). With overlap ``queue`` every slot fires, and its job waits behind the live
+one: a queue schedule's jobs share the concurrency key ``recurring:<name>`` with a limit of
+one (`jobsup.store.limits`), so each is admitted when the one before it ends, in slot order.
 
 Every decision is made inside the fire's transaction: the live-run check reads the
 schedule's unfinished jobs there, and the skip is recorded by the same compare-and-set on
@@ -14,6 +15,7 @@ commits with the `next_run_at` it moved: an instance that read that `next_run_at
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -25,14 +27,14 @@ from jobsup.errors import BadInput, ConstraintViolation
 from jobsup.observe.events import emit
 from jobsup.store import steps
 from jobsup.store.builder import build, fired_payload
-from jobsup.store.recurring import ALLOW, BLACKOUT, DEFER, QUEUE, SKIP, RecurringStore
+from jobsup.store.recurring import BLACKOUT, DEFER, QUEUE, SKIP, RecurringStore
 from jobsup.store.rows import RecurringSchedule
 from jobsup.store.schema import UNFINISHED_STATUSES, job
 
 if TYPE_CHECKING:
     from jobsup.store.transitions import Transitions
 
-FIRED, ALREADY_FIRED, SKIPPED, WAITING = "fired", "already_fired", "skipped", "waiting"
+FIRED, ALREADY_FIRED, SKIPPED = "fired", "already_fired", "skipped"
 OVERLAP, CALENDAR = "overlap", "calendar"  # the reasons a slot is skipped
 
 
@@ -58,13 +60,13 @@ def fire(
         options["run_at"] = run_at
     payload, sealed = fired_payload(schedule.name, schedule.payload)
     new = build(jobtype, payload, options, recurring=(schedule.name, slot), also_sealed=sealed)
+    if schedule.overlap == QUEUE:  # behind the live run, under the schedule's own key (not its type's)
+        new = replace(new, concurrency_key=f"recurring:{schedule.name}", concurrency_limit=1)
     reason = CALENDAR if blocked else None
     clock = transitions.dialect.clock_params(now)
     try:
         with transitions.db.transaction("recurring") as conn:
-            if reason is None and schedule.overlap != ALLOW and live_run(conn, schedule.name) is not None:
-                if schedule.overlap == QUEUE:
-                    return WAITING  # nothing written, nothing said (it is asked every tick): the slot stays due
+            if reason is None and schedule.overlap == SKIP and live_run(conn, schedule.name) is not None:
                 reason = OVERLAP
             if not recurring.advance(conn, schedule, following, at, fired=reason is None):
                 emit("recurring.already_fired", schedule=schedule.name)

@@ -32,7 +32,6 @@ from jobsup.store.database import Database, after_commit
 from jobsup.store.firing import ALREADY_FIRED as ALREADY_FIRED  # the outcomes of a fire
 from jobsup.store.firing import FIRED as FIRED
 from jobsup.store.firing import SKIPPED as SKIPPED
-from jobsup.store.firing import WAITING as WAITING
 from jobsup.store.groups import Groups
 from jobsup.store.insert import row_params
 from jobsup.store.recurring import RecurringStore
@@ -313,9 +312,8 @@ class Transitions:
         now: datetime | None = None,
         calendar: Calendar | None = None,
     ) -> str:
-        """Fire the schedule's latest due slot once; returns FIRED, ALREADY_FIRED, SKIPPED
-        (its overlap or calendar said so: counted on the schedule) or WAITING (overlap
-        ``queue``, a run still live: the slot stays due). The schedule moves on by
+        """Fire the schedule's latest due slot once; returns FIRED, ALREADY_FIRED or SKIPPED
+        (its overlap or calendar said so: counted on the schedule). The schedule moves on by
         compare-and-set on its next run, and the job carries (schedule, slot) under a unique
         index, so no slot fires twice however many instances try. `calendar` is the one the
         schedule names. A bad cron, time zone or missing calendar raises `BadInput` (the
