@@ -110,8 +110,8 @@ class OpsAPI:
 
     def reset_breaker(self, name: str, *, actor: str | None = None) -> bool:
         """Close the circuit breaker of job type `name` at once, its failure count zeroed,
-        audited ``breaker.reset`` in the same transaction. False (recorded ``unchanged``)
-        when it was closed with no failures counted, or never failed."""
+        audited ``breaker.reset`` in the same transaction. False when it was closed with no
+        failures counted (recorded ``unchanged``) or never failed (``not_found``)."""
         check_name(name, "job name")
         who = actor_of(actor)
         self._ready()

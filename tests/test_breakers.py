@@ -14,7 +14,7 @@ from sqlalchemy import event, select
 
 import jobsup
 from jobsup.errors import BadInput
-from jobsup.store.schema import audit
+from jobsup.store.schema import audit, job
 
 from helpers import claim, claim_one, fail, run_jobsup, succeed
 
@@ -208,3 +208,26 @@ def test_definitions_list_shows_the_breaker_state(client: jobsup.Client, url: st
     assert listed.returncode == 0, listed.stderr
     lines = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
     assert "open" in lines["breaker-flaky"] and "-" in lines["breaker-none"]
+
+
+def test_review_fixes_probe_due_and_from_any_queue_and_a_success_closes_without_a_policy(client: jobsup.Client) -> None:
+    """A probe is the type's next due job in whichever queue, and maintenance closes the
+    breaker after its probe succeeded even where the settling process knew no policy."""
+    from jobsup.store.schema import breaker
+
+    later = client.enqueue("flaky-breaker", priority=9, run_at=T0 + timedelta(days=7), allow_unknown=True)
+    due = client.enqueue("flaky-breaker", queue="elsewhere", allow_unknown=True)
+    with client.database.transaction() as conn:
+        conn.execute(
+            breaker.insert().values(
+                name="flaky-breaker", state="open", failures=3, opened_at=T0, reopen_at=T0, changed_at=T0
+            )
+        )
+    client.store.breakers.half_open(now=T0 + timedelta(seconds=1))
+    assert client.store.breakers.states() == {"flaky-breaker": "half_open"}
+    probe = {row["name"]: row["probe_job_id"] for row in client.store.breakers.rows()}["flaky-breaker"]
+    assert probe == due and probe != later
+    with client.database.transaction() as conn:  # it succeeded where no policy was known
+        conn.execute(job.update().where(job.c.id == due).values(status="succeeded"))
+    client.store.breakers.half_open(now=T0 + timedelta(seconds=2))
+    assert client.store.breakers.states() == {"flaky-breaker": "closed"}

@@ -83,6 +83,17 @@ def test_a_running_job_past_its_finish_deadline_is_marked(client: jobsup.Client,
     assert [(b["job"], b["kind"]) for b in breaches.seen] == [(job_id, "finish")]
 
 
+def test_a_job_pending_again_for_a_retry_started_on_time(client: jobsup.Client, breaches: Breaches) -> None:
+    job_id = client.enqueue("sla-report", run_at=T0)
+    from helpers import fail
+
+    assert fail(client, claim_one(client, now=at(10)), retry_in=600, now=at(20)) == "pending"
+    assert MarkSlaBreaches(client.store).run_once(now=at(400)) == 0  # it did start before 5m
+    assert client.get(job_id).sla_breached_at is None  # type: ignore[union-attr]
+    MarkSlaBreaches(client.store).run_once(now=at(3601))
+    assert [(b["job"], b["kind"]) for b in breaches.seen] == [(job_id, "finish")]
+
+
 def test_a_finished_job_is_never_marked(client: jobsup.Client) -> None:
     job_id = client.enqueue("sla-report", run_at=T0)
     succeed(client, [claim_one(client, now=at(10))], now=at(20))
@@ -129,7 +140,15 @@ def test_the_cli_lists_and_shows_breached_jobs(client: jobsup.Client, url: str) 
 
 @pytest.mark.parametrize(
     "policy",
-    [{"start_within": 0}, {"start_within": "-5m"}, {"finish_within": "soon"}, {"within": "5m"}, {}, "5m"],
+    [
+        {"start_within": 0},
+        {"start_within": "-5m"},
+        {"finish_within": "soon"},
+        {"within": "5m"},
+        {},
+        "5m",
+        {"start_within": None},
+    ],
 )
 def test_a_bad_policy_is_refused_naming_the_job(policy: object) -> None:
     with pytest.raises(BadInput, match="sla-bad"):

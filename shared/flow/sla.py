@@ -34,7 +34,10 @@ def within(value: object, what: str) -> float | None:
 def parse(value: object, job: str) -> Sla:
     if not isinstance(value, dict) or not value or set(value) - set(KEYS):
         raise BadInput(f"job {job!r}: sla takes 'start_within' and/or 'finish_within' durations, not {value!r}")
-    return Sla(*(within(value.get(key), f"job {job!r}: sla {key}") for key in KEYS))
+    policy = Sla(*(within(value.get(key), f"job {job!r}: sla {key}") for key in KEYS))
+    if all(getattr(policy, key) is None for key in KEYS):
+        raise BadInput(f"job {job!r}: sla needs start_within or finish_within (a duration), not {value!r}")
+    return policy
 
 
 def describe(policy: Sla) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from jobsup.cli import cli
-from jobsup.ops.options import Target, actor_option, json_option, with_target
+from jobsup.ops.options import NotFound, Target, actor_option, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
 
 
@@ -42,7 +42,10 @@ def breaker_list(target: Target, as_json: bool) -> None:
 @with_target
 def breaker_reset(target: Target, name: str, actor: str | None) -> None:
     """Close NAME's breaker now: its jobs are claimed again and its failure count starts from zero."""
-    if target.client().reset_breaker(name, actor=actor):
+    client = target.client()
+    if client.reset_breaker(name, actor=actor):
         click.echo(f"closed the breaker of {name}")
+    elif name not in {row["name"] for row in client.breakers()}:
+        raise NotFound(f"no breaker for {name!r}: its job type has no breaker, or has never failed")
     else:
         click.echo(f"the breaker of {name} was closed already")

@@ -15,7 +15,7 @@ half_open --its one probe succeeds--> closed;  --the probe fails--> open again.
   the next tick.
 - **Counting** is an in-transaction step of complete, fail and expire, registered for
   linked jobs only: a transition runs it when a job's type has a breaker
-  (`Resolver.has_breaker`), so plain jobs of other types still settle in one statement.
+  (`Resolver.breaker_of`), so plain jobs of other types still settle in one statement.
   Failed and timed-out attempts count (a discard or a last attempt is one of them); a lease
   that expired counts when it dead-lettered the job. A success resets the count.
 """
@@ -32,7 +32,7 @@ from jobsup.observe.events import emit
 from jobsup.store import steps
 from jobsup.store.claim import Part, add_part, status_is
 from jobsup.store.database import after_commit
-from jobsup.store.schema import DEAD_LETTERED, PENDING, UNFINISHED_STATUSES, breaker, job
+from jobsup.store.schema import DEAD_LETTERED, PENDING, SUCCEEDED, UNFINISHED_STATUSES, breaker, job
 
 CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
 STATES = (CLOSED, HALF_OPEN, OPEN)  # the gauge's values, in order
@@ -113,16 +113,22 @@ def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, param
                 )
         except IntegrityError:
             pass  # another settle inserted it first
-    opens = or_(
-        and_(breaker.c.state == _state(CLOSED), breaker.c.failures + 1 >= policy.failures),
-        and_(breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == job_id),
-    )
+    # Count first: the UPDATE locks the row, so two failures settling at once are counted one
+    # after the other, and the one that reaches the threshold sees it.
+    counted = conn.execute(
+        update(breaker)
+        .where(breaker.c.name == name, breaker.c.state == _state(CLOSED))
+        .values(failures=breaker.c.failures + 1)
+        .returning(breaker.c.failures)
+    ).scalar()
+    opens = and_(breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == job_id)
+    if counted is not None and counted >= policy.failures:
+        opens = or_(opens, and_(breaker.c.state == _state(CLOSED), breaker.c.failures >= policy.failures))
     opened = conn.execute(
         update(breaker)
         .where(breaker.c.name == name, opens)
         .values(
             state=OPEN,
-            failures=breaker.c.failures + 1,
             opened_at=clock,
             reopen_at=t.dialect.clock("reset"),
             probe_job_id=None,
@@ -134,9 +140,6 @@ def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, param
     ).all()
     if opened:
         after_commit(conn, lambda: emit("breaker.opened", name=name, job=job_id, reset=policy.reset))
-        return
-    counted = breaker.c.name == name, breaker.c.state == _state(CLOSED)
-    conn.execute(update(breaker).where(*counted).values(failures=breaker.c.failures + 1))
 
 
 # -- maintenance and operators -------------------------------------------------------------
@@ -175,9 +178,13 @@ class Breakers:
                 select(breaker.c.name, breaker.c.probe_job_id).where(breaker.c.state == _state(HALF_OPEN))
             ).all()
             for name, probe in waiting:
-                if probe is not None and self._live(conn, probe):
+                status = None if probe is None else self._status(conn, probe)
+                if status in UNFINISHED_STATUSES:
                     continue
-                chosen = self._next_pending(conn, name)
+                if status == SUCCEEDED and self._close_after(conn, name, probe, params):
+                    changed.append(name)  # its settle did not close it (that process knew no policy)
+                    continue
+                chosen = self._next_pending(conn, name, params)
                 if chosen is None or chosen == probe:
                     continue
                 cas = update(breaker).where(
@@ -192,18 +199,22 @@ class Breakers:
             emit("breaker.half_open", name=name)
         return changed
 
-    def _live(self, conn: Connection, job_id: int) -> bool:
-        found = select(job.c.status).where(job.c.id == job_id)
-        return conn.execute(found).scalar() in UNFINISHED_STATUSES
+    def _status(self, conn: Connection, job_id: int) -> str | None:
+        return conn.execute(select(job.c.status).where(job.c.id == job_id)).scalar()
 
-    def _next_pending(self, conn: Connection, name: str) -> int | None:
-        # Through the claim index of the type's own queue when this process knows it.
-        jobtype = self.resolver.find(name)
-        where = [status_is(PENDING), job.c.name == name]
-        if jobtype is not None:
-            where.append(job.c.queue == jobtype.queue)
+    def _close_after(self, conn: Connection, name: str, probe: int, params: Any) -> bool:
+        cas = update(breaker).where(
+            breaker.c.name == name, breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == probe
+        )
+        values = {"state": CLOSED, "failures": 0, "probe_job_id": None, "changed_by": SYSTEM}
+        return bool(conn.execute(cas.values(**values, changed_at=self.dialect.clock()), params).rowcount)
+
+    def _next_pending(self, conn: Connection, name: str, params: Any) -> int | None:
+        # The type's next due job in claim order, in whichever queue it was enqueued (a
+        # job not due yet would hold the whole type back until it is).
+        where = [status_is(PENDING), job.c.name == name, job.c.run_at <= self.dialect.clock()]
         order = (job.c.priority.desc(), job.c.run_at, job.c.id)
-        return conn.execute(select(job.c.id).where(*where).order_by(*order).limit(1)).scalar()
+        return conn.execute(select(job.c.id).where(*where).order_by(*order).limit(1), params).scalar()
 
     def reset(self, name: str, *, actor: str, now: datetime | None = None) -> bool:
         """Close `name`'s breaker at once (count zeroed), audited `breaker.reset`; False if
@@ -218,7 +229,7 @@ class Breakers:
             was = conn.execute(select(breaker.c.state, breaker.c.failures).where(breaker.c.name == name)).first()
             done = bool(conn.execute(stmt, self.dialect.clock_params(now)).rowcount)
             detail = {"was": None if was is None else {"state": was.state, "failures": was.failures}}
-            outcome = "ok" if done else "unchanged"
+            outcome = "ok" if done else "not_found" if was is None else "unchanged"
             self.audit.record(
                 actor, "breaker.reset", target=name, outcome=outcome, detail=detail, connection=conn, now=now
             )

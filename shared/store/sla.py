@@ -43,6 +43,8 @@ def _overdue(kind: str, clock: Any, limit: Any) -> Any:
             job.c.sla_breached_at.is_(None),
             job.c.status.in_([status_literal(s) for s in statuses]),
             deadline < clock,
+            # A job pending again for a retry's backoff did start: only a finish can be late.
+            *((job.c.attempts == 0,) if kind == START else ()),
         )
         .order_by(deadline)
         .limit(limit)
