@@ -114,6 +114,8 @@ def test_a_bad_key_is_refused_and_nothing_written(client: jobsup.Client) -> None
     for key in (5, "", "x" * 101):
         with pytest.raises(jobsup.BadInput, match="concurrency_key must be a string of 1-100 characters"):
             client.enqueue("one-per-customer", concurrency_key=key)
+    with pytest.raises(jobsup.BadInput, match="cannot have a unique_key yet"):
+        client.enqueue("one-per-customer", concurrency_key="c", unique_key="u")
     assert client.list_jobs() == []
     wf = jobsup.Workflow("keyed")
     wf.add("one-per-customer", concurrency_key="c")
@@ -137,3 +139,72 @@ def test_the_hand_over_finds_the_next_waiting_job_through_its_index(client: jobs
             nodes = plan_nodes(found[0]["Plan"])
             assert any(node.get("Index Name") == "jobsup_job_concurrency_waiting" for node in nodes), found
             assert not any(node["Node Type"] in ("Sort", "Seq Scan") for node in nodes), found
+
+
+def invariant_holds(client: jobsup.Client) -> None:
+    """Each key's count is its admitted (pending or running) jobs, and no job of a key
+    waits while the key has room."""
+    with client.database.read() as conn:
+        counts = dict(conn.execute(select(concurrency.c.key, concurrency.c.admitted)).all())
+        live = dict(
+            conn.execute(
+                select(job.c.concurrency_key, func.count())
+                .where(job.c.status.in_(("pending", "running")), job.c.concurrency_key.is_not(None))
+                .group_by(job.c.concurrency_key)
+            ).all()
+        )
+        waiting = set(
+            conn.execute(
+                select(job.c.concurrency_key).where(job.c.status == "waiting", job.c.waiting_on == 0)
+            ).scalars()
+        )
+    assert {k: v for k, v in counts.items() if v} == live
+    assert all(live.get(key, 0) >= 1 for key in waiting), (waiting, live)
+
+
+def test_enqueues_racing_settles_and_cancels_lose_no_slot(url: str) -> None:
+    """Enqueuers, a settler and a canceller on their own connections at once: when they
+    stop, every key's count is exact and nothing waits while its key has room (a failed
+    admission locks the key's row, so a hand-over waits for it and then sees its job)."""
+    import threading
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def enqueue() -> None:
+        c = jobsup.Client(url)
+        try:
+            for n in range(150):
+                c.enqueue("one-per-customer", concurrency_key=f"k{n % 3}")
+        except BaseException as exc:
+            errors.append(exc)
+
+    def settle() -> None:
+        c = jobsup.Client(url)
+        try:
+            while not stop.is_set():
+                for claimed in claim(c, limit=5):
+                    succeed(c, [claimed])
+        except BaseException as exc:
+            errors.append(exc)
+
+    def cancel() -> None:
+        c = jobsup.Client(url)
+        try:
+            while not stop.is_set():
+                for found in c.list_jobs(status="waiting", limit=3):
+                    c.cancel(found.id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    enqueuers = [threading.Thread(target=enqueue) for _ in range(2)]
+    others = [threading.Thread(target=settle), threading.Thread(target=cancel)]
+    for thread in enqueuers + others:
+        thread.start()
+    for thread in enqueuers:
+        thread.join(120)
+    stop.set()
+    for thread in others:
+        thread.join(60)
+    assert errors == []
+    invariant_holds(jobsup.Client(url))

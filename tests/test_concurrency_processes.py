@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import func, select
+from test_concurrency_keys import invariant_holds
 
 import jobsup
 from jobsup.store.schema import job
@@ -73,3 +74,4 @@ def test_four_supervisors_never_run_more_than_a_keys_limit(url: str, start: Any,
     assert max(peaks.values()) == 2  # the limit is two, not one: jobs of a key did run side by side
     with client.database.read() as conn:
         assert conn.execute(select(func.count()).where(job.c.status == "waiting")).scalar_one() == 0
+    invariant_holds(client)  # every key's count back to nothing

@@ -1,7 +1,8 @@
 """The concurrency policy of a job type: at most `limit` of its jobs with one concurrency
-key running at once, across every instance (`jobsup.store.limits` enforces it in the
-claim). ``concurrency=1`` is one running per key; ``concurrency={"key": "customer",
-"limit": 2}`` names the key's prefix (a job's key is then ``customer:<its key>``)."""
+key admitted (pending or running) at once, across every instance (`jobsup.store.limits`
+enforces it at admission). ``concurrency=1`` is one per key; ``concurrency={"key":
+"customer", "limit": 2}`` names a key prefix job types share (a job's key is then
+``customer:<its key>``)."""
 
 from __future__ import annotations
 
@@ -54,4 +55,7 @@ def key_of(policy: Concurrency | None, job: str, given: object) -> tuple[str | N
     if policy is None:
         return (None, None) if given is None else (given, 1)
     prefix = policy.key or job
-    return (prefix if given is None else f"{prefix}:{given}"), policy.limit
+    key = prefix if given is None else f"{prefix}:{given}"
+    if len(key) > 200:
+        raise BadInput(f"the concurrency key {key[:40]!r}... of job {job!r} is over 200 characters; use a shorter key")
+    return key, policy.limit

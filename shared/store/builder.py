@@ -102,6 +102,9 @@ def build(
     key, limit = key_of(policy, jobtype.name, get("concurrency_key"))
     if key is not None and links is not None and links.get("step") is not None:
         raise BadInput(f"a workflow step cannot have a concurrency key yet (job {jobtype.name!r})")
+    if key is not None and get("unique_key") is not None:
+        # A job waiting for its key's slot is outside the live statuses its unique key holds.
+        raise BadInput(f"a job with a concurrency key cannot have a unique_key yet (job {jobtype.name!r})")
     start_by, finish_by = sla_deadlines(jobtype, run_at, get("start_within"), get("finish_within"))
     return NewJob(
         name=jobtype.name,

@@ -23,10 +23,11 @@ claim walked the saturated key's jobs at the head of the index: 18 ms a claim be
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, bindparam, insert, update
+from sqlalchemy import Connection, Integer, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobsup.store import steps
@@ -35,15 +36,20 @@ from jobsup.store.schema import FINISHED_STATUSES, concurrency
 if TYPE_CHECKING:
     from jobsup.store.statements import Statements
 
-_take = (
-    update(concurrency)
-    .where(concurrency.c.key == bindparam("p_key"), concurrency.c.admitted < bindparam("p_limit"))
-    .values(admitted=concurrency.c.admitted + 1)
+# The key's row, locked until the transaction ends (FOR UPDATE; SQL Server's UPDLOCK; SQLite's
+# writers take turns anyway): every admission and hand-over of a key reads it first, so they
+# are one at a time, and a hand-over waits for an enqueue that found the key full to commit
+# (then sees its waiting job).
+_locked = (
+    select(concurrency.c.admitted)
+    .where(concurrency.c.key == bindparam("p_key"))
+    .with_for_update()
+    .with_hint(concurrency, "WITH (UPDLOCK, ROWLOCK)", dialect_name="mssql")
 )
-_give_back = (
+_add = (
     update(concurrency)
-    .where(concurrency.c.key == bindparam("p_key"), concurrency.c.admitted > 0)
-    .values(admitted=concurrency.c.admitted - 1)
+    .where(concurrency.c.key == bindparam("p_key"))
+    .values(admitted=concurrency.c.admitted + bindparam("p_by", type_=Integer))
 )
 
 
@@ -55,39 +61,51 @@ def admit_new(conn: Connection, sql: Statements, inserted: Sequence[tuple[int, A
 
 
 def admit(conn: Connection, sql: Statements, jobs: Sequence[tuple[int, Any, int]]) -> None:
-    """Admit the just inserted or retried `jobs` (id, key, limit), each in turn; hold those
-    their key has no room for."""
-    for job_id, key, limit in jobs:
+    """Admit the just inserted or retried `jobs` (id, key, limit); hold those their key has
+    no room for. Keys are locked in sorted order, so two transactions never wait on each other."""
+    for job_id, key, limit in sorted(jobs, key=lambda each: (each[1], each[0])):
         if not _took(conn, key, limit):
             conn.execute(sql.hold_for_key, {"p_job": job_id})
 
 
 def _took(conn: Connection, key: str, limit: int) -> bool:
-    if conn.execute(_take, {"p_key": key, "p_limit": limit}).rowcount:
-        return True
-    try:  # the key's first job: its row, with this job's slot
-        with conn.begin_nested():
-            conn.execute(insert(concurrency).values(key=key, admitted=1))
-        return limit >= 1
-    except IntegrityError:  # the row exists, and is full (or another job just made it)
-        return bool(conn.execute(_take, {"p_key": key, "p_limit": limit}).rowcount)
+    admitted = _lock(conn, key)
+    if admitted is None:
+        try:  # the key's first job: its row, with this job's slot
+            with conn.begin_nested():
+                conn.execute(insert(concurrency).values(key=key, admitted=1))
+            return True
+        except IntegrityError:  # another transaction made it first: its row, locked now
+            admitted = _lock(conn, key) or 0
+    if admitted >= limit:
+        return False
+    conn.execute(_add, {"p_key": key, "p_by": 1})
+    return True
+
+
+def _lock(conn: Connection, key: str) -> int | None:
+    found = conn.execute(_locked, {"p_key": key}).scalar()
+    return None if found is None else int(found)
 
 
 def hand_over(conn: Connection, sql: Statements, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:
-    """Each of `keys` lost an admitted job: give its slot to the key's longest-waiting job,
-    or back. Returns the queues of the jobs let in (to wake their workers)."""
+    """Each of `keys` (once per job of it that ended) lost an admitted job: give its slots to
+    the key's longest-waiting jobs, or back. Returns the queues of the jobs let in."""
     woken = set()
-    for key in keys:
-        conn.execute(_give_back, {"p_key": key})  # locks the key's row: one hand-over at a time
-        waiting = conn.execute(sql.next_for_key, {"p_key": key}).first()
-        if waiting is None:
-            continue
-        limit = conn.execute(sql.limit_of, {"p_job": waiting.id}).scalar_one()
-        if (
-            _took(conn, key, int(limit or 1))
-            and conn.execute(sql.promote_for_key, {"p_job": waiting.id, **clock}).rowcount
-        ):
-            woken.add(waiting.queue)
+    for key, ended in sorted(Counter(keys).items()):
+        admitted = (_lock(conn, key) or 0) - ended
+        let_in = tries = 0
+        while let_in < ended and tries < 10:
+            tries += 1
+            # Skipping a waiting job another transaction holds (an operator cancelling it):
+            # waiting for it could deadlock, and it may not be waiting once that commits.
+            waiting = conn.execute(sql.next_for_key, {"p_key": key}).first()
+            if waiting is None or admitted + let_in >= int(waiting.concurrency_limit or 1):
+                break
+            if conn.execute(sql.promote_for_key, {"p_job": waiting.id, **clock}).rowcount:
+                let_in += 1
+                woken.add(waiting.queue)
+        conn.execute(_add, {"p_key": key, "p_by": let_in - ended})
     return woken
 
 

@@ -39,17 +39,15 @@ class LinkedStatements:
 
     @cached_property
     def next_for_key(self) -> Select[Any]:
-        """The job of key `p_key` that has waited for room longest (in claim order)."""
-        return (
-            select(job.c.id, job.c.queue)
+        """The job of key `p_key` that has waited for room longest (in claim order), locked,
+        skipping one another transaction holds (`Dialect.lock_rows`)."""
+        return self.dialect.lock_rows(
+            select(job.c.id, job.c.queue, job.c.concurrency_limit)
             .where(status_is(WAITING), job.c.concurrency_key == bindparam("p_key"), job.c.waiting_on == 0)
             .order_by(job.c.priority.desc(), job.c.run_at, job.c.id)
-            .limit(1)
+            .limit(1),
+            skip_locked=True,
         )
-
-    @cached_property
-    def limit_of(self) -> Select[Any]:
-        return select(job.c.concurrency_limit).where(job.c.id == bindparam("p_job"))
 
     @cached_property
     def promote_for_key(self) -> Update:
