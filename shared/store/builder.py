@@ -99,10 +99,10 @@ def build(
     triggers = (*jobtype.triggers, *(check_triggers(then) if then else ()))
     text, sealing = typed_payload(jobtype, payload, also_sealed=also_sealed)
     policy = None if jobtype.limits is None else jobtype.limits.concurrency
-    key, limit = key_of(policy, jobtype.name, get("concurrency_key"))
-    if key is not None and links is not None and links.get("step") is not None:
+    concurrency_key, limit = key_of(policy, jobtype.name, get("concurrency_key"))
+    if concurrency_key is not None and links is not None and links.get("step") is not None:
         raise BadInput(f"a workflow step cannot have a concurrency key yet (job {jobtype.name!r})")
-    if key is not None and get("unique_key") is not None:
+    if concurrency_key is not None and get("unique_key") is not None:
         # A job waiting for its key's slot is outside the live statuses its unique key holds.
         raise BadInput(f"a job with a concurrency key cannot have a unique_key yet (job {jobtype.name!r})")
     start_by, finish_by = sla_deadlines(jobtype, run_at, get("start_within"), get("finish_within"))
@@ -119,7 +119,7 @@ def build(
         recurring_name=None if recurring is None else recurring[0],
         scheduled_slot=None if recurring is None else recurring[1],
         triggers=triggers_text(triggers),
-        concurrency_key=key,
+        concurrency_key=concurrency_key,
         concurrency_limit=limit,
         sealing=sealing,
         sla_start_by=start_by,

@@ -26,7 +26,9 @@ LINKS = (
 
 class LinkedStatements:
     if TYPE_CHECKING:
-        dialect: Any
+        from jobsup.store.dialects import Dialect
+
+        dialect: Dialect
 
     # -- concurrency keys: jobs over their key's limit wait (`jobsup.store.limits`) ---------
 
