@@ -33,7 +33,7 @@ def recurring() -> None:
     type=click.Choice(["allow", "skip", "queue"]),
     default="allow",
     show_default=True,
-    help="A slot while the last run is live: fire it, skip it, or fire it once that run ends.",
+    help="A slot while the last run is live: fire it, skip it, or fire it to wait behind that run.",
 )
 @click.option("--calendar", help="A calendar (jobsup calendars add) whose windows apply to the slots.")
 @click.option(
