@@ -5,6 +5,7 @@ the wall clock jumps. Real `jobsup start` supervisors, real signals."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -89,7 +90,11 @@ def test_a_replacement_worker_that_fails_at_boot_is_retried(sqlite_url: str, rec
         assert owners is not None
         shutil.rmtree(owners)
         owners.write_text("not a folder")
-        os.kill(worker, signal.SIGKILL)
+        # Kill the worker now serving (a loaded machine may have replaced the first one
+        # already): its replacement's boot is what must fail.
+        for pid in supervisor.workers() or [worker]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         wait_until(lambda: "worker.boot_failed" in supervisor.output(), timeout=30, what="a boot failure")
         port = port_of(supervisor)
         _, body = wait_until(lambda: (r := scrape(port, "/healthz"))[0] == 503 and r, timeout=30, what="503")
