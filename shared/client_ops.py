@@ -34,8 +34,9 @@ from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, ConfigurationError, DatabaseError
 from jobsup.observe.events import emit
 from jobsup.registry import check_limit, check_name, check_text
-from jobsup.secrets import SealedParameterError, has_sealed, required_keyring, schedule_binding
+from jobsup.secrets import SealedParameterError
 from jobsup.store.audit import JOB_IDS_KEPT, AuditEntry
+from jobsup.store.builder import fired_payload
 from jobsup.store.rows import RecurringSchedule
 from jobsup.store.schema import PENDING, RUNNING
 
@@ -180,10 +181,7 @@ def same_schedule(before: RecurringSchedule | None, after: RecurringSchedule) ->
         return False
 
     def shape(schedule: RecurringSchedule) -> tuple[Any, ...]:
-        payload = schedule.payload
-        if has_sealed(payload):
-            what = f"recurring schedule {schedule.name!r}"
-            payload = required_keyring().unseal(payload, schedule_binding(schedule.name), what=what)
+        payload, _ = fired_payload(schedule.name, schedule.payload)  # opened, as a fire sees it
         how = (schedule.overlap, schedule.calendar, schedule.calendar_mode, schedule.calendar_policy)
         return (schedule.job, schedule.cron, schedule.timezone, schedule.queue, schedule.priority, payload, how)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -134,3 +135,11 @@ def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     for child in plan.get("Plans", []):
         found.extend(plan_nodes(child))
     return found
+
+
+def run_together(threads: Sequence[threading.Thread], *, timeout: float = 60) -> None:
+    """Start `threads` (competing instances, each on its own connection) and wait for all."""
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)

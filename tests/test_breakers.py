@@ -16,7 +16,7 @@ import jobsup
 from jobsup.errors import BadInput
 from jobsup.store.schema import audit, job
 
-from helpers import claim, claim_one, fail, run_jobsup, succeed
+from helpers import claim, claim_one, fail, run_jobsup, run_together, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -88,10 +88,7 @@ def test_maintenance_half_opens_it_after_the_reset_and_one_probe_is_claimed(clie
         claimed.extend(claim(c, owner, "flaky", limit=10, now=at(63)))
 
     threads = [threading.Thread(target=claims, args=(c, f"w{i}")) for i, c in enumerate([client, *others])]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    run_together(threads)
     for other in others:
         other.close()
     assert [c.id for c in claimed] == [row["probe_job_id"]]

@@ -17,7 +17,7 @@ from jobsup.errors import BadInput
 from jobsup.observe import events
 from jobsup.supervisor.flow_control import MarkSlaBreaches
 
-from helpers import claim_one, run_jobsup, succeed
+from helpers import claim_one, run_jobsup, run_together, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -114,10 +114,7 @@ def test_racing_maintenance_marks_and_counts_each_breach_once(client: jobsup.Cli
         counts.append(step.run_once(now=at(301)))
 
     threads = [threading.Thread(target=run, args=(step,)) for step in steps]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    run_together(threads)
     for other in others:
         other.close()
     assert sum(counts) == len(ids)
