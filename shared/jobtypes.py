@@ -187,5 +187,20 @@ class Resolver:
         found = _registered(name) or self.published.get(name)
         return None if found is None or found.limits is None else found.limits.breaker
 
+    def rate_of(self, name: str) -> Any:
+        """The rate policy of `name` (`jobsup.flow.rate.Rate`), or None; like `breaker_of`."""
+        found = _registered(name) or self.published.get(name)
+        return None if found is None or found.limits is None else found.limits.rate
+
+    def rate_limited(self, queue: str) -> bool:
+        """Whether a job type this process knows is rate-limited in `queue` (its jobs are
+        enqueued to its own queue only): only those claims run in a transaction of their own
+        to check the windows (`jobsup.store.rates`)."""
+        known = (registered.type for registered in _registry().values())
+        return any(
+            t.queue == queue and t.limits is not None and t.limits.rate is not None
+            for t in (*known, *self.published.values())
+        )
+
     def retry_in(self, name: str, attempt: int) -> float:
         return self.settings_of(name).retry.delay(attempt)

@@ -169,3 +169,9 @@ def keyed_work(ctx: jobsup.JobContext, payload: Any) -> None:
     record(ctx, "start")
     time.sleep(payload.get("seconds", 0.05))
     record(ctx, "end")
+
+
+@jobsup.job("rated-work", queue="rated-work", rate="5/1s")
+def rated_work(ctx: jobsup.JobContext, payload: Any) -> None:
+    """At most five start a second across every instance; records its start."""
+    record(ctx, "start")

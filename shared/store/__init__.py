@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from jobsup.jobtypes import Resolver
-from jobsup.store import limits, links  # noqa: F401 - register the steps of linked and keyed jobs
+from jobsup.store import limits, links, rates  # noqa: F401 - register the steps of linked, keyed and rate-limited jobs
 from jobsup.store.audit import Audit
 from jobsup.store.breakers import Breakers
 from jobsup.store.calendars import CalendarStore

@@ -61,7 +61,7 @@ def build(
     # No options (a bulk enqueue's common case): the row straight from the job type. The
     # general path below gives the same row 0.7 us slower, 6 % of a bulk enqueue's job.
     limits = jobtype.limits
-    simple = limits is None or (limits.sla is None and limits.concurrency is None)  # a breaker changes no row
+    simple = limits is None or (limits.sla is None and limits.concurrency is None)  # a breaker or a rate changes no row
     if (
         not options
         and recurring is None
@@ -106,9 +106,16 @@ def build(
         # A job waiting for its key's slot is outside the live statuses its unique key holds.
         raise BadInput(f"a job with a concurrency key cannot have a unique_key yet (job {jobtype.name!r})")
     start_by, finish_by = sla_deadlines(jobtype, run_at, get("start_within"), get("finish_within"))
+    queue = check_name(get("queue") or jobtype.queue, "queue")
+    if queue != jobtype.queue and limits is not None and limits.rate is not None:
+        # The claims of the type's queue check its window (`Resolver.rate_limited`).
+        raise BadInput(
+            f"job {jobtype.name!r} is rate-limited in its queue {jobtype.queue!r} and cannot be enqueued "
+            f"to queue {queue!r}; enqueue it without queue=, or give the job type that queue"
+        )
     return NewJob(
         name=jobtype.name,
-        queue=check_name(get("queue") or jobtype.queue, "queue"),
+        queue=queue,
         payload=text,
         priority=jobtype.priority if get("priority") is None else check_priority(get("priority")),
         run_at=run_at,

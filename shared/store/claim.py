@@ -10,7 +10,7 @@ job uses is never registered, so it costs the claim nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -136,6 +136,24 @@ def open_attempt_rows(now: ColumnElement[datetime]) -> Insert:
 
 def attempt_rows(rows: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**params, "a_job": row.id, "a_attempt": row.attempts} for row in rows]
+
+
+def claim_rounds(
+    claim: Callable[[dict[str, Any]], Sequence[Any]], params: dict[str, Any], dropped: set[int]
+) -> list[ClaimedJob]:
+    """Run `claim` (one dialect claim with `params`) again while its steps put rows back
+    (`dropped` grows): they are no longer due, and a queue whose head is one rate-limited
+    type would otherwise idle until the next poll with jobs of other types due."""
+    claimed: list[ClaimedJob] = []
+    for _ in range(_CLAIM_ROUNDS):
+        before = len(dropped)
+        claimed.extend(claimed_job(row) for row in claim({**params, "p_limit": params["p_limit"] - len(claimed)}))
+        if len(dropped) == before or len(claimed) >= params["p_limit"]:
+            break
+    return claimed
+
+
+_CLAIM_ROUNDS = 20
 
 
 def claimed_job(row: Any) -> ClaimedJob:

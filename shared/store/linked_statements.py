@@ -1,16 +1,16 @@
-"""The statements of the in-transaction steps (`jobsup.store.links`, `jobsup.store.limits`):
-the job-row writes of workflows, batches and concurrency keys, a part of `Statements` kept
-apart by role."""
+"""The statements of the in-transaction steps (`jobsup.store.links`, `jobsup.store.limits`,
+`jobsup.store.rates`): the job-row writes of workflows, batches, concurrency keys and rate
+windows, a part of `Statements` kept apart by role."""
 
 from __future__ import annotations
 
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Integer, Select, Update, bindparam, func, select, update
+from sqlalchemy import Delete, Integer, Select, Update, bindparam, delete, func, select, update
 
 from jobsup.store.claim import status_is
-from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, WAITING, job, job_dependency
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, WAITING, job, job_attempt, job_dependency
 
 # What the in-transaction steps of a job that finished need to know of it (`jobsup.store.links`).
 # (and `jobsup.store.limits`: a concurrency key's slot, held unless it waits with no dependency).
@@ -58,6 +58,36 @@ class LinkedStatements:
             update(job)
             .where(job.c.id == bindparam("p_job"), status_is(WAITING), job.c.waiting_on == 0)
             .values(status=PENDING, waiting_on=None, updated_at=clock)
+        )
+
+    # -- rate windows: a claimed job its window has no room for goes back (`jobsup.store.rates`)
+
+    @cached_property
+    def rate_turns(self) -> Select[Any]:
+        return select(job.c.id, job.c.rate_turn).where(job.c.id.in_(bindparam("p_ids", expanding=True)))
+
+    @cached_property
+    def put_back_for_rate(self) -> Update:
+        """Undo a claim in its own transaction: pending again, the attempt not counted, due
+        at the start time the window gave it (`p_turn`)."""
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), job.c.lease_owner == bindparam("p_owner"), status_is(RUNNING))
+            .values(
+                status=PENDING,
+                attempts=job.c.attempts - 1,
+                lease_owner=None,
+                lease_expires_at=None,
+                run_at=bindparam("p_turn"),
+                rate_turn=bindparam("p_turn"),
+            )
+        )
+
+    @cached_property
+    def drop_claimed_attempt(self) -> Delete:
+        """The attempt row that claim opened: it never ran."""
+        return delete(job_attempt).where(
+            job_attempt.c.job_id == bindparam("p_job"), job_attempt.c.attempt == bindparam("p_attempt")
         )
 
     # -- links: workflow steps waiting on their dependencies (`jobsup.store.links`) --------

@@ -42,7 +42,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -96,6 +96,7 @@ job = Table(
     Column("sla_start_by", UTCDateTime),
     Column("sla_finish_by", UTCDateTime),
     Column("sla_breached_at", UTCDateTime),
+    Column("rate_turn", UTCDateTime),  # the start time a rate window gave a job it put back
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -240,12 +241,20 @@ concurrency = Table(
     Column("admitted", Integer, nullable=False),
 )
 
+# A rate key's lock and the start time last handed to a job its window had no room for; its
+# last `limit` start times, a ring of slots (`jobsup.store.rates`).
 rate_limit = Table(
     "jobsup_rate_limit",
     metadata,
     Column("key", _NAME, primary_key=True),
-    Column("tokens", Float, nullable=False),
-    Column("refilled_at", UTCDateTime, nullable=False),
+    Column("frontier", UTCDateTime),
+)
+rate_start = Table(
+    "jobsup_rate_start",
+    metadata,
+    Column("key", _NAME, primary_key=True),
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    Column("started_at", UTCDateTime, nullable=False),
 )
 
 breaker = Table(

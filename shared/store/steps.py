@@ -45,6 +45,9 @@ class Change:
     rows: Sequence[Row[Any]] | Sequence[Any]
     params: Mapping[str, Any] = field(default_factory=dict)
     transitions: Any = None  # the `Transitions` running it: its statements, resolver and insert
+    # A claim's steps may put claimed rows back in the claim's own transaction (a rate
+    # window with no room): their ids, which the claim then does not return.
+    dropped: set[int] = field(default_factory=set)
 
 
 Step = Callable[[Connection, Change], None]

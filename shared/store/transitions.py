@@ -27,7 +27,7 @@ from jobsup.observe.events import emit
 from jobsup.store import firing, limits, steps
 from jobsup.store.batches import Batches
 from jobsup.store.chain import Chain
-from jobsup.store.claim import claim_params, claimed_job
+from jobsup.store.claim import claim_params, claim_rounds
 from jobsup.store.database import Database, after_commit
 from jobsup.store.firing import ALREADY_FIRED as ALREADY_FIRED  # the outcomes of a fire
 from jobsup.store.firing import FIRED as FIRED
@@ -142,12 +142,17 @@ class Transitions:
         """Claim up to `limit` due jobs of `queue` for `owner`, each for `lease` seconds, in
         the order they should run."""
         params = claim_params(self.dialect, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
+        run = steps.of("claim", linked=self.resolver.rate_limited(queue))
+        dropped: set[int] = set()
 
-        def after(conn: Connection, rows: Sequence[Row[Any]]) -> None:
-            steps.run(conn, steps.Change("claim", rows, params, self))
+        def after(conn: Connection, rows: Sequence[Row[Any]]) -> Sequence[Row[Any]]:
+            change = steps.Change("claim", rows, params, self)
+            for step in run:
+                step(conn, change)
+            dropped.update(change.dropped)
+            return [row for row in rows if row.id not in change.dropped] if change.dropped else rows
 
-        rows = self.dialect.claim(self.db, params, after if steps.of("claim") else None)
-        return [claimed_job(row) for row in rows]
+        return claim_rounds(lambda p: self.dialect.claim(self.db, p, after if run else None), params, dropped)
 
     def renew(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> set[int]:
         """Extend the leases still held; return the ids renewed (missing ones were lost).

@@ -56,7 +56,7 @@ class OwnerLock(Protocol):
 
 
 # Runs inside a claim's transaction with the claimed rows (the claim's in-transaction steps).
-AfterClaim = Callable[[Connection, Sequence[Row[Any]]], None]
+AfterClaim = Callable[[Connection, Sequence[Row[Any]]], Sequence[Row[Any]]]
 
 
 class Dialect(Protocol):
@@ -107,8 +107,8 @@ class Dialect(Protocol):
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
         """Take up to `p_limit` claimable jobs (see `jobsup.store.claim`): mark them running
         under `p_owner`'s lease, count the attempt and open its attempt row, and run `after`
-        on the claimed rows, all or nothing. Returns the claimed rows: `CLAIM_COLUMNS`, then
-        the due time, in claim order."""
+        on the claimed rows, all or nothing. Returns the claimed rows `after` kept (it may
+        put some back): `CLAIM_COLUMNS`, then the due time, in claim order."""
 
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         """Prepare, once, a compare-and-set `first` (an UPDATE with RETURNING whose first

@@ -121,7 +121,7 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
                 return []
             conn.execute(self.open_attempts_statement, attempt_rows(claimed, dict(params)))
             if after is not None:
-                after(conn, claimed)
+                claimed = after(conn, claimed)
         return sorted(claimed, key=lambda row: (-row.priority, row.due_at, row.id))
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:

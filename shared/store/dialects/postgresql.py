@@ -211,9 +211,7 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
                 return conn.execute(self.claim_statement, params).all()
         with db.transaction("claim") as conn:
             rows = conn.execute(self.claim_statement, params).all()
-            if rows:
-                after(conn, rows)
-            return rows
+            return after(conn, rows) if rows else rows
 
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         """Both writes in one statement: data-modifying CTEs make them atomic."""

@@ -261,7 +261,7 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
                 rows = sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order
                 conn.execute(self.open_attempts_statement, attempt_rows(rows, dict(params)))
                 if after is not None:
-                    after(conn, rows)
+                    rows = after(conn, rows)
         return rows
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
