@@ -19,7 +19,7 @@ import jobsup
 from jobsup.errors import BadInput
 from jobsup.store.schema import job, job_attempt
 
-from helpers import claim, run_together, succeed
+from helpers import claim, run_jobsup, run_together, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -200,3 +200,14 @@ def test_the_policy_round_trips_through_a_definition() -> None:
     limits = Limits.parse("x", rate={"limit": 7, "per": "2m", "key": "k"})
     assert Limits.load(limits.describe()) == limits
     assert Limits.parse("x", rate="10/s").rate.per == 1.0
+
+
+def test_definitions_show_prints_the_rate(client: jobsup.Client, url: str) -> None:
+    from jobsup.registry import lookup
+
+    found = lookup("rate-partner-a")
+    assert found is not None
+    client.store.definitions.publish([found.type], instance="test")
+    shown = run_jobsup("--database-url", url, "definitions", "show", "rate-partner-a")
+    assert shown.returncode == 0, shown.stderr
+    assert 'limits: rate {"key": "partner-api", "limit": 2, "per": 60.0}' in shown.stdout

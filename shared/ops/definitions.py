@@ -85,6 +85,8 @@ def definitions_show(target: Target, name: str, as_json: bool) -> None:
         f"{shown.name}: queue {shown.queue}, priority {shown.priority}, {shown.max_attempts} attempts, "
         f"timeout {shown.timeout or '-'}, declared by {shown.declared_by} {age(shown.declared_at)} ago"
     )
+    if isinstance(shown.limits, dict) and shown.limits:
+        click.echo("limits: " + "; ".join(f"{kind} {json.dumps(policy)}" for kind, policy in shown.limits.items()))
     if shown.params is None:
         click.echo("parameters: untyped (any JSON payload)")
         return
