@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
+import signal
+import threading
 from datetime import UTC
 from typing import Any
 
@@ -159,8 +159,15 @@ def jobs_logs(target: Target, job_id: int, follow: bool, as_json: bool) -> None:
     if client.get(job_id) is None:
         raise NotFound(f"no job with id {job_id}")
     if follow:
-        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how a follow is meant to end early
-            follow_logs(client, job_id, as_json)
+        # Ctrl-C is how a follow is meant to end early. It only sets a flag: raised as
+        # KeyboardInterrupt inside a database call, it could leave the connection pool
+        # half-way and the exit hanging.
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+        try:
+            follow_logs(client, job_id, as_json, stop)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         return
     lines, after = [], None
     while page := client.logs(job_id, after_id=after, limit=LOG_PAGE):
@@ -175,10 +182,11 @@ def jobs_logs(target: Target, job_id: int, follow: bool, as_json: bool) -> None:
             click.echo("no lines logged")
 
 
-def follow_logs(client: Any, job_id: int, as_json: bool) -> None:
-    """Print the job's lines as they are stored, until it has finished and none are left."""
+def follow_logs(client: Any, job_id: int, as_json: bool, stop: threading.Event) -> None:
+    """Print the job's lines as they are stored, until it has finished and none are left
+    (or `stop` is set)."""
     after = None
-    while True:
+    while not stop.is_set():
         job = client.get(job_id)  # before the read: lines stored by then are in it
         lines = client.logs(job_id, after_id=after, limit=LOG_PAGE)
         for line in lines:
@@ -189,7 +197,7 @@ def follow_logs(client: Any, job_id: int, as_json: bool) -> None:
                 continue  # more are there already
         elif job is None or job.status in FINISHED_STATUSES:
             return  # a finished job's lines were written before its outcome
-        time.sleep(FOLLOW_EVERY)
+        stop.wait(FOLLOW_EVERY)
 
 
 def log_line(line: Any) -> str:

@@ -52,7 +52,10 @@ def _claim_part(columns: Any, clock: Any) -> Any:
     return or_(columns["name"].not_in(held_back), columns["id"].in_(probes))
 
 
-add_part(Part("breaker_closed", _claim_part))
+# A breaker that opens between SQLite's read and write of a claim lets that claim's jobs
+# through, as one opening while PostgreSQL's claim statement runs does; reading the breakers
+# twice cost SQLite's plain claim 10 %.
+add_part(Part("breaker_closed", _claim_part, recheck=False))
 
 
 # -- the settle step ------------------------------------------------------------------------

@@ -65,6 +65,10 @@ class Part:
 
     name: str
     condition: Callable[[Columns, ColumnElement[datetime]], ColumnElement[bool]]
+    # Checked again by SQLite's write half. A part may leave it to the read when a change in
+    # between may as well have come a moment later, as one that lands while PostgreSQL's
+    # single-statement claim runs does.
+    recheck: bool = True
 
 
 _PARTS: list[Part] = [
@@ -81,10 +85,14 @@ def add_part(part: Part) -> None:
     _PARTS.append(part)
 
 
-def claimable(clock: ColumnElement[datetime], *, unindexed: bool = False) -> ColumnElement[bool]:
-    """Every condition that makes a row of queue `p_queue` claimable at `clock`."""
-    columns = Columns(unindexed)
-    return and_(*(part.condition(columns, clock) for part in _PARTS))
+def claimable(clock: ColumnElement[datetime], *, recheck: bool = False) -> ColumnElement[bool]:
+    """Every condition that makes a row of queue `p_queue` claimable at `clock`.
+
+    With `recheck`, the parts a claim that read its candidates before taking the write lock
+    (SQLite) checks again on each, with unindexed columns: still pending and due (another
+    claim may have taken it or put it back since), and those of `Part.recheck`."""
+    columns = Columns(unindexed=recheck)
+    return and_(*(part.condition(columns, clock) for part in _PARTS if part.recheck or not recheck))
 
 
 def status_is(status: str) -> ColumnElement[bool]:

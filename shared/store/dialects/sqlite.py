@@ -240,7 +240,7 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
         clock = self.clock()
         return (
             update(job)
-            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), claimable(clock, unindexed=True))
+            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), claimable(clock, recheck=True))
             .values(claim_values(clock, self.clock("lease")))
             .returning(*CLAIM_COLUMNS, job.c.run_at.label("due_at"))  # an unreadable run_at reads as None
         )
