@@ -19,7 +19,7 @@ import jobsup
 from jobsup.errors import BadInput
 from jobsup.store.schema import job, job_attempt
 
-from helpers import claim, run_jobsup, run_together, succeed
+from helpers import claim, release, run_jobsup, run_together, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -82,7 +82,6 @@ def test_the_window_starts_its_limit_and_puts_the_rest_back_untouched(client: jo
 def test_a_backlog_drains_at_the_rate_and_no_window_holds_more(client: jobsup.Client) -> None:
     ids = [client.enqueue("rate-three", run_at=T0) for _ in range(12)]
     starts: dict[int, datetime] = {}
-    puts = 0
     for tick in range(0, 60):  # a worker claiming every second for a minute
         now = at(tick)
         claimed = claim(client, queue="rated", limit=10, now=now)
@@ -90,7 +89,6 @@ def test_a_backlog_drains_at_the_rate_and_no_window_holds_more(client: jobsup.Cl
             assert c.id not in starts
             starts[c.id] = now
         succeed(client, claimed, now=now)
-        puts += sum(1 for job_id in ids if job_id not in starts and row(client, job_id).run_at > now)
     assert sorted(starts) == ids
     assert most_in_a_window(list(starts.values()), 10) == 3
     assert max(starts.values()) <= at(45)  # 12 jobs at 3 per 10 s: done in about 40 s
@@ -115,7 +113,7 @@ def test_other_types_behind_a_limited_backlog_are_claimed_in_the_same_call(clien
     assert {c.id for c in claim(client, queue="rated", limit=5, now=at(1))} == set(plain[2:])
 
 
-def test_a_put_back_job_retried_later_still_counts_in_the_window(client: jobsup.Client) -> None:
+def test_a_put_back_job_starts_at_its_turn_as_its_first_attempt(client: jobsup.Client) -> None:
     first = [client.enqueue("rate-three", run_at=T0) for _ in range(4)]
     succeed(client, claim(client, queue="rated", limit=10, now=at(0)), now=at(0))
     assert row(client, first[3]).run_at == at(10)
@@ -211,3 +209,13 @@ def test_definitions_show_prints_the_rate(client: jobsup.Client, url: str) -> No
     shown = run_jobsup("--database-url", url, "definitions", "show", "rate-partner-a")
     assert shown.returncode == 0, shown.stderr
     assert 'limits: rate {"key": "partner-api", "limit": 2, "per": 60.0}' in shown.stdout
+
+
+def test_a_put_back_keeps_the_history_of_a_released_attempt(client: jobsup.Client) -> None:
+    first = client.enqueue("rate-three", run_at=T0)
+    released = claim(client, queue="rated", now=at(0))
+    assert release(client, released, now=at(0)) == {first}  # attempt 1 closed, not counted
+    others = [client.enqueue("rate-three", run_at=at(-1)) for _ in range(2)]  # due before it
+    assert {c.id for c in claim(client, queue="rated", limit=2, now=at(1))} == set(others)  # window full
+    assert claim(client, queue="rated", now=at(2)) == []  # the released job, put back
+    assert len(attempt_starts(client, [first])) == 1  # its released attempt's row is kept

@@ -101,6 +101,7 @@ class Worker:
                     self.relook = None
                     self.run_batch(jobs, claimed_at)
                 else:
+                    self.due_again(jobs)
                     self.idle()
         except BaseException:
             # A crash: what was already finished is still written, for a bounded time.
@@ -131,6 +132,13 @@ class Worker:
             lock.release()
         self.idle_backoff = 0.0
         return jobs
+
+    def due_again(self, jobs: list[ClaimedJob]) -> None:
+        """A claim that put jobs back (a rate window with no room) says when the first is due
+        again: look then, not at the next poll, which may be seconds later."""
+        due = getattr(jobs, "next_due", None)
+        if due is not None:
+            self.relook = max(RELOOK_AFTER, min((due - host_clock()).total_seconds(), self.poll_interval))
 
     def release_orphans(self) -> None:
         """Release the leases this worker holds in the database but not in its bookkeeping
@@ -257,6 +265,8 @@ class Worker:
                 jobs = self.claim(limit=wanted)
                 if jobs:
                     self.relook = None
+                self.due_again(jobs)
+                if jobs:
                     self.keeper.hold(jobs, claimed_at)
                     for job in jobs:
                         running = self.keeper.begin(job, self.timeout_of(job))

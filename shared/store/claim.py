@@ -147,18 +147,26 @@ def attempt_rows(rows: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def claim_rounds(
-    claim: Callable[[dict[str, Any]], Sequence[Any]], params: dict[str, Any], dropped: set[int]
-) -> list[ClaimedJob]:
+    claim: Callable[[dict[str, Any]], Sequence[Any]], params: dict[str, Any], dropped: dict[int, datetime]
+) -> Claimed:
     """Run `claim` (one dialect claim with `params`) again while its steps put rows back
     (`dropped` grows): they are no longer due, and a queue whose head is one rate-limited
     type would otherwise idle until the next poll with jobs of other types due."""
-    claimed: list[ClaimedJob] = []
+    claimed = Claimed()
     for _ in range(_CLAIM_ROUNDS):
         before = len(dropped)
         claimed.extend(claimed_job(row) for row in claim({**params, "p_limit": params["p_limit"] - len(claimed)}))
         if len(dropped) == before or len(claimed) >= params["p_limit"]:
             break
+    claimed.next_due = min(dropped.values(), default=None)
     return claimed
+
+
+class Claimed(list[ClaimedJob]):
+    """A claim's jobs, and when the earliest job it put back is due again (None: it put none
+    back), so that a worker that got none looks again then rather than at its next poll."""
+
+    next_due: datetime | None = None
 
 
 _CLAIM_ROUNDS = 20

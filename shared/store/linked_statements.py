@@ -84,10 +84,26 @@ class LinkedStatements:
         )
 
     @cached_property
+    def restart_claimed_attempt(self) -> Update:
+        """The attempt row that claim opened starts when its window let it (`p_at`)."""
+        return (
+            update(job_attempt)
+            .where(
+                job_attempt.c.job_id == bindparam("p_job"),
+                job_attempt.c.attempt == bindparam("p_attempt"),
+                job_attempt.c.finished_at.is_(None),
+            )
+            .values(started_at=bindparam("p_at"))
+        )
+
+    @cached_property
     def drop_claimed_attempt(self) -> Delete:
-        """The attempt row that claim opened: it never ran."""
+        """The attempt row that claim opened: it never ran. (Open only: a released attempt
+        left a closed row of the same number.)"""
         return delete(job_attempt).where(
-            job_attempt.c.job_id == bindparam("p_job"), job_attempt.c.attempt == bindparam("p_attempt")
+            job_attempt.c.job_id == bindparam("p_job"),
+            job_attempt.c.attempt == bindparam("p_attempt"),
+            job_attempt.c.finished_at.is_(None),
         )
 
     # -- links: workflow steps waiting on their dependencies (`jobsup.store.links`) --------

@@ -61,6 +61,7 @@ class Window:
     frontier: datetime | None
     slots: dict[int, datetime]
     writes: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
+    handed: bool = False  # whether this claim has given a job a later turn
 
     @classmethod
     def locked(cls, conn: Connection, key: str, policy: Rate) -> Window:
@@ -92,8 +93,12 @@ class Window:
         if not queued and (room is None or room <= now):
             self._start(now)
             return None
-        later = max(t for t in (room, now, self._behind() if queued else None) if t is not None)
+        # Behind the key's queue, and behind the turn just given in this claim: jobs whose
+        # turns bunched up (late workers) are spread again rather than all given `room`.
+        behind = self._behind() if queued or self.handed else None
+        later = max(t for t in (room, now, behind) if t is not None)
         self.frontier = later if self.frontier is None else max(self.frontier, later)
+        self.handed = True
         return later
 
     def _behind(self) -> datetime:
@@ -128,20 +133,25 @@ def admit_claimed(conn: Connection, change: steps.Change) -> None:
             limited.setdefault(policy.key_for(row.name), (policy, []))[1].append(row)
     if not limited:
         return
-    now = conn.execute(select(t.dialect.clock()), dict(change.params)).scalar_one()
     ids = [row.id for _, rows in limited.values() for row in rows]
     turns = {job_id: turn for job_id, turn in conn.execute(t.sql.rate_turns, {"p_ids": ids}).all()}
+    given = change.params.get("given_now")  # a test's fixed instant
     for key in sorted(limited):  # keys locked in one order: two claims never wait on each other
         policy, rows = limited[key]
         window = Window.locked(conn, key, policy)
+        # The start is now, after the wait for the key's lock: the claim's own clock was read
+        # before it (and before SQLite's write lock), and a start counted earlier than it
+        # happened would let more than the limit start in a window.
+        now = given or t.dialect.instant(conn)
         read_frontier = window.frontier
         for row in rows:
             later = window.place(now, turns.get(row.id))
             if later is None:
+                conn.execute(t.sql.restart_claimed_attempt, {"p_job": row.id, "p_attempt": row.attempts, "p_at": now})
                 continue
             conn.execute(t.sql.put_back_for_rate, {"p_job": row.id, "p_owner": row.lease_owner, "p_turn": later})
             conn.execute(t.sql.drop_claimed_attempt, {"p_job": row.id, "p_attempt": row.attempts})
-            change.dropped.add(row.id)
+            change.dropped[row.id] = later
         window.save(conn, read_frontier)
 
 

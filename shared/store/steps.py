@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Row
@@ -46,8 +47,9 @@ class Change:
     params: Mapping[str, Any] = field(default_factory=dict)
     transitions: Any = None  # the `Transitions` running it: its statements, resolver and insert
     # A claim's steps may put claimed rows back in the claim's own transaction (a rate
-    # window with no room): their ids, which the claim then does not return.
-    dropped: set[int] = field(default_factory=set)
+    # window with no room): their ids, which the claim then does not return, and when each
+    # is due again.
+    dropped: dict[int, datetime] = field(default_factory=dict)
 
 
 Step = Callable[[Connection, Change], None]

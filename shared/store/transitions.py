@@ -27,7 +27,7 @@ from jobsup.observe.events import emit
 from jobsup.store import firing, limits, steps
 from jobsup.store.batches import Batches
 from jobsup.store.chain import Chain
-from jobsup.store.claim import claim_params, claim_rounds
+from jobsup.store.claim import Claimed, claim_params, claim_rounds
 from jobsup.store.database import Database, after_commit
 from jobsup.store.firing import ALREADY_FIRED as ALREADY_FIRED  # the outcomes of a fire
 from jobsup.store.firing import FIRED as FIRED
@@ -40,7 +40,6 @@ from jobsup.store.rows import (
     LEASE_EXPIRED,
     RELEASED,
     SUCCEEDED,
-    ClaimedJob,
     Held,
     Lease,
     NewJob,
@@ -136,17 +135,15 @@ class Transitions:
 
     # -- claim: pending -> running -------------------------------------------------------------
 
-    def claim(
-        self, queue: str, owner: str, *, limit: int = 1, lease: float, now: datetime | None = None
-    ) -> list[ClaimedJob]:
+    def claim(self, queue: str, owner: str, *, limit: int = 1, lease: float, now: datetime | None = None) -> Claimed:
         """Claim up to `limit` due jobs of `queue` for `owner`, each for `lease` seconds, in
         the order they should run."""
         params = claim_params(self.dialect, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
         run = steps.of("claim", linked=self.resolver.rate_limited(queue))
-        dropped: set[int] = set()
+        dropped: dict[int, datetime] = {}
 
         def after(conn: Connection, rows: Sequence[Row[Any]]) -> Sequence[Row[Any]]:
-            change = steps.Change("claim", rows, params, self)
+            change = steps.Change("claim", rows, {**params, "given_now": now}, self)
             for step in run:
                 step(conn, change)
             dropped.update(change.dropped)

@@ -98,6 +98,10 @@ class Dialect(Protocol):
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         """The parameters of `clock()`: a fixed instant (None: the clock) and named offsets."""
 
+    def instant(self, conn: Connection) -> datetime:
+        """The clock's reading at this moment, inside a transaction that may have waited for
+        a lock (PostgreSQL's now() is the transaction's start)."""
+
     def attempt_match(self) -> ColumnElement[bool]:
         """The attempt half of a lease fence: (id, attempts) among the bound leases."""
 

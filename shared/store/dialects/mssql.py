@@ -80,6 +80,9 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
         seconds = func.dateadd(literal_column("second"), bindparam(f"p_off_s_{offset}"), clock, type_=UTCDateTime)
         return func.dateadd(literal_column("millisecond"), bindparam(f"p_off_ms_{offset}"), seconds, type_=UTCDateTime)
 
+    def instant(self, conn: Connection) -> datetime:
+        return conn.execute(select(func.sysutcdatetime(type_=UTCDateTime))).scalar_one()
+
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         params: dict[str, Any] = {"p_now": now}
         for name, seconds in offsets.items():

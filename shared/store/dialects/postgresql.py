@@ -177,6 +177,9 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
         clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.now(type_=UTCDateTime))
         return clock if offset is None else clock + bindparam(f"p_off_{offset}", type_=Interval)
 
+    def instant(self, conn: Connection) -> datetime:
+        return conn.execute(select(func.clock_timestamp(type_=UTCDateTime))).scalar_one()
+
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         return {"p_now": now, **{f"p_off_{name}": timedelta(seconds=s) for name, s in offsets.items()}}
 

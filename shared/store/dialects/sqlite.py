@@ -205,6 +205,9 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
         # No database clock: the host's instant (and each offset from it) is bound.
         return bindparam("p_now" if offset is None else f"p_now_{offset}", type_=UTCDateTime)
 
+    def instant(self, conn: Connection) -> datetime:
+        return host_clock()
+
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         base = now or host_clock()
         return {"p_now": base, **{f"p_now_{name}": base + timedelta(seconds=s) for name, s in offsets.items()}}
