@@ -9,6 +9,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -164,13 +165,24 @@ def endpoint(op: Operation, identify: Callable[[Request], Awaitable[Identity]]) 
             if op.body is not None:
                 kwargs["body"] = check_body(op.body, await read_json(request))
             result = await run_in_threadpool(op.handler, request.app.state.client, who, **kwargs)
-            return JSONResponse(result, status_code=op.status)
+            return JSONResponse(plain(result), status_code=op.status)
         except ApiError as exc:
             return error_response(exc.status, exc.message)
         except Exception as exc:
             return translate(exc)
 
     return run
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready: datetimes as ISO 8601 text, tuples as lists."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
 
 
 def translate(exc: Exception) -> JSONResponse:

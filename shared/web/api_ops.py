@@ -11,7 +11,7 @@ from jobsup.cron import next_slot
 from jobsup.errors import BadInput
 from jobsup.store.rows import RecurringSchedule
 from jobsup.web import schemas as s
-from jobsup.web.api import ApiError, Param, operation
+from jobsup.web.api import ApiError, Param, operation, plain
 from jobsup.web.auth import OPERATOR, Identity
 
 QUEUE = Param("queue", where="path", description="The queue's name.")
@@ -20,15 +20,6 @@ GROUP_ID = Param("group_id", "integer", "path", "The workflow's or batch's id.",
 LIMIT = Param("limit", "integer", description="At most this many (1-500).", minimum=1, maximum=500)
 SLOTS = 5
 
-
-def plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(item) for item in value]
-    return value
 
 
 @operation("GET", "/overview", "Per queue: counts, oldest pending, the last hour in 5-minute buckets", s.array(s.OVERVIEW_QUEUE), tag="queues")
