@@ -1,0 +1,172 @@
+"""The dashboard is secure by default: authentication, roles, CSRF, security headers, no
+sensitive value in any page, a rate-limited login, and no serving elsewhere without auth."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+import jobsup
+from jobsup.errors import ConfigurationError
+from jobsup.secrets import ENV
+from jobsup.web.auth import Auth, LoginLimiter
+from jobsup.web.server import check_bind
+
+from helpers import claim, fail
+from webhelpers import OPERATOR, PASSWORD, READER, csrf_of, log_in, web
+
+API = "/api/v1"
+SECRET = "tok-Qp7rWz-never-shown"
+KEY = "k1:" + base64.urlsafe_b64encode(bytes(range(32))).decode()
+PAGES = ("/", "/fragments/overview", "/jobs", "/dead", "/queues", "/recurring", "/workers", "/workflows")
+PAGES += ("/batches", "/definitions", "/breakers", "/audit")
+
+
+def test_an_action_without_a_token_is_401_and_a_wrong_token_too(url: str, client: jobsup.Client) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        assert http.post(f"{API}/jobs/{job_id}/cancel").status_code == 401
+        assert http.get(f"{API}/jobs").status_code == 401
+        wrong = http.post(f"{API}/jobs/{job_id}/cancel", headers={"Authorization": "Bearer not-the-token-at-all"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["status"] == 401
+        assert http.get("/jobs", follow_redirects=False).headers["location"] == "/login"
+    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+
+
+def test_the_read_only_role_reads_but_gets_403_on_every_action(url: str, client: jobsup.Client) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        assert http.get(f"{API}/jobs/{job_id}", headers=READER).status_code == 200
+        for path in (f"/jobs/{job_id}/cancel", "/queues/default/pause", "/dead-letters/retry", "/breakers/work/reset"):
+            response = http.post(API + path, json={}, headers=READER)
+            assert response.status_code == 403 and "operator role" in response.json()["error"]["message"], path
+        assert http.post(f"{API}/jobs", json={"name": "work"}, headers=READER).status_code == 403
+        log_in(http, "bob")
+        token = csrf_of(http, f"/jobs/{job_id}")
+        assert "Cancel</button>" not in http.get(f"/jobs/{job_id}").text  # no buttons for a reader
+        page = http.post(f"/actions/jobs/{job_id}/cancel", data={"csrf": token, "back": "/"}, follow_redirects=False)
+        assert page.status_code == 403
+    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+
+
+def test_a_cross_site_post_is_refused_and_a_same_site_one_with_its_token_accepted(url: str, client: jobsup.Client) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        token = csrf_of(http, f"/jobs/{job_id}")
+        action = f"/actions/jobs/{job_id}/cancel"
+        refused = [
+            http.post(action, data={"back": "/"}, follow_redirects=False),  # no token
+            http.post(action, data={"csrf": "0" * 64, "back": "/"}, follow_redirects=False),  # a wrong one
+            http.post(action, data={"csrf": token}, headers={"Origin": "https://evil.example"}, follow_redirects=False),
+            http.post(action, data={"csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}, follow_redirects=False),
+            http.post(f"{API}/jobs/{job_id}/cancel"),  # the API with the session cookie and no X-CSRF-Token
+        ]
+        assert [r.status_code for r in refused] == [403] * 5
+        assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+        done = http.post(action, data={"csrf": token, "back": f"/jobs/{job_id}"}, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"].startswith(f"/jobs/{job_id}?msg=")
+    assert client.get(job_id).status == "cancelled"  # type: ignore[union-attr]
+    (entry,) = client.audit(action="job.cancel")
+    assert entry.actor == "web:alice" and entry.job_ids == (job_id,)
+
+
+def test_the_api_with_cookie_auth_takes_the_csrf_header(url: str, client: jobsup.Client) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        log_in(http)
+        token = csrf_of(http, "/")
+        response = http.post(f"{API}/jobs/{job_id}/cancel", headers={"X-CSRF-Token": token})
+        assert response.status_code == 200 and response.json() == {"done": True}
+
+
+def test_redirects_after_an_action_stay_on_our_pages(url: str) -> None:
+    with web(url) as http:
+        log_in(http)
+        token = csrf_of(http, "/dead")
+        for back in ("https://evil.example/", "//evil.example/x", "/\\evil.example"):
+            response = http.post("/actions/dead/retry", data={"csrf": token, "back": back}, follow_redirects=False)
+            assert response.headers["location"].startswith("/?msg="), back
+
+
+@pytest.fixture
+def sealed_job(url: str, client: jobsup.Client, monkeypatch: pytest.MonkeyPatch) -> int:
+    """A dead-lettered job with a sensitive parameter, and a schedule with one."""
+    monkeypatch.setenv(ENV, KEY)
+    job_id = client.enqueue("sealed-app", {"to": "partner", "token": SECRET}, max_attempts=1)
+    fail(client, claim(client)[0], error="refused")
+    client.add_recurring("sealed-nightly", job="sealed-app", cron="0 3 * * *", payload={"to": "p", "token": SECRET})
+    return job_id
+
+
+def test_a_sensitive_value_is_absent_from_every_page_and_response(url: str, sealed_job: int) -> None:
+    with web(url) as http:
+        log_in(http)
+        pages = {path: http.get(path) for path in (*PAGES, f"/jobs/{sealed_job}")}
+        apis = {path: http.get(API + path, headers=OPERATOR) for path in ("/jobs", f"/jobs/{sealed_job}", "/recurring")}
+    for path, response in {**pages, **apis}.items():
+        assert response.status_code == 200, path
+        assert SECRET not in response.text, path
+    assert "***" in pages[f"/jobs/{sealed_job}"].text and "partner" in pages[f"/jobs/{sealed_job}"].text
+
+
+def test_every_page_sends_csp_and_frame_headers_and_scripts_only_with_the_nonce(url: str) -> None:
+    with web(url) as http:
+        log_in(http)
+        for path in (*PAGES, "/login", f"{API}/jobs"):
+            response = http.get(path, headers=OPERATOR if path.startswith(API) else {})
+            policy = response.headers["content-security-policy"]
+            assert response.headers["x-frame-options"] == "DENY", path
+            assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy
+            nonce = re.search(r"'nonce-([^']+)'", policy).group(1)  # type: ignore[union-attr]
+            scripts = re.findall(r"<script([^>]*)>", response.text)
+            assert all(f'nonce="{nonce}"' in attributes for attributes in scripts), path
+            assert "unsafe-inline" not in policy
+        assert re.search(r"\son\w+=", http.get("/").text) is None  # no inline event handlers
+
+
+def test_login_is_rate_limited(url: str) -> None:
+    with web(url) as http:
+        statuses = [log_in(http, "alice", "wrong password").status_code for _ in range(5)]
+        assert statuses == [401] * 5
+        blocked = log_in(http, "alice", PASSWORD)  # the right password, too late
+        assert blocked.status_code == 429 and "too many failed logins" in blocked.text
+
+
+def test_the_limiter_lets_logins_through_again_after_its_window() -> None:
+    limiter = LoginLimiter(attempts=2, window=60)
+    limiter.failed("u", now=0)
+    limiter.failed("u", now=1)
+    assert limiter.blocked("u", now=30) == pytest.approx(30)
+    assert limiter.blocked("u", now=61) == 0 and limiter.blocked("v", now=30) == 0
+
+
+def test_a_session_is_signed_and_ends_with_its_user(url: str) -> None:
+    assert Auth.parse(secret="s").session("forged.cookie") is None
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        assert http.get("/").status_code == 200
+        cookie = http.cookies["jobsup_session"]
+    with web(url, users="") as other:  # alice removed from the configuration
+        other.cookies.set("jobsup_session", cookie)
+        assert other.get("/", follow_redirects=False).status_code == 303
+
+
+def test_without_credentials_only_loopback_is_served(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="without authentication"):
+        check_bind("0.0.0.0", Auth.parse())
+    check_bind("127.0.0.1", Auth.parse())
+    check_bind("0.0.0.0", Auth.parse(tokens="operator:" + "t" * 20))
+    with web(url, tokens="", users="") as http:
+        assert http.get("/").status_code == 200  # the operator `anonymous`, on loopback
+        rebound = http.get("/", headers={"Host": "attacker.example"})
+        assert rebound.status_code == 403 and "loopback" in rebound.text
+        assert http.post(f"{API}/queues/default/pause", json={}).status_code == 403  # no CSRF token: refused
+
+
+def test_bad_credentials_settings_are_refused() -> None:
+    for tokens, users in (("admin:" + "t" * 20, ""), ("operator:short", ""), ("", "carol:operator:plain")):
+        with pytest.raises(ConfigurationError):
+            Auth.parse(tokens, users)
