@@ -90,7 +90,9 @@ def _origin_host(origin: str) -> str:
 
 class SecurityHeaders:
     """Adds CSP (scripts only with this response's nonce), frame, sniffing, referrer and
-    caching headers to every response, and the CSRF cookie a page handed out."""
+    caching headers to every response, and the CSRF cookie a page handed out. The referrer
+    policy is same-origin, not no-referrer: under no-referrer a browser posts our own forms
+    with "Origin: null", which the CSRF check refuses."""
 
     def __init__(self, app: ASGIApp, *, secure_cookies: bool = False) -> None:
         self.app, self.secure = app, secure_cookies
@@ -112,7 +114,7 @@ class SecurityHeaders:
                     (b"content-security-policy", policy.encode()),
                     (b"x-frame-options", b"DENY"),
                     (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"no-referrer"),
+                    (b"referrer-policy", b"same-origin"),
                     (b"cache-control", b"no-store"),
                 ]
                 new = scope.get("jobsup_new_csrf")
