@@ -111,7 +111,13 @@ def test_dead_letters_retry_one_and_all_and_purge_are_audited_as_the_web_user(ur
         assert http.post(f"{API}/dead-letters/retry", json={}, headers=OPERATOR).json() == {"count": 1}
         assert http.post(f"{API}/dead-letters/purge", json={}, headers=OPERATOR).json() == {"count": 0}
         audit = http.get(f"{API}/audit", params={"action": "dead."}, headers=READER).json()
-    assert [row["action"] for row in audit] == ["dead.purge", "dead.retry_all", "dead.retry", "dead.retry", "dead.retry"]
+    assert [row["action"] for row in audit] == [
+        "dead.purge",
+        "dead.retry_all",
+        "dead.retry",
+        "dead.retry",
+        "dead.retry",
+    ]
     assert {row["actor"] for row in audit} == {audit[0]["actor"]} and audit[0]["actor"].startswith("web:token-")
     assert {client.get(i).status for i in ids} == {"pending"}  # type: ignore[union-attr]
 
@@ -119,7 +125,9 @@ def test_dead_letters_retry_one_and_all_and_purge_are_audited_as_the_web_user(ur
 def test_cancel_pause_resume_and_queues(url: str, client: jobsup.Client) -> None:
     job_id = client.enqueue("work", queue="mail")
     with web(url) as http:
-        assert http.post(f"{API}/queues/mail/pause", json={"reason": "smtp down"}, headers=OPERATOR).json() == {"done": True}
+        assert http.post(f"{API}/queues/mail/pause", json={"reason": "smtp down"}, headers=OPERATOR).json() == {
+            "done": True
+        }
         assert http.post(f"{API}/jobs/{job_id}/cancel", headers=OPERATOR).json() == {"done": True}
         queues = {q["queue"]: q for q in http.get(f"{API}/queues", headers=READER).json()}
         assert queues["mail"]["state"] == "paused" and queues["mail"]["reason"] == "smtp down"

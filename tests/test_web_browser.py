@@ -100,7 +100,7 @@ def three_states(client: jobsup.Client, start: Any, monkeypatch: pytest.MonkeyPa
         "dead_lettered": client.enqueue("sealed-app", {"to": "fail-first", "token": SECRET}, max_attempts=1),
     }
     for state, job_id in jobs.items():
-        wait_until(lambda: status_of(client, job_id) == state, timeout=30, what=f"job {job_id} {state}")
+        wait_until(lambda j=job_id, s=state: status_of(client, j) == s, timeout=30, what=f"job {job_id} {state}")
     return jobs
 
 

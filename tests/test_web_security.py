@@ -51,7 +51,9 @@ def test_the_read_only_role_reads_but_gets_403_on_every_action(url: str, client:
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
 
 
-def test_a_cross_site_post_is_refused_and_a_same_site_one_with_its_token_accepted(url: str, client: jobsup.Client) -> None:
+def test_a_cross_site_post_is_refused_and_a_same_site_one_with_its_token_accepted(
+    url: str, client: jobsup.Client
+) -> None:
     job_id = client.enqueue("work")
     with web(url) as http:
         assert log_in(http).status_code == 303

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -76,6 +76,7 @@ class Param:
 
 
 Handler = Callable[..., Any]
+H = TypeVar("H", bound=Handler)
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,8 @@ class Operations:
     def __init__(self) -> None:
         self.all: list[Operation] = []
 
-    def add(self, method: str, path: str, summary: str, response: dict[str, Any], **options: Any) -> Any:
-        def register(handler: Handler) -> Handler:
+    def add(self, method: str, path: str, summary: str, response: dict[str, Any], **options: Any) -> Callable[[H], H]:
+        def register(handler: H) -> H:
             self.all.append(Operation(method, path, summary, handler, response, **options))
             return handler
 

@@ -43,7 +43,14 @@ def list_jobs(client: Client, who: Identity, **filters: Any) -> dict[str, Any]:
     return {"jobs": [job_json(j) for j in page], "next_cursor": cursor}
 
 
-@operation("GET", "/jobs/{job_id}", "A job with its attempts, result and logs", s.JOB_DETAIL, params=(JOB_ID,), errors=(400, 404))
+@operation(
+    "GET",
+    "/jobs/{job_id}",
+    "A job with its attempts, result and logs",
+    s.JOB_DETAIL,
+    params=(JOB_ID,),
+    errors=(400, 404),
+)
 def get_job(client: Client, who: Identity, job_id: int) -> dict[str, Any]:
     found = client.get(job_id)
     if found is None:
@@ -86,7 +93,9 @@ def retry_job(client: Client, who: Identity, job_id: int) -> dict[str, Any]:
     return {"done": client.dead_letters.retry(job_id, actor=who.actor)}
 
 
-@operation("GET", "/dead-letters", "Dead-lettered jobs, newest first", s.DEAD_PAGE, params=(QUEUE, LIMIT), tag="dead letters")
+@operation(
+    "GET", "/dead-letters", "Dead-lettered jobs, newest first", s.DEAD_PAGE, params=(QUEUE, LIMIT), tag="dead letters"
+)
 def list_dead(client: Client, who: Identity, queue: str | None = None, limit: int = 100) -> dict[str, Any]:
     return {"jobs": [job_json(j) for j in client.dead_letters.list(queue=queue, limit=limit)]}
 

@@ -85,7 +85,7 @@ class Auth:
                 )
             auth.tokens[token] = role
         for item in _items(users):
-            name, role, stored = (item.split(":", 2) + ["", ""])[:3]
+            name, role, stored = [*item.split(":", 2), "", ""][:3]
             if not name or role not in ROLES or not stored.startswith("scrypt$"):
                 raise ConfigurationError(
                     "dashboard_users: each is NAME:ROLE:HASH with ROLE read or operator and HASH from "

@@ -25,7 +25,7 @@ def bars(succeeded: Sequence[int], failed: Sequence[int], *, label: str) -> Mark
 
 def line(values: Sequence[float | None], *, label: str) -> Markup:
     known = [v for v in values if v is not None]
-    top = max(known + [0.001])
+    top = max([*known, 0.001])
     step = WIDTH / max(len(values) - 1, 1)
     points = [
         f"{index * step:.1f},{HEIGHT - PAD - (HEIGHT - 2 * PAD) * value / top:.1f}"
@@ -41,7 +41,8 @@ def line(values: Sequence[float | None], *, label: str) -> Markup:
 def _rect(x: float, y: float, w: float, h: float, kind: str, title: str) -> str:
     if h <= 0:
         return ""
-    return f'<rect class="{kind}" x="{x:.1f}" y="{y:.1f}" width="{max(w, 1):.1f}" height="{h:.1f}"><title>{title}</title></rect>'
+    shape = f'x="{x:.1f}" y="{y:.1f}" width="{max(w, 1):.1f}" height="{h:.1f}"'
+    return f'<rect class="{kind}" {shape}><title>{title}</title></rect>'
 
 
 def _svg(body: str, summary: str) -> Markup:

@@ -130,11 +130,33 @@ def routes() -> list[BaseRoute]:
         Route("/breakers", view("breakers.html", _table("Breakers", lambda c: c.breakers(), ()))),
         Route(
             "/definitions",
-            view("table.html", _table("Definitions", _definitions, ("name", "queue", "priority", "max_attempts", "timeout", "declared_by", "declared_at"))),
+            view(
+                "table.html",
+                _table(
+                    "Definitions",
+                    _definitions,
+                    ("name", "queue", "priority", "max_attempts", "timeout", "declared_by", "declared_at"),
+                ),
+            ),
         ),
-        Route("/workflows", view("table.html", _table("Workflows", _workflows, ("id", "name", "status", "counts", "created_at")))),
-        Route("/batches", view("table.html", _table("Batches", _batches, ("id", "name", "status", "total", "counts", "created_at", "finished_at")))),
-        Route("/audit", view("table.html", _table("Audit", _audit, ("at", "actor", "action", "target", "job_count", "outcome", "detail")))),
+        Route(
+            "/workflows",
+            view("table.html", _table("Workflows", _workflows, ("id", "name", "status", "counts", "created_at"))),
+        ),
+        Route(
+            "/batches",
+            view(
+                "table.html",
+                _table("Batches", _batches, ("id", "name", "status", "total", "counts", "created_at", "finished_at")),
+            ),
+        ),
+        Route(
+            "/audit",
+            view(
+                "table.html",
+                _table("Audit", _audit, ("at", "actor", "action", "target", "job_count", "outcome", "detail")),
+            ),
+        ),
         Route("/login", login_form, methods=["GET"]),
     ]
     return found + actions.routes()

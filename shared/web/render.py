@@ -40,7 +40,7 @@ def _age(value: Any) -> str:
 
 def _seconds(value: Any) -> str:
     if value is None:
-        return "–"
+        return "-"
     seconds = float(value)
     if seconds < 90:
         return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"

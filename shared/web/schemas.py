@@ -27,9 +27,7 @@ def array(items: dict[str, Any]) -> dict[str, Any]:
 
 TIME = maybe("string")
 ERROR = obj(error=obj(status=INT, message=STR))
-ATTEMPT = obj(
-    attempt=INT, outcome=maybe("string"), owner=STR, started_at=TIME, finished_at=TIME, error=maybe("string")
-)
+ATTEMPT = obj(attempt=INT, outcome=maybe("string"), owner=STR, started_at=TIME, finished_at=TIME, error=maybe("string"))
 JOB = obj(
     id=INT,
     name=STR,

@@ -17,7 +17,7 @@ from jobsup.web.auth import CSRF_COOKIE, LOOPBACK_HOSTS, OPERATOR, SESSION_COOKI
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The host application's own authentication, when the dashboard is mounted under it.
-Identify = Callable[[Request], Identity | None | Awaitable[Identity | None]]
+Identify = Callable[[Request], Awaitable[Identity | None] | Identity | None]
 
 
 async def identify(request: Request) -> Identity:
@@ -119,7 +119,9 @@ class SecurityHeaders:
                 ]
                 new = scope.get("jobsup_new_csrf")
                 if new:
-                    flags = f"; Path={scope.get('root_path') or '/'}; SameSite=Strict; HttpOnly" + ("; Secure" if self.secure else "")
+                    flags = f"; Path={scope.get('root_path') or '/'}; SameSite=Strict; HttpOnly" + (
+                        "; Secure" if self.secure else ""
+                    )
                     headers.append((b"set-cookie", f"{CSRF_COOKIE}={new}{flags}".encode()))
                 message["headers"] = headers
             await send(message)
