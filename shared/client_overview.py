@@ -42,9 +42,10 @@ class OverviewAPI:
         counts = reads.queue_counts()
         oldest = reads.oldest_due(now=now)
         finished = reads.finished_since(HOUR, now=now)
-        names = self.store.pauses.known()
-        paused = {queue for queue, state in self.store.pauses.states().items() if state.paused}
-        queues = sorted(set(names) | {queue for queue, _ in counts} | {row.queue for row in finished})
+        states = self.store.pauses.states()
+        paused = {queue for queue, state in states.items() if state.paused}
+        # Not `pauses.known()`: it reads waiting jobs, which no index covers.
+        queues = sorted(set(states) | {queue for queue, _ in counts} | {row.queue for row in finished})
         series: dict[str, dict[str, list[float]]] = defaultdict(
             lambda: {"succeeded": [0.0] * BUCKETS, "failed": [0.0] * BUCKETS, "waits": [0.0] * BUCKETS}
         )
