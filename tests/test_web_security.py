@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from typing import Any
 
 import pytest
 
@@ -172,3 +173,32 @@ def test_bad_credentials_settings_are_refused() -> None:
     for tokens, users in (("admin:" + "t" * 20, ""), ("operator:short", ""), ("", "carol:operator:plain")):
         with pytest.raises(ConfigurationError):
             Auth.parse(tokens, users)
+
+
+def test_mounted_under_a_prefix_with_the_host_app_s_identity(url: str, client: jobsup.Client) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from jobsup.web import OPERATOR as OPERATOR_ROLE
+    from jobsup.web import Identity, asgi_app
+
+    def who(request: Any) -> Identity | None:
+        user = request.headers.get("x-host-user")
+        return None if user is None else Identity(user, OPERATOR_ROLE, "host")
+
+    client.enqueue("work", queue="mail")
+    host = Starlette(routes=[Mount("/ops", app=asgi_app(client=client, identify=who))])
+    with TestClient(host, base_url="http://app.example") as http:
+        assert http.get("/ops/queues", follow_redirects=False).headers["location"] == "/ops/login"
+        assert http.get("/ops/api/v1/queues").status_code == 401
+        http.headers["x-host-user"] = "carol"
+        page = http.get("/ops/queues").text
+        assert 'href="/ops/jobs"' in page and 'action="/ops/actions/queues/mail/pause"' in page
+        token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+        done = http.post(
+            "/ops/actions/queues/mail/pause", data={"csrf": token, "back": "/queues"}, follow_redirects=False
+        )
+        assert done.status_code == 303 and done.headers["location"].startswith("/ops/queues?msg=")
+        assert http.get("/ops/api/v1/queues").json()[0]["state"] == "paused"
+    assert client.audit(action="queue.pause")[0].actor == "web:carol"
