@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, literal_column, select
+from sqlalchemy import ColumnElement, func, literal_column, select
 
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
@@ -21,7 +21,7 @@ SERIES_ROWS = 20_000
 # The predicate of the finished index (`jobsup_job_finished`), written as the index has it:
 # SQLite uses a partial index only when the query's WHERE carries the index's own term, and
 # does not infer it from `status = 'dead_lettered'`. Harmless where the planner does.
-IN_FINISHED_INDEX = literal_column(
+IN_FINISHED_INDEX: ColumnElement[bool] = literal_column(
     "status IN ('succeeded', 'dead_lettered', 'cancelled')"
 )  # the finished jobs of the last hour read for the charts, at most
 
