@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import base64
 import re
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -15,7 +17,7 @@ from jobsup.secrets import ENV
 from jobsup.web.auth import Auth, LoginLimiter
 from jobsup.web.server import check_bind
 
-from helpers import claim, fail
+from helpers import claim, fail, run_jobsup
 from webhelpers import OPERATOR, PASSWORD, READER, csrf_of, log_in, web
 
 API = "/api/v1"
@@ -202,3 +204,20 @@ def test_mounted_under_a_prefix_with_the_host_app_s_identity(url: str, client: j
         assert done.status_code == 303 and done.headers["location"].startswith("/ops/queues?msg=")
         assert http.get("/ops/api/v1/queues").json()[0]["state"] == "paused"
     assert client.audit(action="queue.pause")[0].actor == "web:carol"
+
+
+def test_the_dashboard_command_refuses_a_public_address_without_credentials(sqlite_url: str) -> None:
+    result = run_jobsup(
+        "dashboard", "--host", "0.0.0.0", "--database-url", sqlite_url, env={"JOBSUP_DASHBOARD_TOKENS": ""}
+    )
+    assert result.returncode == 2 and "without authentication" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_hash_password_prints_a_hash_the_dashboard_accepts() -> None:
+    command = [sys.executable, "-m", "jobsup", "dashboard", "hash-password"]
+    result = subprocess.run(command, input="s3cret-words\ns3cret-words\n", capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    stored = result.stdout.strip().splitlines()[-1]
+    auth = Auth.parse(users=f"dana:read:{stored}")
+    assert auth.password("dana", "s3cret-words", "basic") is not None
+    assert auth.password("dana", "other words", "basic") is None
