@@ -164,11 +164,24 @@ def test_without_credentials_only_loopback_is_served(url: str) -> None:
         check_bind("0.0.0.0", Auth.parse())
     check_bind("127.0.0.1", Auth.parse())
     check_bind("0.0.0.0", Auth.parse(tokens="operator:" + "t" * 20))
-    with web(url, tokens="", users="") as http:
+    with web(url, tokens="", users="", allow_anonymous=True) as http:
         assert http.get("/").status_code == 200  # the operator `anonymous`, on loopback
         rebound = http.get("/", headers={"Host": "attacker.example"})
         assert rebound.status_code == 403 and "loopback" in rebound.text
         assert http.post(f"{API}/queues/default/pause", json={}).status_code == 403  # no CSRF token: refused
+
+
+def test_an_open_dashboard_needs_allow_anonymous_and_serves_only_loopback_clients_not_via_a_proxy(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="allow_anonymous") as refused, web(url, tokens="", users=""):
+        pass
+    assert all(word in str(refused.value) for word in ("dashboard_tokens", "dashboard_users", "identify"))
+    with web(url, tokens="", users="", allow_anonymous=True, peer=("203.0.113.9", 4000)) as http:
+        spoofed = http.get(f"{API}/queues", headers={"Host": "localhost"})  # a remote client naming localhost
+        assert spoofed.status_code == 403 and "loopback" in spoofed.text
+    with web(url, tokens="", users="", allow_anonymous=True) as http:
+        assert http.get(f"{API}/queues").status_code == 200
+        for header in ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP"):
+            assert http.get(f"{API}/queues", headers={header: "203.0.113.9"}).status_code == 403, header
 
 
 def test_bad_credentials_settings_are_refused() -> None:

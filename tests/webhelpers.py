@@ -26,8 +26,9 @@ READER = {"Authorization": f"Bearer {READ_TOKEN}"}
 def web(url: str, **options: Any) -> Iterator[TestClient]:
     """A TestClient on the app for `url` (credentials as above unless `options` say)."""
     client = jobsup.Client(url)
+    peer = options.pop("peer", ("127.0.0.1", 50000))
     settings = {"tokens": TOKENS, "users": USERS, "secret": "test-secret", **options}
-    with TestClient(asgi_app(client=client, **settings), base_url="http://127.0.0.1:9466") as http:
+    with TestClient(asgi_app(client=client, **settings), base_url="http://127.0.0.1:9466", client=peer) as http:
         yield http
     client.close()
 

@@ -23,6 +23,7 @@ def asgi_app(
     secret: str | None = None,
     identify: Any = None,
     secure_cookies: bool = False,
+    allow_anonymous: bool = False,
 ) -> Any:
     """The dashboard and API as an ASGI app.
 
@@ -32,8 +33,13 @@ def asgi_app(
     else the configured ones. `identify`, a function of the Starlette `Request` returning an
     `Identity` (or None: 401), hands authentication to the host application instead: mounted
     under its own login, it says who the user is and whether they are an ``operator`` or
-    ``read`` only. CSRF checks, security headers and the audit trail apply either way."""
+    ``read`` only. CSRF checks, security headers and the audit trail apply either way.
+
+    With no credentials and no `identify` the app would let anyone act as the operator
+    ``anonymous``: that is refused (`ConfigurationError`) unless `allow_anonymous` is true,
+    and even then only loopback clients not behind a proxy are served."""
     from jobsup.client import Client
+    from jobsup.errors import ConfigurationError
     from jobsup.settings import load
     from jobsup.web.app import build
     from jobsup.web.auth import Auth
@@ -44,4 +50,10 @@ def asgi_app(
         settings.dashboard_users if users is None else users,
         settings.dashboard_secret if secret is None else secret,
     )
+    if auth.open and identify is None and not allow_anonymous:
+        raise ConfigurationError(
+            "the dashboard has no authentication: set dashboard_tokens or dashboard_users (or pass "
+            "tokens= / users=), pass identify= to use the host application's login, or pass "
+            "allow_anonymous=True to serve loopback clients as the operator `anonymous`"
+        )
     return build(client or Client(settings.database_url), auth, identify_hook=identify, secure_cookies=secure_cookies)

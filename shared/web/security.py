@@ -3,6 +3,7 @@ state-changing requests, and the response headers (CSP with a per-response nonce
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -16,6 +17,8 @@ from jobsup.web.auth import CSRF_COOKIE, LOOPBACK_HOSTS, OPERATOR, SESSION_COOKI
 
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Headers a reverse proxy adds: an open dashboard behind one would serve whoever reaches it.
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
 # The host application's own authentication, when the dashboard is mounted under it.
 Identify = Callable[[Request], Awaitable[Identity | None] | Identity | None]
 
@@ -43,10 +46,22 @@ async def identify(request: Request) -> Identity:
     if cookie and (who := auth.session(cookie)) is not None:
         return who
     if auth.open:
+        if not _loopback_client(request) or any(name in request.headers for name in PROXY_HEADERS):
+            raise ApiError(
+                403, "without credentials configured the dashboard serves only loopback clients, not via a proxy"
+            )
         if host_name(request.headers.get("host", "")) not in LOOPBACK_HOSTS:
             raise ApiError(403, "without credentials configured the dashboard answers only to a loopback host name")
         return Identity("anonymous", OPERATOR, "anonymous")
     raise ApiError(401, "not authenticated: log in, or send a bearer token or basic credentials")
+
+
+def _loopback_client(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 def host_name(header: str) -> str:

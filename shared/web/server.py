@@ -38,11 +38,17 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     import uvicorn
 
     from jobsup.client import Client
-    from jobsup.web.app import build
+    from jobsup.web import asgi_app
 
     auth = Auth.parse(settings.dashboard_tokens, settings.dashboard_users, settings.dashboard_secret)
     check_bind(settings.dashboard_host, auth)
-    app = build(Client(settings.database_url), auth)
+    app = asgi_app(
+        client=Client(settings.database_url),
+        tokens=settings.dashboard_tokens,
+        users=settings.dashboard_users,
+        secret=settings.dashboard_secret,
+        allow_anonymous=True,  # check_bind has made sure it listens on loopback only
+    )
     uvicorn.run(
         app,
         host=settings.dashboard_host,
