@@ -140,6 +140,39 @@ def test_login_is_rate_limited(url: str) -> None:
         assert blocked.status_code == 429 and "too many failed logins" in blocked.text
 
 
+def test_basic_auth_is_rate_limited_and_checks_passwords_off_the_event_loop(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from jobsup.web import auth as auth_module
+
+    on_loop: list[bool] = []
+    real = auth_module.check_password
+
+    def recording(password: str, stored: str) -> bool:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(password, stored)
+
+    monkeypatch.setattr(auth_module, "check_password", recording)
+
+    def basic(password: str) -> dict[str, str]:
+        return {"Authorization": "Basic " + base64.b64encode(f"alice:{password}".encode()).decode()}
+
+    with web(url) as http:
+        assert http.get(f"{API}/queues", headers=basic(PASSWORD)).status_code == 200
+        statuses = [http.get(f"{API}/queues", headers=basic("wrong password")).status_code for _ in range(5)]
+        assert statuses == [401] * 5
+        blocked = http.get(f"{API}/queues", headers=basic(PASSWORD))  # the right password, too late
+        assert blocked.status_code == 429 and "too many failed logins" in blocked.text
+        assert log_in(http, "alice", PASSWORD).status_code == 429  # the same limit as the login form's
+    assert on_loop and not any(on_loop)
+
+
 def test_the_limiter_lets_logins_through_again_after_its_window() -> None:
     limiter = LoginLimiter(attempts=2, window=60)
     limiter.failed("u", now=0)

@@ -18,7 +18,7 @@ from jobsup.web.api import MAX_BODY, ApiError
 from jobsup.web.auth import SESSION_COOKIE, SESSION_SECONDS, Auth, Identity
 from jobsup.web.pages import error_page
 from jobsup.web.render import page
-from jobsup.web.security import check_csrf, identify
+from jobsup.web.security import check_csrf, identify, login_keys
 
 Act = Callable[[Client, Identity, dict[str, list[str]], dict[str, str]], str]
 
@@ -131,8 +131,7 @@ async def login(request: Request) -> Response:
     except ApiError as exc:
         return error_page(request, exc.status, exc.message)
     name, password = (_first(form, "user") or "")[:200], (_first(form, "password") or "")[:1000]
-    address = request.client.host if request.client else "unknown"
-    keys = (f"addr:{address}", f"user:{name}")
+    keys = login_keys(request, name)
     wait = auth.limiter.blocked(*keys)
     if wait:
         return page(request, "login.html", None, status=429, error=f"too many failed logins: try again in {wait:.0f}s")

@@ -111,11 +111,8 @@ class Auth:
         return Identity(name, role, by) if ok and name in self.users else None
 
     def basic(self, header_value: str) -> Identity | None:
-        try:
-            name, _, password = base64.b64decode(header_value, validate=True).decode().partition(":")
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return self.password(name, password, "basic")
+        credentials = basic_credentials(header_value)
+        return None if credentials is None else self.password(*credentials, "basic")
 
     # -- sessions and CSRF --------------------------------------------------------------
 
@@ -181,6 +178,15 @@ class LoginLimiter:
             if len(self._failures) > 10_000:  # a flood of names: forget the quiet ones
                 for key in [k for k, v in self._failures.items() if not v or v[-1] <= clock - self.window]:
                     del self._failures[key]
+
+
+def basic_credentials(header_value: str) -> tuple[str, str] | None:
+    """The user name and password of a Basic Authorization header's value (None: malformed)."""
+    try:
+        name, _, password = base64.b64decode(header_value, validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return name[:200], password[:1000]
 
 
 def _items(text: str) -> list[str]:

@@ -9,11 +9,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobsup.web.api import ApiError
-from jobsup.web.auth import CSRF_COOKIE, LOOPBACK_HOSTS, OPERATOR, SESSION_COOKIE, Auth, Identity
+from jobsup.web.auth import CSRF_COOKIE, LOOPBACK_HOSTS, OPERATOR, SESSION_COOKIE, Auth, Identity, basic_credentials
 
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -39,7 +40,7 @@ async def identify(request: Request) -> Identity:
     if header:
         if kind.lower() == "bearer" and (who := auth.bearer(value.strip())) is not None:
             return who
-        if kind.lower() == "basic" and (who := auth.basic(value.strip())) is not None:
+        if kind.lower() == "basic" and (who := await _basic(request, auth, value.strip())) is not None:
             return who
         raise ApiError(401, "the credentials in the Authorization header are not valid")
     cookie = request.cookies.get(SESSION_COOKIE)
@@ -54,6 +55,28 @@ async def identify(request: Request) -> Identity:
             raise ApiError(403, "without credentials configured the dashboard answers only to a loopback host name")
         return Identity("anonymous", OPERATOR, "anonymous")
     raise ApiError(401, "not authenticated: log in, or send a bearer token or basic credentials")
+
+
+async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
+    """Basic credentials, under the login form's rate limit (429 past it); the password
+    check (scrypt) runs in a worker thread, not on the event loop."""
+    credentials = basic_credentials(value)
+    if credentials is None:
+        return None
+    keys = login_keys(request, credentials[0])
+    wait = auth.limiter.blocked(*keys)
+    if wait:
+        raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
+    who = await run_in_threadpool(auth.password, *credentials, "basic")
+    if who is None:
+        auth.limiter.failed(*keys)
+    return who
+
+
+def login_keys(request: Request, name: str) -> tuple[str, str]:
+    """The rate limiter's keys for a login as `name`: the client's address and the name."""
+    address = request.client.host if request.client else "unknown"
+    return f"addr:{address}", f"user:{name}"
 
 
 def _loopback_client(request: Request) -> bool:
