@@ -173,6 +173,41 @@ def test_basic_auth_is_rate_limited_and_checks_passwords_off_the_event_loop(
     assert on_loop and not any(on_loop)
 
 
+def test_concurrent_wrong_logins_do_not_get_past_the_limiter(url: str) -> None:
+    import asyncio
+
+    import httpx
+
+    from jobsup.web import asgi_app
+
+    from webhelpers import TOKENS, USERS
+
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"alice:wrong password").decode()}
+    client = jobsup.Client(url)
+
+    async def attack() -> list[int]:
+        app = asgi_app(client=client, tokens=TOKENS, users=USERS, secret="test-secret")
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9466") as http:
+            responses = await asyncio.gather(*(http.get(f"{API}/queues", headers=wrong) for _ in range(20)))
+        return [r.status_code for r in responses]
+
+    try:
+        statuses = asyncio.run(attack())
+    finally:
+        client.close()
+    assert statuses.count(401) == 5 and statuses.count(429) == 15
+
+
+def test_the_limiter_reserves_an_attempt_before_the_check_and_releases_it_on_success() -> None:
+    limiter = LoginLimiter(attempts=2, window=60)
+    assert limiter.reserve("u", now=0)[0] == 0
+    wait, stamp = limiter.reserve("u", now=1)
+    assert wait == 0 and limiter.reserve("u", now=2)[0] == pytest.approx(58)  # two in flight: blocked
+    limiter.release("u", stamp=stamp)  # the second one was right
+    assert limiter.blocked("u", now=2) == 0
+
+
 def test_the_limiter_lets_logins_through_again_after_its_window() -> None:
     limiter = LoginLimiter(attempts=2, window=60)
     limiter.failed("u", now=0)

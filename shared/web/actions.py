@@ -132,13 +132,13 @@ async def login(request: Request) -> Response:
         return error_page(request, exc.status, exc.message)
     name, password = (_first(form, "user") or "")[:200], (_first(form, "password") or "")[:1000]
     keys = login_keys(request, name)
-    wait = auth.limiter.blocked(*keys)
+    wait, stamp = auth.limiter.reserve(*keys)  # counted before the check: no concurrent bypass
     if wait:
         return page(request, "login.html", None, status=429, error=f"too many failed logins: try again in {wait:.0f}s")
     who = await run_in_threadpool(auth.password, name, password, "session")
     if who is None:
-        auth.limiter.failed(*keys)
         return page(request, "login.html", None, status=401, error="wrong user name or password")
+    auth.limiter.release(*keys, stamp=stamp)
     response = RedirectResponse(f"{request.scope.get('root_path', '')}/", status_code=303)
     response.set_cookie(
         SESSION_COOKIE,

@@ -160,24 +160,49 @@ class LoginLimiter:
     def blocked(self, *keys: str, now: float | None = None) -> float:
         """Seconds until a login for `keys` may be tried again (0: now)."""
         clock = time.monotonic() if now is None else now
-        wait = 0.0
         with self._lock:
-            for key in keys:
-                failures = self._failures.get(key)
-                while failures and failures[0] <= clock - self.window:
-                    failures.popleft()
-                if failures and len(failures) >= self.attempts:
-                    wait = max(wait, failures[0] + self.window - clock)
-        return wait
+            return self._wait(keys, clock)
 
     def failed(self, *keys: str, now: float | None = None) -> None:
         clock = time.monotonic() if now is None else now
         with self._lock:
+            self._record(keys, clock)
+
+    def reserve(self, *keys: str, now: float | None = None) -> tuple[float, float]:
+        """Before checking a password: (seconds to wait, 0) if `keys` are blocked, else
+        (0, stamp) with the attempt already counted as a failure, so that concurrent wrong
+        logins cannot all pass the check first; `release` it when the login succeeds."""
+        clock = time.monotonic() if now is None else now
+        with self._lock:
+            wait = self._wait(keys, clock)
+            if not wait:
+                self._record(keys, clock)
+        return wait, clock
+
+    def release(self, *keys: str, stamp: float) -> None:
+        """Forget the attempt `reserve` counted at `stamp` (the login succeeded)."""
+        with self._lock:
             for key in keys:
-                self._failures.setdefault(key, deque(maxlen=self.attempts * 4)).append(clock)
-            if len(self._failures) > 10_000:  # a flood of names: forget the quiet ones
-                for key in [k for k, v in self._failures.items() if not v or v[-1] <= clock - self.window]:
-                    del self._failures[key]
+                failures = self._failures.get(key)
+                if failures is not None and stamp in failures:
+                    failures.remove(stamp)
+
+    def _wait(self, keys: tuple[str, ...], clock: float) -> float:
+        wait = 0.0
+        for key in keys:
+            failures = self._failures.get(key)
+            while failures and failures[0] <= clock - self.window:
+                failures.popleft()
+            if failures and len(failures) >= self.attempts:
+                wait = max(wait, failures[0] + self.window - clock)
+        return wait
+
+    def _record(self, keys: tuple[str, ...], clock: float) -> None:
+        for key in keys:
+            self._failures.setdefault(key, deque(maxlen=self.attempts * 4)).append(clock)
+        if len(self._failures) > 10_000:  # a flood of names: forget the quiet ones
+            for key in [k for k, v in self._failures.items() if not v or v[-1] <= clock - self.window]:
+                del self._failures[key]
 
 
 def basic_credentials(header_value: str) -> tuple[str, str] | None:

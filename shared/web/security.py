@@ -64,12 +64,12 @@ async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
     if credentials is None:
         return None
     keys = login_keys(request, credentials[0])
-    wait = auth.limiter.blocked(*keys)
+    wait, stamp = auth.limiter.reserve(*keys)  # counted before the check: no concurrent bypass
     if wait:
         raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
     who = await run_in_threadpool(auth.password, *credentials, "basic")
-    if who is None:
-        auth.limiter.failed(*keys)
+    if who is not None:
+        auth.limiter.release(*keys, stamp=stamp)
     return who
 
 
