@@ -126,6 +126,6 @@ def _open_cursor(cursor: object, query: str) -> int:
         raise BadInput("cursor is not one this API made") from None
     if made_for != query:
         raise BadInput("cursor belongs to another query (other filters): start again without it")
-    if isinstance(before, bool) or not isinstance(before, int):
+    if isinstance(before, bool) or not isinstance(before, int) or not 0 < before <= 2**63 - 1:
         raise BadInput("cursor is not one this API made")
     return before

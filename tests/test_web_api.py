@@ -161,3 +161,43 @@ def test_reads_of_the_other_objects_answer(url: str) -> None:
             response = http.get(API + path, headers=READER)
             assert response.status_code == 200 and response.json() == [], path
         assert http.get(f"{API}/workflows/7", headers=READER).status_code == 404
+
+
+def test_odd_input_is_a_4xx_not_a_crash(url: str) -> None:
+    import base64
+    import json
+
+    from jobsup.web.auth import Auth
+
+    from webhelpers import csrf_of, log_in
+
+    auth = Auth.parse(secret="s")
+    assert auth.session("body.\u00e9") is None and not auth.csrf_ok("nonce", "\u00e9")  # non-ASCII: no TypeError
+    with web(url) as http:
+        deep = http.post(f"{API}/jobs", content=b"[" * 100_000 + b"]" * 100_000, headers=OPERATOR)
+        assert deep.status_code == 400 and "not valid JSON" in deep.json()["error"]["message"]
+        for _ in range(2):
+            http.post(f"{API}/jobs", json={"name": "work"}, headers=OPERATOR)
+        cursor = http.get(f"{API}/jobs", params={"limit": 1}, headers=READER).json()["next_cursor"]
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        for before in (10**30, 0, -5):
+            forged = base64.urlsafe_b64encode(json.dumps({**data, "before": before}).encode()).decode().rstrip("=")
+            response = http.get(f"{API}/jobs", params={"limit": 1, "cursor": forged}, headers=READER)
+            assert response.status_code == 400 and "cursor" in response.json()["error"]["message"], before
+        bad_length = http.post(
+            f"{API}/jobs", json={"name": "work"}, headers={**OPERATOR, "Content-Length": "\u00b2".encode("latin-1")}
+        )
+        assert bad_length.status_code in (400, 413)
+        odd_cookie = {"Cookie": "jobsup_session=x.\u00e9".encode("latin-1")}
+        assert http.get("/", headers=odd_cookie, follow_redirects=False).status_code == 303  # not logged in
+        assert log_in(http).status_code == 303
+        assert http.get("/jobs/\u00b2").status_code == 400
+        token = csrf_of(http, "/dead")
+        cancel = http.post("/actions/jobs/\u00b2/cancel", data={"csrf": token, "back": "/"}, follow_redirects=False)
+        assert cancel.status_code == 400
+        retry = http.post(
+            "/actions/dead/retry", data={"csrf": token, "id": "\u00b2", "back": "/"}, follow_redirects=False
+        )
+        assert retry.status_code == 400
+        wrong_csrf = http.post("/actions/dead/retry", data={"csrf": "\u00e9", "all": "1"}, follow_redirects=False)
+        assert wrong_csrf.status_code == 403

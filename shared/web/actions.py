@@ -70,7 +70,7 @@ def action(act: Act) -> Callable[[Request], Any]:
 
 def _job_id(params: dict[str, str]) -> int:
     raw = params["job_id"]
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise ApiError(400, f"{raw[:30]!r} is not a job id")
     return int(raw)
 
@@ -92,7 +92,7 @@ def _retry_dead(client: Client, who: Identity, form: dict[str, list[str]], param
     raw = form.get("id", [])
     if not raw:
         return "nothing selected"
-    if not all(value.isdigit() and len(value) <= 18 for value in raw):
+    if not all(value.isascii() and value.isdigit() and len(value) <= 18 for value in raw):
         raise ApiError(400, "the selected ids are not job ids")
     return f"{sum(client.dead_letters.retry(int(v), actor=who.actor) for v in raw)} dead letters retried"
 

@@ -123,7 +123,7 @@ def error_response(status: int, message: str) -> JSONResponse:
 async def read_json(request: Request) -> Any:
     """The body as JSON, at most `MAX_BODY` bytes (413 past it), an object (400 otherwise)."""
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+    if declared is not None and (not (declared.isascii() and declared.isdigit()) or int(declared) > MAX_BODY):
         raise ApiError(413, f"request body larger than {MAX_BODY} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():
@@ -136,7 +136,7 @@ async def read_json(request: Request) -> Any:
         return {}
     try:
         body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested too deep
         raise ApiError(400, "request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object")

@@ -123,7 +123,7 @@ class Auth:
 
     def session(self, cookie: str, *, now: float | None = None) -> Identity | None:
         body, _, signature = cookie.partition(".")
-        if not hmac.compare_digest(signature, self._sign("session", body)):
+        if not hmac.compare_digest(signature.encode(), self._sign("session", body).encode()):
             return None
         try:
             name, role, expires = base64.urlsafe_b64decode(body).decode().split("\n")
@@ -142,7 +142,7 @@ class Auth:
     def csrf_ok(self, cookie: str | None, submitted: str | None) -> bool:
         if not cookie or not submitted:
             return False
-        return hmac.compare_digest(self.csrf_token(cookie), submitted)
+        return hmac.compare_digest(self.csrf_token(cookie).encode(), submitted.encode())
 
     def _sign(self, purpose: str, text: str) -> str:
         return hmac.new(self.secret, f"{purpose}:{text}".encode(), hashlib.sha256).hexdigest()

@@ -64,7 +64,7 @@ def _jobs(client: Client, request: Request) -> dict[str, Any]:
 
 def _job(client: Client, request: Request) -> dict[str, Any]:
     raw = request.path_params["job_id"]
-    if not raw.isdigit() or len(raw) > 19:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
         raise ApiError(400, f"{raw[:30]!r} is not a job id")
     found = client.get(int(raw))
     if found is None:
