@@ -208,6 +208,23 @@ def test_the_limiter_reserves_an_attempt_before_the_check_and_releases_it_on_suc
     assert limiter.blocked("u", now=2) == 0
 
 
+@pytest.mark.parametrize("secure", [True, False])
+def test_the_session_cookie_is_secure_exactly_when_the_csrf_cookie_is(url: str, secure: bool) -> None:
+    with web(url, secure_cookies=secure) as http:
+        form = http.get("/login")
+        csrf = form.headers["set-cookie"]
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)  # type: ignore[union-attr]
+        nonce = re.search(r"jobsup_csrf=([^;]+)", csrf).group(1)  # type: ignore[union-attr]
+        http.cookies.clear()  # a Secure cookie is not sent over http: send it by hand
+        fields = {"csrf": token, "user": "alice", "password": PASSWORD}
+        cookie = {"Cookie": f"jobsup_csrf={nonce}"}
+        done = http.post("/login", data=fields, headers=cookie, follow_redirects=False)
+        assert done.status_code == 303
+        session = done.headers["set-cookie"]
+    assert session.startswith("jobsup_session=")
+    assert ("secure" in session.lower()) is secure and ("secure" in csrf.lower()) is secure
+
+
 def test_the_limiter_lets_logins_through_again_after_its_window() -> None:
     limiter = LoginLimiter(attempts=2, window=60)
     limiter.failed("u", now=0)

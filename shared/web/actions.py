@@ -146,7 +146,7 @@ async def login(request: Request) -> Response:
         max_age=SESSION_SECONDS,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=bool(request.app.state.secure_cookies),
         path=request.scope.get("root_path") or "/",
     )
     return response

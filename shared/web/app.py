@@ -44,6 +44,7 @@ def build(client: Client, auth: Auth, *, identify_hook: Identify | None = None, 
     routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash})
     app.state.client, app.state.auth, app.state.identify = client, auth, identify_hook
+    app.state.secure_cookies = secure_cookies  # the session cookie's Secure flag, as the CSRF cookie's
     return SecurityHeaders(app, secure_cookies=secure_cookies)
 
 
