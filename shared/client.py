@@ -10,6 +10,7 @@ from sqlalchemy import Connection
 from jobsup.audit import actor_of
 from jobsup.client_groups import GroupsAPI
 from jobsup.client_ops import OpsAPI
+from jobsup.client_overview import OverviewAPI
 from jobsup.client_schedules import SchedulesAPI
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
@@ -27,7 +28,7 @@ from jobsup.store.schema import DEAD_LETTERED, STATUSES
 INT64 = 2**63 - 1
 
 
-class Client(GroupsAPI, OpsAPI, SchedulesAPI):
+class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
     """A handle on one jobsup database.
 
     `database_url` defaults to the configured one (``JOBSUP_DATABASE_URL``, ``jobsup.toml``),

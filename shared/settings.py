@@ -78,6 +78,15 @@ class Settings:
     retain_cancelled: float = 7 * 86400.0
     # How long operator actions stay in the audit trail (`jobsup audit`).
     retain_audit: float = 90 * 86400.0
+    # `jobsup dashboard` (`jobsup.web`): where it listens, and who may use it. Tokens are
+    # ``ROLE:TOKEN`` and users ``NAME:ROLE:HASH`` (`jobsup dashboard hash-password`), comma
+    # separated or TOML lists; ROLE is ``read`` or ``operator``. The secret signs login
+    # sessions (a random one per process when empty: sessions end with the process).
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 9466
+    dashboard_tokens: str = ""
+    dashboard_users: str = ""
+    dashboard_secret: str = ""
 
     def __post_init__(self) -> None:
         if self.heartbeat <= 0 or 4 * self.heartbeat > self.lease:
@@ -205,7 +214,9 @@ def _coerce(key: str, value: Any) -> Any:
         raise ConfigurationError(f"unknown setting {key!r}; known settings: {', '.join(sorted(names))}")
     if key in _DURATIONS:
         return parse_duration(value, what=key)
-    if key in ("claim_batch", "metrics_port"):
+    if key in ("dashboard_tokens", "dashboard_users") and isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value)
+    if key in ("claim_batch", "metrics_port", "dashboard_port"):
         return _whole(value, key)
     if key == "queues":
         return parse_queues(value)

@@ -1,5 +1,6 @@
 """jobsup.ops: the operator's commands (enqueue, jobs, dead letters, recurring schedules,
-definitions, workflows, batches, workers, stats, paused queues, circuit breakers, the audit trail, bench) and
+definitions, workflows, batches, workers, stats, paused queues, circuit breakers, the audit trail, bench, the
+dashboard) and
 their output: aligned tables for people, ``--json`` for scripts (the API's field names).
 They read through the same client as applications do; every command that changes
 something takes ``--actor`` and is audited."""
@@ -12,6 +13,7 @@ def register() -> None:
         bench,
         breakers,
         calendars,
+        dashboard,
         definitions,
         jobs,
         keys,

@@ -2,7 +2,8 @@
 
 - `transitions`: the only writers of job rows, one method per arrow of the state machine;
   `statements` holds their SQL, `steps` lets features join them, `builder` builds new rows.
-- `reads`: what operators look at; `retention`: deleting finished jobs.
+- `reads`: what operators look at (`overview`: the dashboard's indexed counts and pages);
+  `retention`: deleting finished jobs.
 - `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `calendars`,
   `pauses` (paused queues, a part of the claim), `breakers` (circuit breakers, a part of the
   claim and a settle step): the other tables, one module each.
@@ -21,6 +22,7 @@ from jobsup.store.calendars import CalendarStore
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
+from jobsup.store.overview import OverviewReads
 from jobsup.store.pauses import Pauses
 from jobsup.store.processes import ProcessTable
 from jobsup.store.reads import Reads
@@ -40,6 +42,7 @@ class Store:
         self.resolver = Resolver(self.definitions.load)
         self.transitions = Transitions(db, self.resolver)
         self.reads = Reads(db)
+        self.overview = OverviewReads(db)
         self.retention = Retention(db, self.reads)
         self.recurring = RecurringStore(db)
         self.calendars = CalendarStore(db)

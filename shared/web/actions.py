@@ -1,0 +1,179 @@
+"""What the dashboard's forms post: each checks the user (operator role), the CSRF token,
+runs one audited client call as ``web:<user>``, and goes back to the page with a message."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from jobsup.client import Client
+from jobsup.errors import BadInput, DuplicateJob
+from jobsup.web.api import MAX_BODY, ApiError
+from jobsup.web.auth import SESSION_COOKIE, SESSION_SECONDS, Auth, Identity
+from jobsup.web.pages import error_page
+from jobsup.web.render import page
+from jobsup.web.security import check_csrf, identify, login_keys
+
+Act = Callable[[Client, Identity, dict[str, list[str]], dict[str, str]], str]
+
+
+async def read_form(request: Request) -> dict[str, list[str]]:
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise ApiError(413, "form too large")
+    try:
+        return parse_qs(body.decode(), max_num_fields=1100)
+    except (UnicodeDecodeError, ValueError):
+        raise ApiError(400, "the form could not be read") from None
+
+
+def _first(form: dict[str, list[str]], key: str) -> str | None:
+    values = form.get(key)
+    return values[0] if values else None
+
+
+def _back(request: Request, form: dict[str, list[str]], message: str) -> Response:
+    root = request.scope.get("root_path", "")
+    target = _first(form, "back") or "/"
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        target = "/"  # only our own pages: never an open redirect
+    joiner = "&" if "?" in target else "?"
+    return RedirectResponse(f"{root}{target}{joiner}msg={quote(message)}", status_code=303)
+
+
+def action(act: Act) -> Callable[[Request], Any]:
+    async def run(request: Request) -> Response:
+        who: Identity | None = None
+        try:
+            who = await identify(request)
+            form = await read_form(request)
+            check_csrf(request, who, _first(form, "csrf"))
+            if not who.may_act:
+                raise ApiError(403, "this action needs the operator role")
+            message = await run_in_threadpool(act, request.app.state.client, who, form, dict(request.path_params))
+        except ApiError as exc:
+            return error_page(request, exc.status, exc.message, who)
+        except (BadInput, DuplicateJob) as exc:
+            return error_page(request, 400 if isinstance(exc, BadInput) else 409, str(exc), who)
+        return _back(request, form, message)
+
+    return run
+
+
+def _job_id(params: dict[str, str]) -> int:
+    raw = params["job_id"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise ApiError(400, f"{raw[:30]!r} is not a job id")
+    return int(raw)
+
+
+def _retry(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    job_id = _job_id(params)
+    done = client.dead_letters.retry(job_id, actor=who.actor)
+    return f"job {job_id} retried" if done else f"job {job_id} is not dead-lettered"
+
+
+def _cancel(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    job_id = _job_id(params)
+    return f"job {job_id} cancelled" if client.cancel(job_id, actor=who.actor) else f"job {job_id} had finished"
+
+
+def _retry_dead(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    if _first(form, "all"):
+        return f"{client.dead_letters.retry_all(actor=who.actor)} dead letters retried"
+    raw = form.get("id", [])
+    if not raw:
+        return "nothing selected"
+    if not all(value.isascii() and value.isdigit() and len(value) <= 18 for value in raw):
+        raise ApiError(400, "the selected ids are not job ids")
+    return f"{sum(client.dead_letters.retry(int(v), actor=who.actor) for v in raw)} dead letters retried"
+
+
+def _pause(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    queue = params["queue"]
+    done = client.pause_queue(queue, reason=_first(form, "reason") or None, actor=who.actor)
+    return f"queue {queue} paused" if done else f"queue {queue} was paused already"
+
+
+def _resume(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    queue = params["queue"]
+    return f"queue {queue} resumed" if client.resume_queue(queue, actor=who.actor) else f"queue {queue} was not paused"
+
+
+def _schedule(enabled: bool) -> Act:
+    def act(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+        name = params["name"]
+        if not client.set_recurring_enabled(name, enabled, actor=who.actor):
+            return f"no schedule {name}"
+        return f"schedule {name} {'enabled' if enabled else 'disabled'}"
+
+    return act
+
+
+def _reset(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    name = params["name"]
+    return f"breaker {name} reset" if client.reset_breaker(name, actor=who.actor) else f"breaker {name} was closed"
+
+
+async def login(request: Request) -> Response:
+    auth: Auth = request.app.state.auth
+    try:
+        form = await read_form(request)
+        check_csrf(request, None, _first(form, "csrf"))
+    except ApiError as exc:
+        return error_page(request, exc.status, exc.message)
+    name, password = (_first(form, "user") or "")[:200], (_first(form, "password") or "")[:1000]
+    keys = login_keys(request, name)
+    wait, stamp = auth.limiter.reserve(*keys)  # counted before the check: no concurrent bypass
+    if wait:
+        return page(request, "login.html", None, status=429, error=f"too many failed logins: try again in {wait:.0f}s")
+    who = await run_in_threadpool(auth.password, name, password, "session")
+    if who is None:
+        return page(request, "login.html", None, status=401, error="wrong user name or password")
+    auth.limiter.release(*keys, stamp=stamp)
+    response = RedirectResponse(f"{request.scope.get('root_path', '')}/", status_code=303)
+    response.set_cookie(
+        SESSION_COOKIE,
+        auth.session_cookie(who),
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=bool(request.app.state.secure_cookies),
+        path=request.scope.get("root_path") or "/",
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    try:
+        form = await read_form(request)
+        check_csrf(request, None, _first(form, "csrf"))
+    except ApiError as exc:
+        return error_page(request, exc.status, exc.message)
+    response = RedirectResponse(f"{request.scope.get('root_path', '')}/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
+    return response
+
+
+def routes() -> list[BaseRoute]:
+    post = ["POST"]
+    return [
+        Route("/login", login, methods=post),
+        Route("/logout", logout, methods=post),
+        Route("/actions/jobs/{job_id}/retry", action(_retry), methods=post),
+        Route("/actions/jobs/{job_id}/cancel", action(_cancel), methods=post),
+        Route("/actions/dead/retry", action(_retry_dead), methods=post),
+        Route("/actions/queues/{queue}/pause", action(_pause), methods=post),
+        Route("/actions/queues/{queue}/resume", action(_resume), methods=post),
+        Route("/actions/recurring/{name}/enable", action(_schedule(True)), methods=post),
+        Route("/actions/recurring/{name}/disable", action(_schedule(False)), methods=post),
+        Route("/actions/breakers/{name}/reset", action(_reset), methods=post),
+    ]

@@ -1,0 +1,221 @@
+"""Who is asking, and may they: bearer tokens, users with hashed passwords (HTTP Basic or
+the login form's signed session cookie), two roles, CSRF tokens and a login rate limit.
+
+With neither tokens nor users configured the dashboard is open to whoever reaches it, as the
+operator ``anonymous``; `jobsup.web.server` therefore refuses to listen anywhere but on a
+loopback address then, and the app refuses requests whose Host header is not a loopback
+name (a page elsewhere cannot rebind its name to 127.0.0.1 and read the dashboard).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from jobsup.errors import ConfigurationError
+
+READ, OPERATOR = "read", "operator"
+ROLES = (READ, OPERATOR)
+SESSION_COOKIE, CSRF_COOKIE = "jobsup_session", "jobsup_csrf"
+SESSION_SECONDS = 12 * 3600
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The user of a request: `name` (the audit trail's actor is ``web:<name>``), `role`,
+    and `by` (``bearer``, ``basic``, ``session``, ``anonymous``, ``host``)."""
+
+    name: str
+    role: str
+    by: str
+
+    @property
+    def actor(self) -> str:
+        return f"web:{self.name}"
+
+    @property
+    def may_act(self) -> bool:
+        return self.role == OPERATOR
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    """A password as the ``dashboard_users`` setting stores it (scrypt, salted)."""
+    salt = salt or secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
+    return f"scrypt${salt.hex()}${digest.hex()}"
+
+
+def check_password(password: str, stored: str) -> bool:
+    try:
+        kind, salt, digest = stored.split("$")
+        if kind != "scrypt":
+            return False
+        found = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), **_SCRYPT)
+    except ValueError:
+        return False
+    return hmac.compare_digest(found.hex(), digest)
+
+
+@dataclass
+class Auth:
+    """The configured credentials. `secret` signs sessions and CSRF tokens."""
+
+    tokens: dict[str, str] = field(default_factory=dict)  # token -> role
+    users: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (role, hash)
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter())
+
+    @classmethod
+    def parse(cls, tokens: str = "", users: str = "", secret: str = "") -> Auth:
+        """From the ``dashboard_tokens`` / ``dashboard_users`` / ``dashboard_secret`` settings."""
+        auth = cls() if not secret else cls(secret=secret.encode())
+        for item in _items(tokens):
+            role, _, token = item.partition(":")
+            if role not in ROLES or len(token) < 16:
+                raise ConfigurationError(
+                    "dashboard_tokens: each is ROLE:TOKEN with ROLE read or operator and a token of 16+ characters"
+                )
+            auth.tokens[token] = role
+        for item in _items(users):
+            name, role, stored = [*item.split(":", 2), "", ""][:3]
+            if not name or role not in ROLES or not stored.startswith("scrypt$"):
+                raise ConfigurationError(
+                    "dashboard_users: each is NAME:ROLE:HASH with ROLE read or operator and HASH from "
+                    "`jobsup dashboard hash-password`"
+                )
+            auth.users[name] = (role, stored)
+        return auth
+
+    @property
+    def open(self) -> bool:
+        """No credentials configured: everyone reaching the app is the operator."""
+        return not self.tokens and not self.users
+
+    def bearer(self, token: str) -> Identity | None:
+        for known, role in self.tokens.items():
+            if hmac.compare_digest(known.encode(), token.encode()):
+                return Identity(f"token-{hashlib.sha256(known.encode()).hexdigest()[:8]}", role, "bearer")
+        return None
+
+    def password(self, name: str, password: str, by: str) -> Identity | None:
+        role, stored = self.users.get(name, (READ, _NO_USER))
+        ok = check_password(password, stored)  # run for unknown names too: same time taken
+        return Identity(name, role, by) if ok and name in self.users else None
+
+    def basic(self, header_value: str) -> Identity | None:
+        credentials = basic_credentials(header_value)
+        return None if credentials is None else self.password(*credentials, "basic")
+
+    # -- sessions and CSRF --------------------------------------------------------------
+
+    def session_cookie(self, who: Identity, *, now: float | None = None) -> str:
+        expires = int((now or time.time()) + SESSION_SECONDS)
+        body = base64.urlsafe_b64encode(f"{who.name}\n{who.role}\n{expires}".encode()).decode()
+        return f"{body}.{self._sign('session', body)}"
+
+    def session(self, cookie: str, *, now: float | None = None) -> Identity | None:
+        body, _, signature = cookie.partition(".")
+        if not hmac.compare_digest(signature.encode(), self._sign("session", body).encode()):
+            return None
+        try:
+            name, role, expires = base64.urlsafe_b64decode(body).decode().split("\n")
+            live = int(expires) > (now or time.time())
+        except ValueError:
+            return None
+        # A user removed from the configuration, or given another role, loses the session.
+        if not live or self.users.get(name, ("", ""))[0] != role:
+            return None
+        return Identity(name, role, "session")
+
+    def csrf_token(self, nonce: str) -> str:
+        """The form field that goes with the CSRF cookie `nonce` (a signed double submit)."""
+        return self._sign("csrf", nonce)
+
+    def csrf_ok(self, cookie: str | None, submitted: str | None) -> bool:
+        if not cookie or not submitted:
+            return False
+        return hmac.compare_digest(self.csrf_token(cookie).encode(), submitted.encode())
+
+    def _sign(self, purpose: str, text: str) -> str:
+        return hmac.new(self.secret, f"{purpose}:{text}".encode(), hashlib.sha256).hexdigest()
+
+
+class LoginLimiter:
+    """At most `attempts` failed logins per client address and per user name in `window`
+    seconds; past that, login is refused (429) until the oldest failure ages out."""
+
+    def __init__(self, attempts: int = 5, window: float = 300.0) -> None:
+        self.attempts, self.window = attempts, window
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def blocked(self, *keys: str, now: float | None = None) -> float:
+        """Seconds until a login for `keys` may be tried again (0: now)."""
+        clock = time.monotonic() if now is None else now
+        with self._lock:
+            return self._wait(keys, clock)
+
+    def failed(self, *keys: str, now: float | None = None) -> None:
+        clock = time.monotonic() if now is None else now
+        with self._lock:
+            self._record(keys, clock)
+
+    def reserve(self, *keys: str, now: float | None = None) -> tuple[float, float]:
+        """Before checking a password: (seconds to wait, 0) if `keys` are blocked, else
+        (0, stamp) with the attempt already counted as a failure, so that concurrent wrong
+        logins cannot all pass the check first; `release` it when the login succeeds."""
+        clock = time.monotonic() if now is None else now
+        with self._lock:
+            wait = self._wait(keys, clock)
+            if not wait:
+                self._record(keys, clock)
+        return wait, clock
+
+    def release(self, *keys: str, stamp: float) -> None:
+        """Forget the attempt `reserve` counted at `stamp` (the login succeeded)."""
+        with self._lock:
+            for key in keys:
+                failures = self._failures.get(key)
+                if failures is not None and stamp in failures:
+                    failures.remove(stamp)
+
+    def _wait(self, keys: tuple[str, ...], clock: float) -> float:
+        wait = 0.0
+        for key in keys:
+            failures = self._failures.get(key)
+            while failures and failures[0] <= clock - self.window:
+                failures.popleft()
+            if failures and len(failures) >= self.attempts:
+                wait = max(wait, failures[0] + self.window - clock)
+        return wait
+
+    def _record(self, keys: tuple[str, ...], clock: float) -> None:
+        for key in keys:
+            self._failures.setdefault(key, deque(maxlen=self.attempts * 4)).append(clock)
+        if len(self._failures) > 10_000:  # a flood of names: forget the quiet ones
+            for key in [k for k, v in self._failures.items() if not v or v[-1] <= clock - self.window]:
+                del self._failures[key]
+
+
+def basic_credentials(header_value: str) -> tuple[str, str] | None:
+    """The user name and password of a Basic Authorization header's value (None: malformed)."""
+    try:
+        name, _, password = base64.b64decode(header_value, validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return name[:200], password[:1000]
+
+
+def _items(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+_NO_USER = hash_password(secrets.token_hex(8))

@@ -1,0 +1,162 @@
+"""The dashboard's pages (GET) and the login; the actions they post are `jobsup.web.actions`.
+Each page reads through the client, as the CLI does."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from jobsup.client import Client
+from jobsup.errors import BadInput
+from jobsup.store.schema import STATUSES
+from jobsup.web import api_jobs, api_ops
+from jobsup.web.api import ApiError
+from jobsup.web.auth import Identity
+from jobsup.web.render import page
+from jobsup.web.security import identify
+
+PageFn = Callable[[Client, Request], dict[str, Any]]
+
+
+def error_page(request: Request, status: int, message: str, who: Identity | None = None) -> Response:
+    return page(request, "error.html", who, status=status, status_code=status, message=message)
+
+
+def view(template: str, read: PageFn) -> Callable[[Request], Awaitable[Response]]:
+    """A page: who is asking (to the login page if no one), then `read`, then `template`."""
+
+    async def render(request: Request) -> Response:
+        try:
+            who = await identify(request)
+        except ApiError as exc:
+            if exc.status == 401:
+                root = request.scope.get("root_path", "")
+                return RedirectResponse(f"{root}/login", status_code=303)
+            return error_page(request, exc.status, exc.message)
+        try:
+            context = await run_in_threadpool(read, request.app.state.client, request)
+        except ApiError as exc:
+            return error_page(request, exc.status, exc.message, who)
+        except BadInput as exc:
+            return error_page(request, 400, str(exc), who)
+        return page(request, template, who, **context)
+
+    return render
+
+
+def _overview(client: Client, request: Request) -> dict[str, Any]:
+    return {"queues": client.overview()}
+
+
+def _jobs(client: Client, request: Request) -> dict[str, Any]:
+    query = request.query_params
+    filters = {key: query[key] for key in ("status", "queue", "name") if query.get(key)}
+    if filters.get("status") not in (None, *STATUSES):
+        raise ApiError(400, f"status {filters['status'][:50]!r} is not one of {', '.join(STATUSES)}")
+    found, cursor = client.jobs_page(**filters, limit=50, cursor=query.get("cursor") or None)
+    return {"jobs": found, "next_cursor": cursor, "filters": filters, "statuses": STATUSES}
+
+
+def _job(client: Client, request: Request) -> dict[str, Any]:
+    raw = request.path_params["job_id"]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+        raise ApiError(400, f"{raw[:30]!r} is not a job id")
+    found = client.get(int(raw))
+    if found is None:
+        raise ApiError(404, f"no job with id {raw}")
+    return {"job": found, "logs": client.logs(found.id, limit=api_jobs.MAX_LOGS)}
+
+
+def _dead(client: Client, request: Request) -> dict[str, Any]:
+    return {"jobs": client.dead_letters.list(limit=200)}
+
+
+def _queues(client: Client, request: Request) -> dict[str, Any]:
+    return {"queues": client.queues()}
+
+
+def _recurring(client: Client, request: Request) -> dict[str, Any]:
+    return {"schedules": [api_ops.schedule_json(s) for s in client.list_recurring()]}
+
+
+def _workers(client: Client, request: Request) -> dict[str, Any]:
+    return {"workers": client.workers()}
+
+
+def _table(title: str, read: Callable[[Client], list[dict[str, Any]]], columns: tuple[str, ...]) -> PageFn:
+    def build(client: Client, request: Request) -> dict[str, Any]:
+        return {"title": title, "rows": read(client), "columns": columns}
+
+    return build
+
+
+def _definitions(client: Client) -> list[dict[str, Any]]:
+    return [d.to_dict() for d in client.definitions()]
+
+
+def _workflows(client: Client) -> list[dict[str, Any]]:
+    return [w.to_dict() for w in client.list_workflows(limit=200)]
+
+
+def _batches(client: Client) -> list[dict[str, Any]]:
+    return [b.to_dict() for b in client.list_batches(limit=200)]
+
+
+def _audit(client: Client) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in client.audit(limit=200)]
+
+
+async def login_form(request: Request) -> Response:
+    return page(request, "login.html", None)
+
+
+def routes() -> list[BaseRoute]:
+    from jobsup.web import actions
+
+    found: list[BaseRoute] = [
+        Route("/", view("overview.html", _overview)),
+        Route("/fragments/overview", view("overview_live.html", _overview)),
+        Route("/jobs", view("jobs.html", _jobs)),
+        Route("/jobs/{job_id}", view("job.html", _job)),
+        Route("/dead", view("dead.html", _dead)),
+        Route("/queues", view("queues.html", _queues)),
+        Route("/recurring", view("recurring.html", _recurring)),
+        Route("/workers", view("workers.html", _workers)),
+        Route("/breakers", view("breakers.html", _table("Breakers", lambda c: c.breakers(), ()))),
+        Route(
+            "/definitions",
+            view(
+                "table.html",
+                _table(
+                    "Definitions",
+                    _definitions,
+                    ("name", "queue", "priority", "max_attempts", "timeout", "declared_by", "declared_at"),
+                ),
+            ),
+        ),
+        Route(
+            "/workflows",
+            view("table.html", _table("Workflows", _workflows, ("id", "name", "status", "counts", "created_at"))),
+        ),
+        Route(
+            "/batches",
+            view(
+                "table.html",
+                _table("Batches", _batches, ("id", "name", "status", "total", "counts", "created_at", "finished_at")),
+            ),
+        ),
+        Route(
+            "/audit",
+            view(
+                "table.html",
+                _table("Audit", _audit, ("at", "actor", "action", "target", "job_count", "outcome", "detail")),
+            ),
+        ),
+        Route("/login", login_form, methods=["GET"]),
+    ]
+    return found + actions.routes()

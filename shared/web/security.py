@@ -1,0 +1,167 @@
+"""The request-side guards every route shares: who is asking (`identify`), the CSRF check of
+state-changing requests, and the response headers (CSP with a per-response nonce)."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from jobsup.web.api import ApiError
+from jobsup.web.auth import CSRF_COOKIE, LOOPBACK_HOSTS, OPERATOR, SESSION_COOKIE, Auth, Identity, basic_credentials
+
+CSRF_HEADER = "x-csrf-token"
+UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Headers a reverse proxy adds: an open dashboard behind one would serve whoever reaches it.
+PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
+# The host application's own authentication, when the dashboard is mounted under it.
+Identify = Callable[[Request], Awaitable[Identity | None] | Identity | None]
+
+
+async def identify(request: Request) -> Identity:
+    """The request's user, or `ApiError` 401 (no or wrong credentials) / 403 (a request to
+    an open dashboard under a name that is not a loopback one)."""
+    auth: Auth = request.app.state.auth
+    hook: Identify | None = request.app.state.identify
+    if hook is not None:
+        found = hook(request)
+        who = await found if isinstance(found, Awaitable) else found
+        if who is None:
+            raise ApiError(401, "not authenticated")
+        return who
+    header = request.headers.get("authorization", "")
+    kind, _, value = header.partition(" ")
+    if header:
+        if kind.lower() == "bearer" and (who := auth.bearer(value.strip())) is not None:
+            return who
+        if kind.lower() == "basic" and (who := await _basic(request, auth, value.strip())) is not None:
+            return who
+        raise ApiError(401, "the credentials in the Authorization header are not valid")
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie and (who := auth.session(cookie)) is not None:
+        return who
+    if auth.open:
+        if not _loopback_client(request) or any(name in request.headers for name in PROXY_HEADERS):
+            raise ApiError(
+                403, "without credentials configured the dashboard serves only loopback clients, not via a proxy"
+            )
+        if host_name(request.headers.get("host", "")) not in LOOPBACK_HOSTS:
+            raise ApiError(403, "without credentials configured the dashboard answers only to a loopback host name")
+        return Identity("anonymous", OPERATOR, "anonymous")
+    raise ApiError(401, "not authenticated: log in, or send a bearer token or basic credentials")
+
+
+async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
+    """Basic credentials, under the login form's rate limit (429 past it); the password
+    check (scrypt) runs in a worker thread, not on the event loop."""
+    credentials = basic_credentials(value)
+    if credentials is None:
+        return None
+    keys = login_keys(request, credentials[0])
+    wait, stamp = auth.limiter.reserve(*keys)  # counted before the check: no concurrent bypass
+    if wait:
+        raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
+    who = await run_in_threadpool(auth.password, *credentials, "basic")
+    if who is not None:
+        auth.limiter.release(*keys, stamp=stamp)
+    return who
+
+
+def login_keys(request: Request, name: str) -> tuple[str, str]:
+    """The rate limiter's keys for a login as `name`: the client's address and the name."""
+    address = request.client.host if request.client else "unknown"
+    return f"addr:{address}", f"user:{name}"
+
+
+def _loopback_client(request: Request) -> bool:
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header.split("]", 1)[0] + "]"
+    return header.rsplit(":", 1)[0]
+
+
+def csrf_nonce(request: Request) -> str:
+    """The CSRF cookie's value, a new one if the browser has none (the response sets it)."""
+    nonce = request.cookies.get(CSRF_COOKIE)
+    if not nonce or len(nonce) > 100:
+        nonce = request.scope.setdefault("jobsup_new_csrf", secrets.token_urlsafe(24))
+    return nonce
+
+
+def check_csrf(request: Request, who: Identity | None, submitted: str | None) -> None:
+    """A state-changing request must come from our own pages: its origin is ours and it
+    carries the token that goes with its CSRF cookie. A bearer token is never sent by a
+    browser on its own, so requests made with one need no token."""
+    if request.method not in UNSAFE or (who is not None and who.by == "bearer"):
+        return
+    if request.headers.get("sec-fetch-site") == "cross-site":
+        raise ApiError(403, "cross-site request refused")
+    origin = request.headers.get("origin")
+    if origin is not None and _origin_host(origin) != request.headers.get("host", "").lower():
+        raise ApiError(403, "cross-origin request refused")
+    auth: Auth = request.app.state.auth
+    if not auth.csrf_ok(request.cookies.get(CSRF_COOKIE), submitted or request.headers.get(CSRF_HEADER)):
+        raise ApiError(403, "missing or wrong CSRF token: reload the page and try again")
+
+
+def _origin_host(origin: str) -> str:
+    try:
+        return (urlsplit(origin).netloc or "null").lower()
+    except ValueError:
+        return "null"
+
+
+class SecurityHeaders:
+    """Adds CSP (scripts only with this response's nonce), frame, sniffing, referrer and
+    caching headers to every response, and the CSRF cookie a page handed out. The referrer
+    policy is same-origin, not no-referrer: under no-referrer a browser posts our own forms
+    with "Origin: null", which the CSRF check refuses."""
+
+    def __init__(self, app: ASGIApp, *, secure_cookies: bool = False) -> None:
+        self.app, self.secure = app, secure_cookies
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        nonce = scope.setdefault("jobsup_nonce", secrets.token_urlsafe(16))
+        policy = (
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'self'; img-src 'self' data:; "
+            "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        )
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers: list[Any] = list(message.get("headers", []))
+                headers += [
+                    (b"content-security-policy", policy.encode()),
+                    (b"x-frame-options", b"DENY"),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"),
+                    (b"cache-control", b"no-store"),
+                ]
+                new = scope.get("jobsup_new_csrf")
+                if new:
+                    flags = f"; Path={scope.get('root_path') or '/'}; SameSite=Strict; HttpOnly" + (
+                        "; Secure" if self.secure else ""
+                    )
+                    headers.append((b"set-cookie", f"{CSRF_COOKIE}={new}{flags}".encode()))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

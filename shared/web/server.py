@@ -1,0 +1,60 @@
+"""`jobsup dashboard`: the app under uvicorn, in its own process. It listens on loopback
+unless told otherwise, and refuses any other address without credentials configured."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+from jobsup.errors import ConfigurationError
+from jobsup.settings import Settings
+from jobsup.web.auth import LOOPBACK_HOSTS, Auth
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address `host` names is a loopback one."""
+    if host.strip("[]").lower() in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in found)
+
+
+def check_bind(host: str, auth: Auth) -> None:
+    if auth.open and not is_loopback(host):
+        raise ConfigurationError(
+            f"the dashboard would serve {host} without authentication: set dashboard_tokens or "
+            "dashboard_users (JOBSUP_DASHBOARD_TOKENS=operator:<token>), or listen on 127.0.0.1"
+        )
+
+
+def serve(settings: Settings, *, log_level: str = "info") -> None:
+    import uvicorn
+
+    from jobsup.client import Client
+    from jobsup.web import asgi_app
+
+    auth = Auth.parse(settings.dashboard_tokens, settings.dashboard_users, settings.dashboard_secret)
+    check_bind(settings.dashboard_host, auth)
+    app = asgi_app(
+        client=Client(settings.database_url),
+        tokens=settings.dashboard_tokens,
+        users=settings.dashboard_users,
+        secret=settings.dashboard_secret,
+        allow_anonymous=True,  # check_bind has made sure it listens on loopback only
+    )
+    uvicorn.run(
+        app,
+        host=settings.dashboard_host,
+        port=settings.dashboard_port,
+        log_level=log_level,
+        proxy_headers=False,
+        server_header=False,
+        h11_max_incomplete_event_size=64 * 1024,
+    )

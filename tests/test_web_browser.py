@@ -1,0 +1,167 @@
+"""The dashboard in a real browser (Debian's Chromium driven by Playwright) against a real
+`jobsup dashboard` process and a real supervisor running real jobs. Screenshots are saved
+under the test's temporary directory and their paths printed."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import jobsup
+from jobsup.secrets import ENV
+
+from helpers import wait_until
+
+CHROMIUM = Path("/usr/bin/chromium")
+SECRET = "tok-Br0wser-never-shown"
+KEY = "k1:" + base64.urlsafe_b64encode(bytes(range(32))).decode()
+pytestmark = pytest.mark.slow
+
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - the test extra installs it
+    sync_playwright = None  # type: ignore[assignment]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if sync_playwright is None or not CHROMIUM.exists():
+        why = f"browser tests need playwright and {CHROMIUM} (apt-get install chromium chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why, pytrace=False)
+        pytest.skip(why)
+    with sync_playwright() as playwright:
+        found = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        yield found
+        found.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def dashboard(url: str, tmp_path: Path) -> Iterator[str]:
+    """A real `jobsup dashboard` on a free loopback port (no credentials: loopback only)."""
+    port = _free_port()
+    log = open(tmp_path / "dashboard.log", "ab")  # noqa: SIM115 - open for the process's life
+    command = [sys.executable, "-m", "jobsup", "dashboard", "--port", str(port), "--database-url", url]
+    process = subprocess.Popen(command, stdout=log, stderr=log)
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise AssertionError((tmp_path / "dashboard.log").read_text())
+        try:
+            with urllib.request.urlopen(f"{base}/login", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    wait_until(up, timeout=30, what="the dashboard to answer")
+    yield base
+    process.terminate()
+    process.wait(10)
+    log.close()
+
+
+def shot(page: Page, tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+
+
+def status_of(client: jobsup.Client, job_id: int) -> str:
+    found = client.get(job_id)
+    return "" if found is None else found.status
+
+
+@pytest.fixture
+def three_states(client: jobsup.Client, start: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """A supervisor on `default`, and jobs succeeded, running, pending (queue `later`, which
+    no worker serves) and dead-lettered (a sensitive parameter; it succeeds when retried)."""
+    monkeypatch.setenv(ENV, KEY)
+    start("--queue", "default=2")
+    jobs = {
+        "succeeded": client.enqueue("work", {"result": "fine"}),
+        "running": client.enqueue("work", {"seconds": 120, "return_on_cancel": True}),
+        "pending": client.enqueue("work", queue="later"),
+        "dead_lettered": client.enqueue("sealed-app", {"to": "fail-first", "token": SECRET}, max_attempts=1),
+    }
+    for state, job_id in jobs.items():
+        wait_until(lambda j=job_id, s=state: status_of(client, j) == s, timeout=30, what=f"job {job_id} {state}")
+    return jobs
+
+
+def test_overview_failed_job_retry_pause_resume_and_live_refresh(
+    browser: Browser, dashboard: str, three_states: dict[str, int], client: jobsup.Client, tmp_path: Path
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.goto(f"{dashboard}/")
+    default, later = page.locator('.card[data-queue="default"]'), page.locator('.card[data-queue="later"]')
+    expect(default.locator(".n-running")).to_have_text("1")
+    expect(default.locator(".n-failed")).to_have_text("1")
+    expect(later.locator(".n-pending")).to_have_text("1")
+    expect(default.locator("svg.chart").first).to_be_visible()
+    shot(page, tmp_path, "overview")
+
+    client.enqueue("work", queue="later")  # the page refreshes itself, without a reload
+    expect(later.locator(".n-pending")).to_have_text("2", timeout=20_000)
+
+    failed = three_states["dead_lettered"]
+    default.locator(".n-failed a").click()
+    page.locator(f'a[href="/jobs/{failed}"]').click()
+    expect(page.locator("h1 .status")).to_have_text("dead_lettered")
+    expect(page.locator("main")).to_contain_text("RuntimeError: the partner refused")
+    assert SECRET not in page.content()
+    shot(page, tmp_path, "failed-job")
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator(".msg")).to_contain_text(f"job {failed} retried")
+    wait_until(lambda: status_of(client, failed) == "succeeded", timeout=30, what="the retried job to succeed")
+    page.reload()
+    expect(page.locator("h1 .status")).to_have_text("succeeded")
+    expect(page.locator(".timeline li")).to_have_count(2)
+    shot(page, tmp_path, "retried-job")
+
+    page.goto(f"{dashboard}/queues")
+    row = page.locator('tr[data-queue="default"]')
+    row.get_by_role("button", name="Pause").click()
+    expect(row.locator(".status")).to_have_text("paused")
+    shot(page, tmp_path, "queue-paused")
+    assert [q["state"] for q in client.queues() if q["queue"] == "default"] == ["paused"]
+    row.get_by_role("button", name="Resume").click()
+    expect(row.locator(".status")).to_have_text("active")
+    actors = {(entry.action, entry.actor) for entry in client.audit(action="queue.")}
+    assert actors == {("queue.pause", "web:anonymous"), ("queue.resume", "web:anonymous")}
+    assert errors == []  # no script blocked by the CSP, no failed refresh
+
+
+def test_the_phone_width_layout_fits_the_screen(
+    browser: Browser, dashboard: str, three_states: dict[str, int], tmp_path: Path
+) -> None:
+    phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True)
+    page = phone.new_page()
+    for path in ("/", "/jobs", f"/jobs/{three_states['dead_lettered']}", "/queues"):
+        page.goto(dashboard + path)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} is {overflow}px wider than the phone"
+        shot(page, tmp_path, "phone" + path.replace("/", "-").rstrip("-"))
+    page.goto(dashboard + "/")
+    cards = page.locator(".card")
+    boxes = [cards.nth(i).bounding_box() for i in range(cards.count())]
+    assert all(box is not None and box["width"] <= 390 for box in boxes)
+    assert len({box["x"] for box in boxes if box}) == 1  # one column
+    phone.close()

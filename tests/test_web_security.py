@@ -1,0 +1,321 @@
+"""The dashboard is secure by default: authentication, roles, CSRF, security headers, no
+sensitive value in any page, a rate-limited login, and no serving elsewhere without auth."""
+
+from __future__ import annotations
+
+import base64
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import jobsup
+from jobsup.errors import ConfigurationError
+from jobsup.secrets import ENV
+from jobsup.web.auth import Auth, LoginLimiter
+from jobsup.web.server import check_bind
+
+from helpers import claim, fail, run_jobsup
+from webhelpers import OPERATOR, PASSWORD, READER, csrf_of, log_in, web
+
+API = "/api/v1"
+SECRET = "tok-Qp7rWz-never-shown"
+KEY = "k1:" + base64.urlsafe_b64encode(bytes(range(32))).decode()
+PAGES = ("/", "/fragments/overview", "/jobs", "/dead", "/queues", "/recurring", "/workers", "/workflows")
+PAGES += ("/batches", "/definitions", "/breakers", "/audit")
+
+
+def test_an_action_without_a_token_is_401_and_a_wrong_token_too(url: str, client: jobsup.Client) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        assert http.post(f"{API}/jobs/{job_id}/cancel").status_code == 401
+        assert http.get(f"{API}/jobs").status_code == 401
+        wrong = http.post(f"{API}/jobs/{job_id}/cancel", headers={"Authorization": "Bearer not-the-token-at-all"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["status"] == 401
+        assert http.get("/jobs", follow_redirects=False).headers["location"] == "/login"
+    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+
+
+def test_the_read_only_role_reads_but_gets_403_on_every_action(url: str, client: jobsup.Client) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        assert http.get(f"{API}/jobs/{job_id}", headers=READER).status_code == 200
+        for path in (f"/jobs/{job_id}/cancel", "/queues/default/pause", "/dead-letters/retry", "/breakers/work/reset"):
+            response = http.post(API + path, json={}, headers=READER)
+            assert response.status_code == 403 and "operator role" in response.json()["error"]["message"], path
+        assert http.post(f"{API}/jobs", json={"name": "work"}, headers=READER).status_code == 403
+        log_in(http, "bob")
+        token = csrf_of(http, f"/jobs/{job_id}")
+        assert "Cancel</button>" not in http.get(f"/jobs/{job_id}").text  # no buttons for a reader
+        page = http.post(f"/actions/jobs/{job_id}/cancel", data={"csrf": token, "back": "/"}, follow_redirects=False)
+        assert page.status_code == 403
+    assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+
+
+def test_a_cross_site_post_is_refused_and_a_same_site_one_with_its_token_accepted(
+    url: str, client: jobsup.Client
+) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        token = csrf_of(http, f"/jobs/{job_id}")
+        action = f"/actions/jobs/{job_id}/cancel"
+        refused = [
+            http.post(action, data={"back": "/"}, follow_redirects=False),  # no token
+            http.post(action, data={"csrf": "0" * 64, "back": "/"}, follow_redirects=False),  # a wrong one
+            http.post(action, data={"csrf": token}, headers={"Origin": "https://evil.example"}, follow_redirects=False),
+            http.post(action, data={"csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}, follow_redirects=False),
+            http.post(f"{API}/jobs/{job_id}/cancel"),  # the API with the session cookie and no X-CSRF-Token
+        ]
+        assert [r.status_code for r in refused] == [403] * 5
+        assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
+        done = http.post(action, data={"csrf": token, "back": f"/jobs/{job_id}"}, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"].startswith(f"/jobs/{job_id}?msg=")
+    assert client.get(job_id).status == "cancelled"  # type: ignore[union-attr]
+    (entry,) = client.audit(action="job.cancel")
+    assert entry.actor == "web:alice" and entry.job_ids == (job_id,)
+
+
+def test_the_api_with_cookie_auth_takes_the_csrf_header(url: str, client: jobsup.Client) -> None:
+    job_id = client.enqueue("work")
+    with web(url) as http:
+        log_in(http)
+        token = csrf_of(http, "/")
+        response = http.post(f"{API}/jobs/{job_id}/cancel", headers={"X-CSRF-Token": token})
+        assert response.status_code == 200 and response.json() == {"done": True}
+
+
+def test_redirects_after_an_action_stay_on_our_pages(url: str) -> None:
+    with web(url) as http:
+        log_in(http)
+        token = csrf_of(http, "/dead")
+        for back in ("https://evil.example/", "//evil.example/x", "/\\evil.example"):
+            response = http.post("/actions/dead/retry", data={"csrf": token, "back": back}, follow_redirects=False)
+            assert response.headers["location"].startswith("/?msg="), back
+
+
+@pytest.fixture
+def sealed_job(url: str, client: jobsup.Client, monkeypatch: pytest.MonkeyPatch) -> int:
+    """A dead-lettered job with a sensitive parameter, and a schedule with one."""
+    monkeypatch.setenv(ENV, KEY)
+    job_id = client.enqueue("sealed-app", {"to": "partner", "token": SECRET}, max_attempts=1)
+    fail(client, claim(client)[0], error="refused")
+    client.add_recurring("sealed-nightly", job="sealed-app", cron="0 3 * * *", payload={"to": "p", "token": SECRET})
+    return job_id
+
+
+def test_a_sensitive_value_is_absent_from_every_page_and_response(url: str, sealed_job: int) -> None:
+    with web(url) as http:
+        log_in(http)
+        pages = {path: http.get(path) for path in (*PAGES, f"/jobs/{sealed_job}")}
+        apis = {path: http.get(API + path, headers=OPERATOR) for path in ("/jobs", f"/jobs/{sealed_job}", "/recurring")}
+    for path, response in {**pages, **apis}.items():
+        assert response.status_code == 200, path
+        assert SECRET not in response.text, path
+    assert "***" in pages[f"/jobs/{sealed_job}"].text and "partner" in pages[f"/jobs/{sealed_job}"].text
+
+
+def test_every_page_sends_csp_and_frame_headers_and_scripts_only_with_the_nonce(url: str) -> None:
+    with web(url) as http:
+        log_in(http)
+        for path in (*PAGES, "/login", f"{API}/jobs"):
+            response = http.get(path, headers=OPERATOR if path.startswith(API) else {})
+            policy = response.headers["content-security-policy"]
+            assert response.headers["x-frame-options"] == "DENY", path
+            assert "frame-ancestors 'none'" in policy and "default-src 'none'" in policy
+            nonce = re.search(r"'nonce-([^']+)'", policy).group(1)  # type: ignore[union-attr]
+            scripts = re.findall(r"<script([^>]*)>", response.text)
+            assert all(f'nonce="{nonce}"' in attributes for attributes in scripts), path
+            assert "unsafe-inline" not in policy
+        assert re.search(r"\son\w+=", http.get("/").text) is None  # no inline event handlers
+
+
+def test_login_is_rate_limited(url: str) -> None:
+    with web(url) as http:
+        statuses = [log_in(http, "alice", "wrong password").status_code for _ in range(5)]
+        assert statuses == [401] * 5
+        blocked = log_in(http, "alice", PASSWORD)  # the right password, too late
+        assert blocked.status_code == 429 and "too many failed logins" in blocked.text
+
+
+def test_basic_auth_is_rate_limited_and_checks_passwords_off_the_event_loop(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from jobsup.web import auth as auth_module
+
+    on_loop: list[bool] = []
+    real = auth_module.check_password
+
+    def recording(password: str, stored: str) -> bool:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return real(password, stored)
+
+    monkeypatch.setattr(auth_module, "check_password", recording)
+
+    def basic(password: str) -> dict[str, str]:
+        return {"Authorization": "Basic " + base64.b64encode(f"alice:{password}".encode()).decode()}
+
+    with web(url) as http:
+        assert http.get(f"{API}/queues", headers=basic(PASSWORD)).status_code == 200
+        statuses = [http.get(f"{API}/queues", headers=basic("wrong password")).status_code for _ in range(5)]
+        assert statuses == [401] * 5
+        blocked = http.get(f"{API}/queues", headers=basic(PASSWORD))  # the right password, too late
+        assert blocked.status_code == 429 and "too many failed logins" in blocked.text
+        assert log_in(http, "alice", PASSWORD).status_code == 429  # the same limit as the login form's
+    assert on_loop and not any(on_loop)
+
+
+def test_concurrent_wrong_logins_do_not_get_past_the_limiter(url: str) -> None:
+    import asyncio
+
+    import httpx
+
+    from jobsup.web import asgi_app
+
+    from webhelpers import TOKENS, USERS
+
+    wrong = {"Authorization": "Basic " + base64.b64encode(b"alice:wrong password").decode()}
+    client = jobsup.Client(url)
+
+    async def attack() -> list[int]:
+        app = asgi_app(client=client, tokens=TOKENS, users=USERS, secret="test-secret")
+        transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9466") as http:
+            responses = await asyncio.gather(*(http.get(f"{API}/queues", headers=wrong) for _ in range(20)))
+        return [r.status_code for r in responses]
+
+    try:
+        statuses = asyncio.run(attack())
+    finally:
+        client.close()
+    assert statuses.count(401) == 5 and statuses.count(429) == 15
+
+
+def test_the_limiter_reserves_an_attempt_before_the_check_and_releases_it_on_success() -> None:
+    limiter = LoginLimiter(attempts=2, window=60)
+    assert limiter.reserve("u", now=0)[0] == 0
+    wait, stamp = limiter.reserve("u", now=1)
+    assert wait == 0 and limiter.reserve("u", now=2)[0] == pytest.approx(58)  # two in flight: blocked
+    limiter.release("u", stamp=stamp)  # the second one was right
+    assert limiter.blocked("u", now=2) == 0
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_the_session_cookie_is_secure_exactly_when_the_csrf_cookie_is(url: str, secure: bool) -> None:
+    with web(url, secure_cookies=secure) as http:
+        form = http.get("/login")
+        csrf = form.headers["set-cookie"]
+        token = re.search(r'name="csrf" value="([^"]+)"', form.text).group(1)  # type: ignore[union-attr]
+        nonce = re.search(r"jobsup_csrf=([^;]+)", csrf).group(1)  # type: ignore[union-attr]
+        http.cookies.clear()  # a Secure cookie is not sent over http: send it by hand
+        fields = {"csrf": token, "user": "alice", "password": PASSWORD}
+        cookie = {"Cookie": f"jobsup_csrf={nonce}"}
+        done = http.post("/login", data=fields, headers=cookie, follow_redirects=False)
+        assert done.status_code == 303
+        session = done.headers["set-cookie"]
+    assert session.startswith("jobsup_session=")
+    assert ("secure" in session.lower()) is secure and ("secure" in csrf.lower()) is secure
+
+
+def test_the_limiter_lets_logins_through_again_after_its_window() -> None:
+    limiter = LoginLimiter(attempts=2, window=60)
+    limiter.failed("u", now=0)
+    limiter.failed("u", now=1)
+    assert limiter.blocked("u", now=30) == pytest.approx(30)
+    assert limiter.blocked("u", now=61) == 0 and limiter.blocked("v", now=30) == 0
+
+
+def test_a_session_is_signed_and_ends_with_its_user(url: str) -> None:
+    assert Auth.parse(secret="s").session("forged.cookie") is None
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        assert http.get("/").status_code == 200
+        cookie = http.cookies["jobsup_session"]
+    with web(url, users="") as other:  # alice removed from the configuration
+        other.cookies.set("jobsup_session", cookie)
+        assert other.get("/", follow_redirects=False).status_code == 303
+
+
+def test_without_credentials_only_loopback_is_served(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="without authentication"):
+        check_bind("0.0.0.0", Auth.parse())
+    check_bind("127.0.0.1", Auth.parse())
+    check_bind("0.0.0.0", Auth.parse(tokens="operator:" + "t" * 20))
+    with web(url, tokens="", users="", allow_anonymous=True) as http:
+        assert http.get("/").status_code == 200  # the operator `anonymous`, on loopback
+        rebound = http.get("/", headers={"Host": "attacker.example"})
+        assert rebound.status_code == 403 and "loopback" in rebound.text
+        assert http.post(f"{API}/queues/default/pause", json={}).status_code == 403  # no CSRF token: refused
+
+
+def test_an_open_dashboard_needs_allow_anonymous_and_serves_only_loopback_clients_not_via_a_proxy(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="allow_anonymous") as refused, web(url, tokens="", users=""):
+        pass
+    assert all(word in str(refused.value) for word in ("dashboard_tokens", "dashboard_users", "identify"))
+    with web(url, tokens="", users="", allow_anonymous=True, peer=("203.0.113.9", 4000)) as http:
+        spoofed = http.get(f"{API}/queues", headers={"Host": "localhost"})  # a remote client naming localhost
+        assert spoofed.status_code == 403 and "loopback" in spoofed.text
+    with web(url, tokens="", users="", allow_anonymous=True) as http:
+        assert http.get(f"{API}/queues").status_code == 200
+        for header in ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP"):
+            assert http.get(f"{API}/queues", headers={header: "203.0.113.9"}).status_code == 403, header
+
+
+def test_bad_credentials_settings_are_refused() -> None:
+    for tokens, users in (("admin:" + "t" * 20, ""), ("operator:short", ""), ("", "carol:operator:plain")):
+        with pytest.raises(ConfigurationError):
+            Auth.parse(tokens, users)
+
+
+def test_mounted_under_a_prefix_with_the_host_app_s_identity(url: str, client: jobsup.Client) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from jobsup.web import OPERATOR as OPERATOR_ROLE
+    from jobsup.web import Identity, asgi_app
+
+    def who(request: Any) -> Identity | None:
+        user = request.headers.get("x-host-user")
+        return None if user is None else Identity(user, OPERATOR_ROLE, "host")
+
+    client.enqueue("work", queue="mail")
+    host = Starlette(routes=[Mount("/ops", app=asgi_app(client=client, identify=who))])
+    with TestClient(host, base_url="http://app.example") as http:
+        assert http.get("/ops/queues", follow_redirects=False).headers["location"] == "/ops/login"
+        assert http.get("/ops/api/v1/queues").status_code == 401
+        http.headers["x-host-user"] = "carol"
+        page = http.get("/ops/queues").text
+        assert 'href="/ops/jobs"' in page and 'action="/ops/actions/queues/mail/pause"' in page
+        token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+        done = http.post(
+            "/ops/actions/queues/mail/pause", data={"csrf": token, "back": "/queues"}, follow_redirects=False
+        )
+        assert done.status_code == 303 and done.headers["location"].startswith("/ops/queues?msg=")
+        assert http.get("/ops/api/v1/queues").json()[0]["state"] == "paused"
+    assert client.audit(action="queue.pause")[0].actor == "web:carol"
+
+
+def test_the_dashboard_command_refuses_a_public_address_without_credentials(sqlite_url: str) -> None:
+    result = run_jobsup(
+        "dashboard", "--host", "0.0.0.0", "--database-url", sqlite_url, env={"JOBSUP_DASHBOARD_TOKENS": ""}
+    )
+    assert result.returncode == 2 and "without authentication" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_hash_password_prints_a_hash_the_dashboard_accepts() -> None:
+    command = [sys.executable, "-m", "jobsup", "dashboard", "hash-password"]
+    result = subprocess.run(command, input="s3cret-words\ns3cret-words\n", capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    stored = result.stdout.strip().splitlines()[-1]
+    auth = Auth.parse(users=f"dana:read:{stored}")
+    assert auth.password("dana", "s3cret-words", "basic") is not None
+    assert auth.password("dana", "other words", "basic") is None
