@@ -62,6 +62,7 @@ class Window:
     slots: dict[int, datetime]
     writes: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
     handed: bool = False  # whether this claim has given a job a later turn
+    read_frontier: datetime | None = None  # as read under the lock: written back only if changed
 
     @classmethod
     def locked(cls, conn: Connection, key: str, policy: Rate) -> Window:
@@ -75,7 +76,7 @@ class Window:
                 pass
             found = conn.execute(_locked, params).one()
         slots = {int(slot): started for slot, started in conn.execute(_starts, params).all()}
-        return cls(key, policy, found.frontier, slots)
+        return cls(key, policy, found.frontier, slots, read_frontier=found.frontier)
 
     def room_at(self) -> datetime | None:
         """When the window next has room for a start (None: it has room now, whatever now is)."""
@@ -115,10 +116,10 @@ class Window:
             self.writes.append((_restart, {**params, "p_slot": slot}))
         self.slots[slot] = now
 
-    def save(self, conn: Connection, read_frontier: datetime | None) -> None:
+    def save(self, conn: Connection) -> None:
         for statement, params in self.writes:
             conn.execute(statement, params)
-        if self.frontier != read_frontier:
+        if self.frontier != self.read_frontier:
             conn.execute(_set_frontier, {"p_key": self.key, "p_frontier": self.frontier})
 
 
@@ -143,7 +144,6 @@ def admit_claimed(conn: Connection, change: steps.Change) -> None:
         # before it (and before SQLite's write lock), and a start counted earlier than it
         # happened would let more than the limit start in a window.
         now = given or t.dialect.instant(conn)
-        read_frontier = window.frontier
         for row in rows:
             later = window.place(now, turns.get(row.id))
             if later is None:
@@ -152,7 +152,7 @@ def admit_claimed(conn: Connection, change: steps.Change) -> None:
             conn.execute(t.sql.put_back_for_rate, {"p_job": row.id, "p_owner": row.lease_owner, "p_turn": later})
             conn.execute(t.sql.drop_claimed_attempt, {"p_job": row.id, "p_attempt": row.attempts})
             change.dropped[row.id] = later
-        window.save(conn, read_frontier)
+        window.save(conn)
 
 
 steps.register("claim", admit_claimed, linked_only=True)
