@@ -96,6 +96,8 @@ def job(
         existing = _registry.get(name)
         if existing is not None and _origin(existing.function) != _origin(function):
             raise BadInput(f"job name {name!r} is already registered to {existing.function!r}")
+        if policies.rate is not None:
+            _check_shared_rate(name, policies.rate)
         _registry[name] = Registered(jobtype, function, _is_async(function), typed)
         return function
 
@@ -122,6 +124,22 @@ def workflow(name: str, *, queue: str = DEFAULT_QUEUE, **settings: Any) -> Calla
         return factory
 
     return register
+
+
+def _check_shared_rate(name: str, policy: Any) -> None:
+    """Job types sharing a rate key share one window, so they must agree on it: which limit
+    held would otherwise depend on which type's job a claim met first."""
+    key = policy.key_for(name)
+    for other, registered in _registry.items():
+        limits = registered.type.limits
+        theirs = None if limits is None else limits.rate
+        if other == name or theirs is None or theirs.key_for(other) != key:
+            continue
+        if (theirs.limit, theirs.per) != (policy.limit, policy.per):
+            raise BadInput(
+                f"job {name!r}: rate key {key!r} is already {theirs.limit} per {theirs.per:g}s for job {other!r}, "
+                f"not {policy.limit} per {policy.per:g}s; types sharing a key share its window, so give them one rate"
+            )
 
 
 def _is_async(function: JobFunction) -> bool:

@@ -39,6 +39,7 @@ from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import (
     ExpireLeases,
     FinishBatches,
+    ForgetIdleKeys,
     Maintenance,
     PruneProcesses,
     PurgeAudit,
@@ -100,6 +101,7 @@ class Arbiter:
             PruneProcesses(self.store, self.heartbeat_every),
             PurgeFinished(self.store, self.retention()),
             PurgeAudit(self.store, self.settings.retain_audit),
+            ForgetIdleKeys(self.store),
         ]
         self.maintenance = Maintenance(
             [

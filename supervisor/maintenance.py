@@ -101,6 +101,19 @@ class PurgeFinished:
         return purged
 
 
+class ForgetIdleKeys:
+    """Delete the rows of concurrency keys with no job admitted (keys per customer would
+    otherwise pile up, one row each forever)."""
+
+    name = "idle_keys"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_once(self, now: datetime | None = None) -> int:
+        return self.store.retention.forget_idle_keys()
+
+
 class PurgeAudit:
     """Delete audit rows older than `retain_audit`, in bounded batches."""
 

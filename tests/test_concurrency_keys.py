@@ -11,6 +11,7 @@ from sqlalchemy import func, select, text
 
 import jobsup
 from jobsup.store.schema import concurrency, job
+from jobsup.supervisor.maintenance import ForgetIdleKeys
 
 from helpers import claim, fail, plan_nodes, succeed
 
@@ -208,3 +209,17 @@ def test_enqueues_racing_settles_and_cancels_lose_no_slot(url: str) -> None:
         thread.join(60)
     assert errors == []
     invariant_holds(jobsup.Client(url))
+
+
+def test_maintenance_forgets_keys_with_nothing_admitted_and_keeps_the_rest(client: jobsup.Client) -> None:
+    done = client.enqueue("one-per-customer", concurrency_key="gone")
+    client.enqueue("one-per-customer", concurrency_key="busy")
+    succeed(client, [j for j in claim(client, limit=10) if j.id == done])
+    assert admitted(client, "one-per-customer:gone") == 0
+    assert ForgetIdleKeys(client.store).run_once() == 1
+    assert admitted(client, "one-per-customer:gone") is None
+    assert admitted(client, "one-per-customer:busy") == 1
+    # The key's next jobs make its row again, and its limit holds as before.
+    again = [client.enqueue("one-per-customer", concurrency_key="gone") for _ in range(2)]
+    assert statuses(client, *again) == ["pending", "waiting"]
+    assert admitted(client, "one-per-customer:gone") == 1

@@ -16,7 +16,9 @@ import pytest
 from sqlalchemy import event, func, select
 
 import jobsup
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, DatabaseUnavailable
+from jobsup.registry import lookup
+from jobsup.store.faults import OPERATION
 from jobsup.store.schema import job, job_attempt
 
 from helpers import claim, release, run_jobsup, run_together, succeed
@@ -150,6 +152,36 @@ def test_competing_claimers_never_start_more_than_the_limit(client: jobsup.Clien
     assert most_in_a_window([started for _, started in starts], 1.0) <= 5
 
 
+def test_an_outage_in_a_later_round_keeps_the_jobs_claimed_before_it(client: jobsup.Client) -> None:
+    for _ in range(10):
+        client.enqueue("rate-three", run_at=T0, priority=10)
+    for _ in range(4):
+        client.enqueue("rate-plain", queue="rated", run_at=T0, allow_unknown=True)
+    committed: list[str] = []
+
+    def commits(conn: Any) -> None:
+        if conn.get_execution_options().get(OPERATION) == "claim":
+            committed.append("round")
+
+    def begins(conn: Any) -> None:
+        if committed and conn.get_execution_options().get(OPERATION) == "claim":
+            raise DatabaseUnavailable("the database went away between two claim rounds")
+
+    engines = {client.database.engine, client.database.single}
+    for engine in engines:
+        event.listen(engine, "commit", commits)
+        event.listen(engine, "begin", begins)
+    claimed = claim(client, queue="rated", limit=5, now=at(1))
+    for engine in engines:
+        event.remove(engine, "commit", commits)
+        event.remove(engine, "begin", begins)
+    # The first round's three starts committed: they are returned to run, not lost to a lease
+    # nobody renews.
+    assert committed == ["round"]
+    assert [c.name for c in claimed] == ["rate-three"] * 3
+    assert {row(client, c.id).status for c in claimed} == {"running"}
+
+
 @pytest.mark.postgres
 def test_claims_of_a_queue_without_rate_limits_stay_one_statement(postgres_url: str) -> None:
     client = jobsup.Client(postgres_url)
@@ -219,3 +251,11 @@ def test_a_put_back_keeps_the_history_of_a_released_attempt(client: jobsup.Clien
     assert {c.id for c in claim(client, queue="rated", limit=2, now=at(1))} == set(others)  # window full
     assert claim(client, queue="rated", now=at(2)) == []  # the released job, put back
     assert len(attempt_starts(client, [first])) == 1  # its released attempt's row is kept
+
+
+def test_types_sharing_a_key_with_another_rate_are_refused() -> None:
+    with pytest.raises(BadInput, match="rate key 'partner-api' is already 2 per 60s for job 'rate-partner-a'"):
+        jobsup.job("rate-partner-c", queue="partner", rate={"limit": 5, "per": "1m", "key": "partner-api"})(
+            lambda c, p: None
+        )
+    assert lookup("rate-partner-c") is None

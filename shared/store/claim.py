@@ -20,6 +20,8 @@ from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.expression import FromClause
 from sqlalchemy.sql.operators import custom_op
 
+from jobsup.errors import DatabaseError
+from jobsup.observe.events import emit
 from jobsup.store.rows import ClaimedJob
 from jobsup.store.schema import PENDING, RUNNING, STATUSES, job, job_attempt
 
@@ -155,7 +157,16 @@ def claim_rounds(
     claimed = Claimed()
     for _ in range(_CLAIM_ROUNDS):
         before = len(dropped)
-        claimed.extend(claimed_job(row) for row in claim({**params, "p_limit": params["p_limit"] - len(claimed)}))
+        try:
+            rows = claim({**params, "p_limit": params["p_limit"] - len(claimed)})
+        except DatabaseError as exc:
+            if not claimed and not dropped:
+                raise
+            # The earlier rounds committed: their jobs are this worker's now, and raising
+            # would leave them running under a lease nobody renews until it lapses.
+            emit("db.error", operation="claim", error=exc)
+            break
+        claimed.extend(claimed_job(row) for row in rows)
         if len(dropped) == before or len(claimed) >= params["p_limit"]:
             break
     claimed.next_due = min(dropped.values(), default=None)

@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Integer, bindparam, insert, select, update
+from sqlalchemy import Connection, Integer, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobsup.store import steps
@@ -51,6 +51,22 @@ _add = (
     .where(concurrency.c.key == bindparam("p_key"))
     .values(admitted=concurrency.c.admitted + bindparam("p_by", type_=Integer))
 )
+
+
+# Keys with nothing admitted: the next job of the key makes its row again. A key admitting
+# a job meanwhile holds its row's lock, and the delete rechecks `admitted` once it has it.
+_idle = delete(concurrency).where(
+    concurrency.c.key.in_(
+        select(concurrency.c.key).where(concurrency.c.admitted <= 0).limit(bindparam("p_batch", type_=Integer))
+    ),
+    concurrency.c.admitted <= 0,
+)
+
+
+def forget_idle(conn: Connection, batch: int) -> int:
+    """Delete up to `batch` rows of keys with no admitted job (one a customer ever had
+    would otherwise stay forever); returns how many."""
+    return int(conn.execute(_idle, {"p_batch": batch}).rowcount or 0)
 
 
 def admit_new(conn: Connection, sql: Statements, inserted: Sequence[tuple[int, Any]]) -> None:

@@ -131,7 +131,11 @@ def admit_claimed(conn: Connection, change: steps.Change) -> None:
     for row in change.rows:
         policy = t.resolver.rate_of(row.name)
         if policy is not None:
-            limited.setdefault(policy.key_for(row.name), (policy, []))[1].append(row)
+            key = policy.key_for(row.name)
+            held, rows = limited.setdefault(key, (policy, []))
+            rows.append(row)
+            if policy.spacing > held.spacing:  # published types that disagree on a key: the stricter
+                limited[key] = (policy, rows)
     if not limited:
         return
     ids = [row.id for _, rows in limited.values() for row in rows]

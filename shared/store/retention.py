@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, or_, select
 
+from jobsup.store import limits
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.joblogs import JobLogs
@@ -83,6 +84,17 @@ class Retention:
                 first_ids.extend(gone[: max(0, FIRST_IDS - len(first_ids))])
             batches += 1
         return purged
+
+    def forget_idle_keys(self, *, batch: int = BATCH, max_batches: int = 20) -> int:
+        """Delete the rows of concurrency keys with nothing admitted, in bounded batches."""
+        forgotten = 0
+        for _ in range(max_batches):
+            with self.db.transaction("retention") as conn:
+                deleted = limits.forget_idle(conn, batch)
+            forgotten += deleted
+            if deleted < batch:
+                break
+        return forgotten
 
     def purge_groups(
         self,
