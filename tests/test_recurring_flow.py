@@ -187,6 +187,9 @@ def test_calendars_are_added_listed_and_removed_audited(client: jobsup.Client) -
     client.add_recurring("report", job="make-report", cron="0 9 * * *", calendar="bank-holidays", allow_unknown=True)
     with pytest.raises(BadInput, match="used by schedule\\(s\\) report"):
         client.remove_calendar("bank-holidays", actor="ops")
+    # The delete itself refuses a calendar a schedule names: one added after the client looked.
+    assert not client.store.calendars.calendar_remove("bank-holidays")
+    assert client.store.calendars.calendar_get("bank-holidays") is not None
     assert client.remove_recurring("report")
     assert client.remove_calendar("bank-holidays", actor="ops")
     assert not client.remove_calendar("bank-holidays", actor="ops")

@@ -67,8 +67,11 @@ class CalendarStore:
             return list(conn.execute(stmt).scalars())
 
     def calendar_remove(self, name: str) -> bool:
+        """Delete calendar `name` unless a schedule names it (checked in the delete itself,
+        so a schedule added since the caller looked keeps its calendar)."""
+        used = select(recurring_job.c.name).where(recurring_job.c.calendar == name).exists()
         with self.db.statement("calendars") as conn:
-            return bool(conn.execute(delete(calendar).where(calendar.c.name == name)).rowcount)
+            return bool(conn.execute(delete(calendar).where(calendar.c.name == name, ~used)).rowcount)
 
 
 def _rules(text: str) -> Any:
