@@ -171,7 +171,7 @@ def test_odd_input_is_a_4xx_not_a_crash(url: str) -> None:
 
     from webhelpers import csrf_of, log_in
 
-    auth = Auth.parse(secret="s")
+    auth = Auth.parse(secret="s" * 32)
     assert auth.session("body.\u00e9") is None and not auth.csrf_ok("nonce", "\u00e9")  # non-ASCII: no TypeError
     with web(url) as http:
         deep = http.post(f"{API}/jobs", content=b"[" * 100_000 + b"]" * 100_000, headers=OPERATOR)

@@ -4,6 +4,7 @@ sensitive value in any page, a rate-limited login, and no serving elsewhere with
 from __future__ import annotations
 
 import base64
+import hashlib
 import re
 import subprocess
 import sys
@@ -14,11 +15,11 @@ import pytest
 import jobsup
 from jobsup.errors import ConfigurationError
 from jobsup.secrets import ENV
-from jobsup.web.auth import Auth, LoginLimiter
+from jobsup.web.auth import Auth, LoginLimiter, check_password, hash_password
 from jobsup.web.server import check_bind
 
 from helpers import claim, fail, run_jobsup
-from webhelpers import OPERATOR, PASSWORD, READER, csrf_of, log_in, web
+from webhelpers import OPERATOR, PASSWORD, READER, USERS, WEB_SECRET, csrf_of, log_in, web
 
 API = "/api/v1"
 SECRET = "tok-Qp7rWz-never-shown"
@@ -186,7 +187,7 @@ def test_concurrent_wrong_logins_do_not_get_past_the_limiter(url: str) -> None:
     client = jobsup.Client(url)
 
     async def attack() -> list[int]:
-        app = asgi_app(client=client, tokens=TOKENS, users=USERS, secret="test-secret")
+        app = asgi_app(client=client, tokens=TOKENS, users=USERS, secret=WEB_SECRET)
         transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 50000))
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:9466") as http:
             responses = await asyncio.gather(*(http.get(f"{API}/queues", headers=wrong) for _ in range(20)))
@@ -234,7 +235,7 @@ def test_the_limiter_lets_logins_through_again_after_its_window() -> None:
 
 
 def test_a_session_is_signed_and_ends_with_its_user(url: str) -> None:
-    assert Auth.parse(secret="s").session("forged.cookie") is None
+    assert Auth.parse(secret=WEB_SECRET).session("forged.cookie") is None
     with web(url) as http:
         assert log_in(http).status_code == 303
         assert http.get("/").status_code == 200
@@ -242,6 +243,40 @@ def test_a_session_is_signed_and_ends_with_its_user(url: str) -> None:
     with web(url, users="") as other:  # alice removed from the configuration
         other.cookies.set("jobsup_session", cookie)
         assert other.get("/", follow_redirects=False).status_code == 303
+    with web(url) as same:  # the same configuration in another process: still logged in
+        same.cookies.set("jobsup_session", cookie)
+        assert same.get("/", follow_redirects=False).status_code == 200
+    renewed = USERS.replace(USERS.split(",")[0], f"alice:operator:{hash_password('a new password')}")
+    with web(url, users=renewed) as other:  # alice's password changed: her sessions end
+        other.cookies.set("jobsup_session", cookie)
+        assert other.get("/", follow_redirects=False).status_code == 303
+
+
+def test_a_short_dashboard_secret_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="dashboard_secret is 11 characters; give 32 or more"):
+        Auth.parse(tokens="operator:" + "t" * 20, secret="short-words")
+
+
+def test_password_hashes_carry_their_cost_and_the_first_format_still_checks() -> None:
+    stored = hash_password("pw", salt=b"0" * 16)
+    assert stored.startswith("scrypt$32768$8$1$")
+    assert check_password("pw", stored) and not check_password("other", stored)
+    legacy = "scrypt$" + (b"0" * 16).hex() + "$" + hashlib.scrypt(b"pw", salt=b"0" * 16, n=2**14, r=8, p=1).hex()
+    assert check_password("pw", legacy) and not check_password("other", legacy)
+    assert not check_password("pw", stored.replace("$32768$", "$4194304$"))  # a cost past the bound
+
+
+def test_an_action_s_notice_is_shown_only_when_the_app_signed_it(url: str, client: jobsup.Client) -> None:
+    client.enqueue("work", queue="mail")
+    with web(url) as http:
+        http.headers.update(OPERATOR)
+        token = csrf_of(http, "/queues")
+        done = http.post("/actions/queues/mail/pause", data={"csrf": token, "back": "/queues"}, follow_redirects=False)
+        assert done.status_code == 303
+        shown = http.get(done.headers["location"]).text
+        assert 'class="msg" role="status"' in shown
+        spoofed = http.get("/queues?msg=Your+session+expired%2C+log+in+at+evil.example").text
+        assert "evil.example" not in spoofed
 
 
 def test_without_credentials_only_loopback_is_served(url: str) -> None:

@@ -13,6 +13,7 @@ import jobsup
 from jobsup.web import asgi_app
 from jobsup.web.auth import hash_password
 
+WEB_SECRET = "test-secret-0123456789abcdef-0123456789"
 OPERATOR_TOKEN = "operator-token-0123456789abcdef"
 READ_TOKEN = "read-token-0123456789abcdef"
 PASSWORD = "correct horse battery"
@@ -27,7 +28,7 @@ def web(url: str, **options: Any) -> Iterator[TestClient]:
     """A TestClient on the app for `url` (credentials as above unless `options` say)."""
     client = jobsup.Client(url)
     peer = options.pop("peer", ("127.0.0.1", 50000))
-    settings = {"tokens": TOKENS, "users": USERS, "secret": "test-secret", **options}
+    settings = {"tokens": TOKENS, "users": USERS, "secret": WEB_SECRET, **options}
     with TestClient(asgi_app(client=client, **settings), base_url="http://127.0.0.1:9466", client=peer) as http:
         yield http
     client.close()

@@ -46,7 +46,9 @@ def _back(request: Request, form: dict[str, list[str]], message: str) -> Respons
     if not target.startswith("/") or target.startswith("//") or "\\" in target:
         target = "/"  # only our own pages: never an open redirect
     joiner = "&" if "?" in target else "?"
-    return RedirectResponse(f"{root}{target}{joiner}msg={quote(message)}", status_code=303)
+    # Signed, so a link from elsewhere cannot put words of its own in the page's notice.
+    signature = request.app.state.auth.sign("msg", message)
+    return RedirectResponse(f"{root}{target}{joiner}msg={quote(message)}&sig={signature}", status_code=303)
 
 
 def action(act: Act) -> Callable[[Request], Any]:

@@ -25,7 +25,12 @@ ROLES = (READ, OPERATOR)
 SESSION_COOKIE, CSRF_COOKIE = "jobsup_session", "jobsup_csrf"
 SESSION_SECONDS = 12 * 3600
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-_SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+# scrypt's cost, stored in each hash so it can be raised without breaking the hashes made
+# before: 2**15 x 8 is 32 MiB and about 0.1 s a check on this project's machines.
+_SCRYPT = {"n": 2**15, "r": 8, "p": 1}
+_LEGACY_SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # "scrypt$SALT$DIGEST", the first format
+_MAX_N = 2**20
+MIN_SECRET = 32
 
 
 @dataclass(frozen=True)
@@ -47,21 +52,30 @@ class Identity:
 
 
 def hash_password(password: str, *, salt: bytes | None = None) -> str:
-    """A password as the ``dashboard_users`` setting stores it (scrypt, salted)."""
+    """A password as the ``dashboard_users`` setting stores it:
+    ``scrypt$N$R$P$SALT$DIGEST`` (salted, its cost in it)."""
     salt = salt or secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode(), salt=salt, **_SCRYPT)
-    return f"scrypt${salt.hex()}${digest.hex()}"
+    digest = _scrypt(password, salt, _SCRYPT)
+    return f"scrypt${_SCRYPT['n']}${_SCRYPT['r']}${_SCRYPT['p']}${salt.hex()}${digest.hex()}"
 
 
 def check_password(password: str, stored: str) -> bool:
     try:
-        kind, salt, digest = stored.split("$")
-        if kind != "scrypt":
+        kind, *cost, salt, digest = stored.split("$")
+        if kind != "scrypt" or len(cost) not in (0, 3):
             return False
-        found = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), **_SCRYPT)
+        params = dict(zip("nrp", map(int, cost), strict=True)) if cost else _LEGACY_SCRYPT
+        if not 2 <= params["n"] <= _MAX_N or not 1 <= params["r"] <= 32 or not 1 <= params["p"] <= 16:
+            return False
+        found = _scrypt(password, bytes.fromhex(salt), params)
     except ValueError:
         return False
     return hmac.compare_digest(found.hex(), digest)
+
+
+def _scrypt(password: str, salt: bytes, params: dict[str, int]) -> bytes:
+    memory = 128 * params["r"] * (params["n"] + params["p"] + 2)
+    return hashlib.scrypt(password.encode(), salt=salt, maxmem=memory + 2**20, **params)
 
 
 @dataclass
@@ -76,6 +90,11 @@ class Auth:
     @classmethod
     def parse(cls, tokens: str = "", users: str = "", secret: str = "") -> Auth:
         """From the ``dashboard_tokens`` / ``dashboard_users`` / ``dashboard_secret`` settings."""
+        if secret and len(secret) < MIN_SECRET:
+            raise ConfigurationError(
+                f"dashboard_secret is {len(secret)} characters; give {MIN_SECRET} or more random ones "
+                "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
         auth = cls() if not secret else cls(secret=secret.encode())
         for item in _items(tokens):
             role, _, token = item.partition(":")
@@ -118,34 +137,47 @@ class Auth:
 
     def session_cookie(self, who: Identity, *, now: float | None = None) -> str:
         expires = int((now or time.time()) + SESSION_SECONDS)
-        body = base64.urlsafe_b64encode(f"{who.name}\n{who.role}\n{expires}".encode()).decode()
-        return f"{body}.{self._sign('session', body)}"
+        text = f"{who.name}\n{who.role}\n{expires}\n{self._password_mark(who.name)}"
+        body = base64.urlsafe_b64encode(text.encode()).decode()
+        return f"{body}.{self.sign('session', body)}"
 
     def session(self, cookie: str, *, now: float | None = None) -> Identity | None:
         body, _, signature = cookie.partition(".")
-        if not hmac.compare_digest(signature.encode(), self._sign("session", body).encode()):
+        if not self.verify("session", body, signature):
             return None
         try:
-            name, role, expires = base64.urlsafe_b64decode(body).decode().split("\n")
+            name, role, expires, mark = base64.urlsafe_b64decode(body).decode().split("\n")
             live = int(expires) > (now or time.time())
         except ValueError:
             return None
-        # A user removed from the configuration, or given another role, loses the session.
+        # A user removed from the configuration, given another role or a new password (its
+        # hash changed) loses the session.
         if not live or self.users.get(name, ("", ""))[0] != role:
+            return None
+        if not hmac.compare_digest(mark.encode(), self._password_mark(name).encode()):
             return None
         return Identity(name, role, "session")
 
+    def _password_mark(self, name: str) -> str:
+        """A short keyed digest of the user's stored hash: it changes with the password."""
+        return self.sign("password", self.users.get(name, ("", ""))[1])[:16]
+
     def csrf_token(self, nonce: str) -> str:
         """The form field that goes with the CSRF cookie `nonce` (a signed double submit)."""
-        return self._sign("csrf", nonce)
+        return self.sign("csrf", nonce)
 
     def csrf_ok(self, cookie: str | None, submitted: str | None) -> bool:
         if not cookie or not submitted:
             return False
-        return hmac.compare_digest(self.csrf_token(cookie).encode(), submitted.encode())
+        return self.verify("csrf", cookie, submitted)
 
-    def _sign(self, purpose: str, text: str) -> str:
+    def sign(self, purpose: str, text: str) -> str:
+        """An HMAC of `text` for one `purpose` (sessions, CSRF, a page's message): a
+        signature made for one purpose never verifies for another."""
         return hmac.new(self.secret, f"{purpose}:{text}".encode(), hashlib.sha256).hexdigest()
+
+    def verify(self, purpose: str, text: str, signature: str | None) -> bool:
+        return bool(signature) and hmac.compare_digest(self.sign(purpose, text).encode(), str(signature).encode())
 
 
 class LoginLimiter:
@@ -218,4 +250,4 @@ def _items(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-_NO_USER = hash_password(secrets.token_hex(8))
+_NO_USER = hash_password(secrets.token_hex(8))  # checked for unknown names, so they take as long

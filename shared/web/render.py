@@ -80,8 +80,14 @@ def page(request: Request, template: str, who: Identity | None, status: int = 20
         "who": who,
         "csrf": auth.csrf_token(csrf_nonce(request)),
         "nonce": request.scope.get("jobsup_nonce", ""),
-        "msg": request.query_params.get("msg", "")[:200],
+        "msg": _notice(request, auth),
         "path": request.url.path[len(root) :] or "/",
         **context,
     }
     return HTMLResponse(env.get_template(template).render(values), status_code=status)
+
+
+def _notice(request: Request, auth: Any) -> str:
+    """The outcome an action redirected here with, if it signed it."""
+    message = request.query_params.get("msg", "")
+    return message[:200] if message and auth.verify("msg", message, request.query_params.get("sig")) else ""
