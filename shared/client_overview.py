@@ -8,7 +8,7 @@ import base64
 import hashlib
 import json
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobsup.errors import BadInput
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from jobsup.store import Store
 
 HOUR = 3600.0
+SCAN_IDS = 50_000  # the ids a filtered page of the job list looks through, at most
 BUCKETS = 12  # the last hour in five-minute buckets
 
 
@@ -41,7 +42,8 @@ class OverviewAPI:
         clock = now or datetime.now(UTC)
         counts = reads.queue_counts()
         oldest = reads.oldest_due(now=now)
-        finished = reads.finished_since(HOUR, now=now)
+        width = HOUR / BUCKETS
+        finished = reads.finished_since([clock - timedelta(seconds=HOUR - i * width) for i in range(BUCKETS)])
         states = self.store.pauses.states()
         paused = {queue for queue, state in states.items() if state.paused}
         # Not `pauses.known()`: it reads waiting jobs, which no index covers.
@@ -50,13 +52,9 @@ class OverviewAPI:
             lambda: {"succeeded": [0.0] * BUCKETS, "failed": [0.0] * BUCKETS, "waits": [0.0] * BUCKETS}
         )
         for row in finished:
-            bucket = BUCKETS - 1 - int((clock - row.finished_at).total_seconds() // (HOUR / BUCKETS))
-            if not 0 <= bucket < BUCKETS:
-                continue
             figures = series[row.queue]
-            figures["succeeded" if row.status == SUCCEEDED else "failed"][bucket] += 1
-            if row.status == SUCCEEDED and row.run_at is not None:
-                figures["waits"][bucket] += max(0.0, (row.finished_at - row.run_at).total_seconds())
+            figures["succeeded" if row.status == SUCCEEDED else "failed"][row.bucket] += row.count
+            figures["waits"][row.bucket] += max(0.0, row.waited)
         rows = []
         for queue in queues:
             figures = series[queue]
@@ -89,8 +87,11 @@ class OverviewAPI:
         cursor: str | None = None,
     ) -> tuple[list[Job], str | None]:
         """One page of jobs, newest first, and the cursor of the next page (None at the
-        end). A cursor only continues the query that made it: given with other filters it
-        raises `BadInput`, as does one that was not made here."""
+        end). A filtered page looks through `SCAN_IDS` ids at most, so it may hold fewer
+        than `limit` jobs, or none, while a cursor says older ones may follow. A cursor only
+        continues the query that made it: given with other filters, or not one made here,
+        it raises `BadInput`. It is not signed: it carries nothing but the last id and the
+        filters' fingerprint, and a hand-made one can only start a page at another id."""
         if status is not None and status not in STATUSES:
             raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
         for value, what in ((queue, "queue"), (name, "job name")):
@@ -100,10 +101,24 @@ class OverviewAPI:
         query = _fingerprint(status, queue, name)
         before = None if cursor is None else _open_cursor(cursor, query)
         self._ready()
-        found = self.store.overview.job_page(before=before, limit=limit + 1, status=status, queue=queue, name=name)
-        more = len(found) > limit
+        reads = self.store.overview
+        if status is None and queue is None and name is None:  # the primary key's order: no scan
+            found = reads.job_page(before=before, limit=limit + 1)
+            page = found[:limit]
+            return page, (_make_cursor(page[-1].id, query) if len(found) > limit and page else None)
+        # A filter no index orders by id would scan back through every older job for a rare
+        # match: each page looks at SCAN_IDS ids at most, and a page that found fewer than
+        # `limit` there hands on a cursor to the stretch below it.
+        ends = reads.id_range()
+        if ends is None:
+            return [], None
+        top = min(before, ends[1] + 1) if before is not None else ends[1] + 1
+        lowest = max(top - SCAN_IDS, ends[0])
+        found = reads.job_page(before=top, lowest=lowest, limit=limit + 1, status=status, queue=queue, name=name)
         page = found[:limit]
-        return page, (_make_cursor(page[-1].id, query) if more and page else None)
+        if len(found) > limit and page:
+            return page, _make_cursor(page[-1].id, query)
+        return page, (_make_cursor(lowest, query) if lowest > ends[0] else None)
 
 
 def _fingerprint(status: str | None, queue: str | None, name: str | None) -> str:

@@ -5,11 +5,12 @@ a table of a million finished rows as on an empty one."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import ColumnElement, bindparam, case, func, literal_column, null, select
 
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
@@ -17,23 +18,22 @@ from jobsup.store.reads import _job
 from jobsup.store.rows import Job
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, SUCCEEDED, job
 
-SERIES_ROWS = 20_000
 # The predicate of the finished index (`jobsup_job_finished`), written as the index has it:
 # SQLite uses a partial index only when the query's WHERE carries the index's own term, and
 # does not infer it from `status = 'dead_lettered'`. Harmless where the planner does.
-IN_FINISHED_INDEX: ColumnElement[bool] = literal_column(
-    "status IN ('succeeded', 'dead_lettered', 'cancelled')"
-)  # the finished jobs of the last hour read for the charts, at most
+IN_FINISHED_INDEX: ColumnElement[bool] = literal_column("status IN ('succeeded', 'dead_lettered', 'cancelled')")
 
 
 @dataclass(frozen=True)
 class Finished:
-    """A job that finished in the window: its queue, outcome, when it finished, when it was due."""
+    """The jobs of one queue that ended `status` in one bucket of the window: how many, and
+    their seconds from due to finished added up (succeeded ones only)."""
 
     queue: str
     status: str
-    finished_at: datetime
-    run_at: datetime | None
+    bucket: int
+    count: int
+    waited: float
 
 
 class OverviewReads:
@@ -63,20 +63,27 @@ class OverviewReads:
         with self.db.read("stats") as conn:
             return {q: first for q, first in conn.execute(stmt, self.dialect.clock_params(now)) if first is not None}
 
-    def finished_since(self, seconds: float, *, now: datetime | None = None) -> list[Finished]:
-        """Jobs that succeeded or were dead-lettered in the last `seconds`, newest first, at
-        most `SERIES_ROWS` (through the finished index on status and finished_at)."""
+    def finished_since(self, edges: Sequence[datetime]) -> list[Finished]:
+        """The jobs that succeeded or were dead-lettered from `edges[0]` on, counted per queue,
+        status and bucket (bucket i: from `edges[i]`, before `edges[i + 1]`; the last is
+        open), added up by the database over the finished index's range, so a busy hour
+        costs one row per queue and bucket here, not one per job."""
+        bucket: ColumnElement[int] = case(
+            *((job.c.finished_at >= bindparam(f"p_edge_{i}"), i) for i in range(len(edges) - 1, 0, -1)), else_=0
+        )
+        waited = self.dialect.seconds_between(job.c.run_at, job.c.finished_at)
+        params = {f"p_edge_{i}": edge for i, edge in enumerate(edges)}
         found: list[Finished] = []
-        params = self.dialect.clock_params(now, since=-seconds)
         with self.db.read("stats") as conn:
             for status in (SUCCEEDED, DEAD_LETTERED):
+                label = bucket.label("bucket")
                 stmt = (
-                    select(job.c.queue, job.c.finished_at, job.c.run_at)
-                    .where(IN_FINISHED_INDEX, status_is(status), job.c.finished_at >= self.dialect.clock("since"))
-                    .order_by(job.c.finished_at.desc())
-                    .limit(SERIES_ROWS)
+                    select(job.c.queue, label, func.count(), func.sum(waited) if status == SUCCEEDED else null())
+                    .where(IN_FINISHED_INDEX, status_is(status), job.c.finished_at >= bindparam("p_edge_0"))
+                    .group_by(job.c.queue, label)
                 )
-                found += [Finished(q, status, at, due) for q, at, due in conn.execute(stmt, params)]
+                rows = conn.execute(stmt, params)
+                found += [Finished(queue, status, int(b), int(n), float(w or 0)) for queue, b, n, w in rows]
         return found
 
     def job_page(
@@ -84,14 +91,18 @@ class OverviewReads:
         *,
         before: int | None,
         limit: int,
+        lowest: int | None = None,
         status: str | None = None,
         queue: str | None = None,
         name: str | None = None,
     ) -> list[Job]:
-        """Jobs newest first with ids below `before` (the last id of the previous page)."""
+        """Jobs newest first with ids below `before` (the last id of the previous page) and
+        from `lowest` on (the bound of a filtered page's scan)."""
         stmt: Any = select(job).order_by(job.c.id.desc()).limit(limit)
         if before is not None:
             stmt = stmt.where(job.c.id < before)
+        if lowest is not None:
+            stmt = stmt.where(job.c.id >= lowest)
         if status is not None:
             stmt = stmt.where(status_is(status))
         if queue is not None:
@@ -100,3 +111,9 @@ class OverviewReads:
             stmt = stmt.where(job.c.name == name)
         with self.db.read("inspect") as conn:
             return [_job(row, ()) for row in conn.execute(stmt)]
+
+    def id_range(self) -> tuple[int, int] | None:
+        """The lowest and highest job ids (None: no jobs), from the primary key's ends."""
+        with self.db.read("inspect") as conn:
+            low, high = conn.execute(select(func.min(job.c.id), func.max(job.c.id))).one()
+        return None if high is None else (int(low), int(high))

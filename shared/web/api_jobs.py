@@ -28,7 +28,8 @@ def job_json(found: Job, *, detail: bool = False) -> dict[str, Any]:
 @operation(
     "GET",
     "/jobs",
-    "Jobs, newest first, one page at a time",
+    "Jobs, newest first, one page at a time (a filtered page looks through 50,000 ids at most: it may "
+    "hold fewer jobs than `limit`, or none, while `next_cursor` says older ones may follow)",
     s.JOB_PAGE,
     params=(
         Param("status", enum=STATUSES),

@@ -102,6 +102,9 @@ class Dialect(Protocol):
         """The clock's reading at this moment, inside a transaction that may have waited for
         a lock (PostgreSQL's now() is the transaction's start)."""
 
+    def seconds_between(self, start: ColumnElement[Any], end: ColumnElement[Any]) -> ColumnElement[float]:
+        """`end - start` in seconds, as a number the database can sum."""
+
     def attempt_match(self) -> ColumnElement[bool]:
         """The attempt half of a lease fence: (id, attempts) among the bound leases."""
 

@@ -23,13 +23,16 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Float,
     Insert,
     Row,
     Select,
     Update,
     bindparam,
+    cast,
     create_engine,
     func,
+    literal,
     literal_column,
     select,
     text,
@@ -82,6 +85,10 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
 
     def instant(self, conn: Connection) -> datetime:
         return conn.execute(select(func.sysutcdatetime(type_=UTCDateTime))).scalar_one()
+
+    def seconds_between(self, start: ColumnElement[Any], end: ColumnElement[Any]) -> ColumnElement[float]:
+        millis = func.datediff_big(literal_column("millisecond"), start, end)
+        return cast(millis, Float) / literal(1000.0, Float)
 
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         params: dict[str, Any] = {"p_now": now}

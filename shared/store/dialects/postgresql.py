@@ -35,6 +35,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Float,
     Insert,
     Integer,
     Interval,
@@ -44,6 +45,7 @@ from sqlalchemy import (
     Update,
     bindparam,
     case,
+    cast,
     column,
     create_engine,
     func,
@@ -182,6 +184,9 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
 
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         return {"p_now": now, **{f"p_off_{name}": timedelta(seconds=s) for name, s in offsets.items()}}
+
+    def seconds_between(self, start: ColumnElement[Any], end: ColumnElement[Any]) -> ColumnElement[float]:
+        return cast(func.extract("epoch", end - start), Float)
 
     @cached_property
     def claim_statement(self) -> Select[Any]:

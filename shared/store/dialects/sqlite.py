@@ -43,6 +43,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Float,
     Insert,
     Integer,
     Row,
@@ -51,6 +52,8 @@ from sqlalchemy import (
     bindparam,
     create_engine,
     event,
+    func,
+    literal,
     select,
     update,
 )
@@ -211,6 +214,10 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         base = now or host_clock()
         return {"p_now": base, **{f"p_now_{name}": base + timedelta(seconds=s) for name, s in offsets.items()}}
+
+    def seconds_between(self, start: ColumnElement[Any], end: ColumnElement[Any]) -> ColumnElement[float]:
+        # The stored ISO text parses as it is; julianday keeps milliseconds.
+        return (func.julianday(end) - func.julianday(start)) * literal(86400.0, Float)
 
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
         for _ in range(_CLAIM_ROUNDS):
