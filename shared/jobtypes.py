@@ -192,6 +192,17 @@ class Resolver:
         found = _registered(name) or self.published.get(name)
         return None if found is None or found.limits is None else found.limits.rate
 
+    def key_rate(self, key: str) -> Any:
+        """The rate of window `key`: that of the first job type by name whose rate uses it
+        (types sharing a key should agree; when published definitions do not, every claim
+        of every process that knows them applies the same one)."""
+        known = {**self.published, **{name: registered.type for name, registered in _registry().items()}}
+        for name in sorted(known):
+            limits = known[name].limits
+            if limits is not None and limits.rate is not None and limits.rate.key_for(name) == key:
+                return limits.rate
+        return None
+
     def rate_limited(self, queue: str) -> bool:
         """Whether a job type this process knows is rate-limited in `queue` (its jobs are
         enqueued to its own queue only): only those claims run in a transaction of their own

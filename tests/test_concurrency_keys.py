@@ -4,12 +4,14 @@ until one ends; a saturated key never holds back the other keys behind it."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select, text
 
 import jobsup
+from jobsup.store import limits
 from jobsup.store.schema import concurrency, job
 from jobsup.supervisor.maintenance import ForgetIdleKeys
 
@@ -223,3 +225,21 @@ def test_maintenance_forgets_keys_with_nothing_admitted_and_keeps_the_rest(clien
     again = [client.enqueue("one-per-customer", concurrency_key="gone") for _ in range(2)]
     assert statuses(client, *again) == ["pending", "waiting"]
     assert admitted(client, "one-per-customer:gone") == 1
+
+
+@pytest.mark.postgres
+def test_forgetting_idle_keys_never_waits_on_an_admission_holding_them(postgres_url: str) -> None:
+    client = jobsup.Client(postgres_url)
+    with client.database.transaction() as conn:
+        conn.execute(concurrency.insert(), [{"key": "a", "admitted": 0}, {"key": "b", "admitted": 0}])
+    forgotten: list[int] = []
+    with client.database.transaction() as conn:
+        assert limits._took(conn, "a", 1)  # an enqueue holding key a, about to take key b
+        sweep = threading.Thread(target=lambda: forgotten.append(ForgetIdleKeys(client.store).run_once()))
+        sweep.start()
+        sweep.join(timeout=30)
+        # Before: the delete held b and waited for a, and this transaction's b then deadlocked.
+        assert not sweep.is_alive() and forgotten == [1]
+        assert limits._took(conn, "b", 1)  # b's row is gone: the admission makes it again
+    assert (admitted(client, "a"), admitted(client, "b")) == (1, 1)
+    client.close()

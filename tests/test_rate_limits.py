@@ -17,6 +17,9 @@ from sqlalchemy import event, func, select
 
 import jobsup
 from jobsup.errors import BadInput, DatabaseUnavailable
+from jobsup.flow.limits import Limits
+from jobsup.flow.rate import Rate
+from jobsup.jobtypes import JobType
 from jobsup.registry import lookup
 from jobsup.store.faults import OPERATION
 from jobsup.store.schema import job, job_attempt
@@ -259,3 +262,17 @@ def test_types_sharing_a_key_with_another_rate_are_refused() -> None:
             lambda c, p: None
         )
     assert lookup("rate-partner-c") is None
+
+
+def test_published_types_that_disagree_on_a_key_are_all_claimed_under_one_rate(client: jobsup.Client) -> None:
+    # Two apps published these; neither process registered both, so nothing refused them.
+    loose = JobType("pub-z-loose", queue="pub", limits=Limits(rate=Rate(5, 60.0, "shared-pub")))
+    strict = JobType("pub-a-strict", queue="pub", limits=Limits(rate=Rate(1, 60.0, "shared-pub")))
+    client.store.definitions.publish([loose], instance="app-one")
+    client.store.definitions.publish([strict], instance="app-two")
+    client.store.resolver.refresh()
+    assert client.store.resolver.key_rate("shared-pub") == strict.limits.rate
+    for _ in range(3):
+        client.enqueue("pub-z-loose", run_at=T0)
+    # Only the loose type's jobs in this claim: the window is still the first type's by name.
+    assert len(claim(client, queue="pub", limit=10, now=at(1))) == 1

@@ -160,7 +160,7 @@ def claim_rounds(
         try:
             rows = claim({**params, "p_limit": params["p_limit"] - len(claimed)})
         except DatabaseError as exc:
-            if not claimed and not dropped:
+            if not claimed:  # nothing this worker must run: the outage is its to back off from
                 raise
             # The earlier rounds committed: their jobs are this worker's now, and raising
             # would leave them running under a lease nobody renews until it lapses.

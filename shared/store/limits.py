@@ -53,20 +53,30 @@ _add = (
 )
 
 
-# Keys with nothing admitted: the next job of the key makes its row again. A key admitting
-# a job meanwhile holds its row's lock, and the delete rechecks `admitted` once it has it.
-_idle = delete(concurrency).where(
-    concurrency.c.key.in_(
-        select(concurrency.c.key).where(concurrency.c.admitted <= 0).limit(bindparam("p_batch", type_=Integer))
-    ),
-    concurrency.c.admitted <= 0,
+# Keys with nothing admitted: the next job of the key makes its row again. The rows are
+# picked under a lock that skips those another transaction holds (an admission, a
+# hand-over), so the delete never waits on one and cannot deadlock with an enqueue that
+# locks its keys in sorted order; the delete rechecks `admitted` all the same.
+_idle_keys = (
+    select(concurrency.c.key)
+    .where(concurrency.c.admitted <= 0)
+    .order_by(concurrency.c.key)
+    .limit(bindparam("p_batch", type_=Integer))
+    .with_for_update(skip_locked=True)
+    .with_hint(concurrency, "WITH (UPDLOCK, ROWLOCK, READPAST)", dialect_name="mssql")
+)
+_forget = delete(concurrency).where(
+    concurrency.c.key.in_(bindparam("p_keys", expanding=True)), concurrency.c.admitted <= 0
 )
 
 
 def forget_idle(conn: Connection, batch: int) -> int:
     """Delete up to `batch` rows of keys with no admitted job (one a customer ever had
     would otherwise stay forever); returns how many."""
-    return int(conn.execute(_idle, {"p_batch": batch}).rowcount or 0)
+    keys = list(conn.execute(_idle_keys, {"p_batch": batch}).scalars())
+    if not keys:
+        return 0
+    return int(conn.execute(_forget, {"p_keys": keys}).rowcount or 0)
 
 
 def admit_new(conn: Connection, sql: Statements, inserted: Sequence[tuple[int, Any]]) -> None:

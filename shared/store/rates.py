@@ -132,10 +132,7 @@ def admit_claimed(conn: Connection, change: steps.Change) -> None:
         policy = t.resolver.rate_of(row.name)
         if policy is not None:
             key = policy.key_for(row.name)
-            held, rows = limited.setdefault(key, (policy, []))
-            rows.append(row)
-            if policy.spacing > held.spacing:  # published types that disagree on a key: the stricter
-                limited[key] = (policy, rows)
+            limited.setdefault(key, (t.resolver.key_rate(key) or policy, []))[1].append(row)
     if not limited:
         return
     ids = [row.id for _, rows in limited.values() for row in rows]
