@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -117,7 +118,8 @@ def test_a_real_prometheus_scrapes_jobsup_and_answers_promql(
         yaml.safe_dump(
             {
                 "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-                "scrape_configs": [{"job_name": "jobsup", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
+                # The shipped config's scrape settings (honor_labels), aimed at this instance.
+                "scrape_configs": [{**shipped_scrape(), "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
             }
         )
     )
@@ -133,7 +135,8 @@ def test_a_real_prometheus_scrapes_jobsup_and_answers_promql(
         stderr=subprocess.DEVNULL,
     )
     try:
-        query = urllib.parse.quote('sum by (outcome) (jobsup_jobs_completed_total{job="jobsup"})')
+        # The alerts group by the job type's `job` label: it must survive the scrape.
+        query = urllib.parse.quote('sum by (job, outcome) (jobsup_jobs_completed_total{job!="jobsup"})')
 
         def answer() -> dict[str, float]:
             try:
@@ -141,7 +144,11 @@ def test_a_real_prometheus_scrapes_jobsup_and_answers_promql(
                     result = json.load(r)["data"]["result"]
             except OSError:
                 return {}
-            return {item["metric"]["outcome"]: float(item["value"][1]) for item in result}
+            found: dict[str, float] = {}
+            for item in result:
+                assert "exported_job" not in item["metric"], item
+                found[item["metric"]["outcome"]] = found.get(item["metric"]["outcome"], 0) + float(item["value"][1])
+            return found
 
         found = wait_until(answer, timeout=60, what="Prometheus to answer the query")
         succeeded = sum(1 for job in client.list_jobs(status="succeeded"))
@@ -149,6 +156,13 @@ def test_a_real_prometheus_scrapes_jobsup_and_answers_promql(
     finally:
         server.terminate()
         server.wait(30)
+
+
+def shipped_scrape() -> dict[str, Any]:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    [scrape] = config["scrape_configs"]
+    assert scrape["honor_labels"] is True
+    return {key: value for key, value in scrape.items() if key != "static_configs"}
 
 
 def test_systemd_unit_verifies_and_outlasts_the_shutdown_grace(tmp_path: Path) -> None:
