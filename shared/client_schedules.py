@@ -147,20 +147,9 @@ class SchedulesAPI:
         is refused (`BadInput` naming the schedules): change or remove them first."""
         who = actor_of(actor)
         self._ready()
-        self._refuse_used(name)
         removed = self.store.calendars.calendar_remove(name)
-        if not removed:
-            self._refuse_used(name)  # a schedule naming it was added meanwhile
         self._audit(who, "calendar.remove", target=name, outcome=_found(removed))
         return removed
-
-    def _refuse_used(self, name: str) -> None:
-        users = self.store.calendars.calendar_users(name)
-        if users:
-            raise BadInput(
-                f"calendar {name!r} is used by schedule(s) {', '.join(users[:5])}; remove them or add them "
-                "again without --calendar first"
-            )
 
 
 def _how(overlap: object, calendar: object, mode: object, policy: object) -> How:

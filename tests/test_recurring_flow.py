@@ -5,12 +5,13 @@ and queue, competing instances, and bad input refused with nothing written."""
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 import jobsup
 from jobsup.errors import BadInput
@@ -187,9 +188,6 @@ def test_calendars_are_added_listed_and_removed_audited(client: jobsup.Client) -
     client.add_recurring("report", job="make-report", cron="0 9 * * *", calendar="bank-holidays", allow_unknown=True)
     with pytest.raises(BadInput, match="used by schedule\\(s\\) report"):
         client.remove_calendar("bank-holidays", actor="ops")
-    # The delete itself refuses a calendar a schedule names: one added after the client looked.
-    assert not client.store.calendars.calendar_remove("bank-holidays")
-    assert client.store.calendars.calendar_get("bank-holidays") is not None
     assert client.remove_recurring("report")
     assert client.remove_calendar("bank-holidays", actor="ops")
     assert not client.remove_calendar("bank-holidays", actor="ops")
@@ -234,3 +232,35 @@ def test_a_bad_calendar_is_refused_with_nothing_written(client: jobsup.Client) -
             client.add_calendar("bad", rules)
     with client.database.read() as conn:
         assert conn.execute(select(func.count()).select_from(calendar)).scalar() == 0
+
+
+@pytest.mark.postgres
+def test_a_calendar_removed_while_a_schedule_naming_it_is_written_stays(postgres_url: str) -> None:
+    client = jobsup.Client(postgres_url)
+    client.add_calendar("closures", [{"weekdays": ["sat", "sun"]}], timezone=BERLIN)
+    removal: list[object] = []
+
+    def remove() -> None:
+        try:
+            removal.append(client.remove_calendar("closures"))
+        except BadInput as exc:
+            removal.append(exc)
+
+    def meanwhile(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        # The schedule's write is under way (its transaction open): a removal starts now.
+        if statement.startswith("INSERT INTO jobsup_recurring_job") and not removal:
+            remover = threading.Thread(target=remove)
+            remover.start()
+            remover.join(timeout=1.0)  # it cannot finish while the schedule holds the calendar
+            removal.append(remover)
+
+    event.listen(client.database.engine, "before_cursor_execute", meanwhile)
+    client.add_recurring("weekday-report", job="make-report", cron="0 9 * * *", calendar="closures", allow_unknown=True)
+    event.remove(client.database.engine, "before_cursor_execute", meanwhile)
+    remover = removal[0]
+    assert isinstance(remover, threading.Thread)
+    remover.join(timeout=30)
+    # Before: the removal deleted the calendar at once, and the schedule named a missing one.
+    assert isinstance(removal[1], BadInput) and "weekday-report" in str(removal[1])
+    assert client.store.calendars.calendar_get("closures") is not None
+    client.close()

@@ -10,11 +10,11 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from jobsup.calendars import Calendar, parse_calendar
 from jobsup.clock import host_clock
-from jobsup.errors import ConstraintViolation
+from jobsup.errors import BadInput, ConstraintViolation
 from jobsup.store.database import Database
 from jobsup.store.schema import calendar, recurring_job
 
@@ -63,15 +63,39 @@ class CalendarStore:
     def calendar_users(self, name: str) -> list[str]:
         """The schedules that name calendar `name`."""
         with self.db.read("calendars") as conn:
-            stmt = select(recurring_job.c.name).where(recurring_job.c.calendar == name).order_by(recurring_job.c.name)
-            return list(conn.execute(stmt).scalars())
+            return list(conn.execute(_users, {"p_name": name}).scalars())
 
     def calendar_remove(self, name: str) -> bool:
-        """Delete calendar `name` unless a schedule names it (checked in the delete itself,
-        so a schedule added since the caller looked keeps its calendar)."""
-        used = select(recurring_job.c.name).where(recurring_job.c.calendar == name).exists()
-        with self.db.statement("calendars") as conn:
-            return bool(conn.execute(delete(calendar).where(calendar.c.name == name, ~used)).rowcount)
+        """Delete calendar `name`; False if there is none, `BadInput` naming the schedules
+        that name it. Under the calendar row's lock, which a schedule naming it takes to be
+        written (`lock_calendar`): the two take turns, so neither is left half done."""
+        with self.db.transaction("calendars") as conn:
+            if not lock_calendar(conn, name):
+                return False
+            users = conn.execute(_users, {"p_name": name}).scalars().all()
+            if users:
+                raise BadInput(
+                    f"calendar {name!r} is used by schedule(s) {', '.join(users[:5])}; remove them or add them "
+                    "again without --calendar first"
+                )
+            conn.execute(delete(calendar).where(calendar.c.name == name))
+        return True
+
+
+_users = (
+    select(recurring_job.c.name).where(recurring_job.c.calendar == bindparam("p_name")).order_by(recurring_job.c.name)
+)
+_locked = (
+    select(calendar.c.name)
+    .where(calendar.c.name == bindparam("p_name"))
+    .with_for_update()
+    .with_hint(calendar, "WITH (UPDLOCK, ROWLOCK)", dialect_name="mssql")
+)
+
+
+def lock_calendar(conn: Connection, name: str) -> bool:
+    """Lock calendar `name`'s row until the transaction ends; False if there is none."""
+    return conn.execute(_locked, {"p_name": name}).first() is not None
 
 
 def _rules(text: str) -> Any:

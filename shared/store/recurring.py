@@ -16,7 +16,8 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from jobsup.clock import host_clock
 from jobsup.cron import check_cron, next_slot, zone
-from jobsup.errors import ConstraintViolation
+from jobsup.errors import BadInput, ConstraintViolation
+from jobsup.store.calendars import lock_calendar
 from jobsup.store.database import Database
 from jobsup.store.rows import RecurringSchedule, decode_stored
 from jobsup.store.schema import recurring_job
@@ -79,11 +80,13 @@ class RecurringStore:
             if existing is not None:
                 if (existing.cron, existing.timezone) != (cron, timezone):
                     values.update(cron=cron, timezone=timezone, next_run_at=next_slot(cron, timezone, at))
-                with self.db.statement("recurring") as conn:
+                with self.db.transaction("recurring") as conn:
+                    _hold_calendar(conn, how.calendar)
                     conn.execute(update(recurring_job).where(recurring_job.c.name == name).values(values))
                 break
             try:
                 with self.db.transaction("recurring") as conn:
+                    _hold_calendar(conn, how.calendar)
                     conn.execute(
                         insert(recurring_job).values(
                             name=name,
@@ -184,3 +187,10 @@ def _schedule(row: Any) -> RecurringSchedule:
         skipped=row.skipped or 0,
         last_skipped_at=row.last_skipped_at,
     )
+
+
+def _hold_calendar(conn: Connection, name: str | None) -> None:
+    """Lock the calendar a schedule names while it is written, so that a removal of it waits
+    and then sees the schedule (or the schedule sees the calendar gone, and is refused)."""
+    if name is not None and not lock_calendar(conn, name):
+        raise BadInput(f"calendar {name!r} is not known; add it first with `jobsup calendars add`")
