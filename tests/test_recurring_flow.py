@@ -93,6 +93,47 @@ def test_blackout_slots_are_deferred_to_the_end_of_the_window_across_fall_back(c
     assert schedule(client).skipped == 0
 
 
+def test_blackout_slots_are_skipped_across_fall_back(client: jobsup.Client) -> None:
+    client.add_calendar("night", NIGHT, timezone=BERLIN)
+    start = datetime(2026, 10, 24, 19, tzinfo=UTC)  # 21:00 CEST, the night clocks go back
+    add(client, now=start - timedelta(minutes=1), calendar="night")
+    tick = CronTick(client.store)
+    for instant in hourly(start, 13):
+        tick.run_once(now=instant)
+    fired = [slot for slot, *_ in jobs_of(client)]
+    # 21:00 CEST fires; the nine-hour night (22:00 CEST to 06:00 CET) holds eight slots, the
+    # twice-lived 02:00 being one slot; 06:00 CET on fires.
+    assert fired == [start, *hourly(datetime(2026, 10, 25, 5, tzinfo=UTC), 3)]
+    assert (schedule(client).skipped, schedule(client).last_skipped_at) == (8, datetime(2026, 10, 25, 4, tzinfo=UTC))
+
+
+def test_blackout_slots_are_deferred_across_spring_forward(client: jobsup.Client) -> None:
+    client.add_calendar("night", NIGHT, timezone=BERLIN)
+    start = datetime(2026, 3, 28, 20, tzinfo=UTC)  # 21:00 CET, the night clocks go forward
+    add(client, now=start - timedelta(minutes=1), calendar="night", policy="defer_to_end")
+    tick = CronTick(client.store)
+    for instant in hourly(start, 10):
+        tick.run_once(now=instant)
+    end = datetime(2026, 3, 29, 4, tzinfo=UTC)  # 06:00 CEST: the night was seven hours long
+    rows = jobs_of(client)
+    assert [slot for slot, *_ in rows] == hourly(start, 10)  # 02:00 does not happen: no slot lost or doubled
+    assert [run_at for _, run_at, *_ in rows] == [start] + [end] * 7 + [end, end + timedelta(hours=1)]
+    assert schedule(client).skipped == 0
+
+
+def test_a_public_holiday_skips_the_schedule_s_slot(client: jobsup.Client) -> None:
+    client.add_calendar("holidays", [{"holidays": "DE"}], timezone=BERLIN)
+    first = datetime(2026, 12, 24, 8, tzinfo=UTC)  # 09:00 CET on Christmas Eve, a working day
+    add(client, cron="0 9 * * *", now=first - timedelta(minutes=1), calendar="holidays")
+    tick = CronTick(client.store)
+    days = [first + timedelta(days=n) for n in range(4)]
+    for instant in days:
+        tick.run_once(now=instant)
+    # The 25th and 26th are public holidays in Germany.
+    assert [slot for slot, *_ in jobs_of(client)] == [days[0], days[3]]
+    assert schedule(client).skipped == 2
+
+
 def test_allowed_hours_skip_or_defer_a_slot_outside_them(client: jobsup.Client) -> None:
     hours = [{"weekdays": ["mon", "tue", "wed", "thu", "fri"], "time": "09:00-17:00"}]
     client.add_calendar("business-hours", hours, timezone=BERLIN)
