@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jobsup
@@ -10,3 +11,10 @@ import jobsup
 @jobsup.job("breaker-down", queue="down", max_attempts=1, breaker={"failures": 3, "reset": "1h"})
 def down(ctx: jobsup.JobContext, payload: Any) -> None:
     raise RuntimeError("the service it calls is down")
+
+
+@jobsup.job("breaker-probe", queue="probe", max_attempts=1, breaker={"failures": 2, "reset": "2s"})
+def probe(ctx: jobsup.JobContext, payload: Any) -> None:
+    # Down while the test's flag file exists; the probe after it is gone succeeds.
+    if os.path.exists(payload["down_while"]):
+        raise RuntimeError("the service it calls is down")

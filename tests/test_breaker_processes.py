@@ -8,8 +8,10 @@ import json
 
 import breakerapp  # noqa: F401 - registers breaker-down here too, for its queue
 import pytest
+from sqlalchemy import select
 
 import jobsup
+from jobsup.store.schema import job_attempt
 
 from harness import port_of, sample, scrape, status_of
 from helpers import run_jobsup, wait_until
@@ -52,3 +54,34 @@ def test_a_failing_type_opens_its_breaker_and_its_jobs_wait(url: str, start) -> 
 
     wait_until(exported, timeout=30, what="the breaker's metrics")
     client.close()
+
+
+def test_two_supervisors_run_one_probe_and_its_success_closes_the_breaker(  # type: ignore[no-untyped-def]
+    url: str, start, tmp_path
+) -> None:
+    client = jobsup.Client(url)
+    down = tmp_path / "down"
+    down.touch()
+    for _ in range(2):
+        start("--app", "breakerapp", "--queue", "probe=2")
+    payload = {"down_while": str(down)}
+    failing = [client.enqueue("breaker-probe", payload) for _ in range(2)]
+    wait_until(lambda: statuses(client, failing) == ["dead_lettered"] * 2, timeout=60, what="two failures")
+    wait_until(lambda: state_of(client, "breaker-probe") == "open", timeout=30, what="the breaker to open")
+    held = [client.enqueue("breaker-probe", payload) for _ in range(10)]
+    down.unlink()  # the service is back: the probe, once the reset has passed, succeeds
+    wait_until(lambda: statuses(client, held) == ["succeeded"] * 10, timeout=90, what="the held jobs to run")
+    assert state_of(client, "breaker-probe") == "closed"
+    with client.database.read() as conn:
+        stmt = select(job_attempt.c.started_at, job_attempt.c.finished_at).where(job_attempt.c.job_id.in_(held))
+        attempts = sorted(conn.execute(stmt).all())
+    assert len(attempts) == 10  # each once: no probe ran twice, nothing was claimed and put back
+    # The probe ran alone: the other nine (on four workers in two supervisors) started only
+    # after it had finished and closed the breaker.
+    probe_end = attempts[0].finished_at
+    assert all(later.started_at >= probe_end for later in attempts[1:]), attempts
+    client.close()
+
+
+def state_of(client: jobsup.Client, name: str) -> str | None:
+    return next((row["state"] for row in client.breakers() if row["name"] == name), None)
