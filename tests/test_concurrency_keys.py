@@ -51,14 +51,14 @@ def test_a_key_admits_its_limit_and_the_rest_wait_in_order(client: jobsup.Client
 
 
 def test_a_saturated_key_at_the_head_holds_back_no_other_key(client: jobsup.Client) -> None:
-    client.enqueue_many([{"name": "one-per-customer", "concurrency_key": "big"} for _ in range(2000)])
+    client.enqueue_many([{"name": "one-per-customer", "concurrency_key": "big"} for _ in range(10_000)])
     others = client.enqueue_many([{"name": "one-per-customer", "concurrency_key": f"k{n}"} for n in range(5)])
     plain = client.enqueue("unlimited-type")
     claimed = {j.id for j in claim(client, limit=20)}
     assert set(others) | {plain} < claimed and len(claimed) == 7  # one of "big", the five, the plain one
     with client.database.read() as conn:
         waiting = conn.execute(select(func.count()).where(job.c.status == "waiting")).scalar_one()
-    assert waiting == 1999
+    assert waiting == 9_999
 
 
 def test_a_retry_keeps_the_slot_and_an_end_gives_it_on(client: jobsup.Client) -> None:
