@@ -201,3 +201,26 @@ def test_odd_input_is_a_4xx_not_a_crash(url: str) -> None:
         assert retry.status_code == 400
         wrong_csrf = http.post("/actions/dead/retry", data={"csrf": "\u00e9", "all": "1"}, follow_redirects=False)
         assert wrong_csrf.status_code == 403
+
+
+def test_workflow_batch_and_calendar_pages_show_their_objects(url: str, client: jobsup.Client) -> None:
+    workflow = jobsup.Workflow("nightly")
+    first = workflow.add("work", step="extract")
+    workflow.add("work", deps=[first], step="load")
+    workflow_id = client.enqueue_workflow(workflow)
+    batch_id = client.enqueue_batch([{"name": "work"}] * 3, on_complete="work", name="import")
+    client.add_calendar("closures", [{"weekdays": ["sat", "sun"]}], timezone="Europe/Berlin")
+    steps = {step.name: step.job_id for step in client.get_workflow(workflow_id).steps}  # type: ignore[union-attr]
+    with web(url) as http:
+        http.headers.update(READER)
+        listed = http.get("/workflows").text
+        assert f'href="/workflows/{workflow_id}"' in listed
+        page = http.get(f"/workflows/{workflow_id}").text
+        assert "nightly" in page and f'href="/jobs/{steps["load"]}"' in page and ">extract<" in page
+        assert f'href="/batches/{batch_id}"' in http.get("/batches").text
+        shown = http.get(f"/batches/{batch_id}").text
+        assert "import" in shown and "on_complete" in shown and "<dd>3</dd>" in shown
+        assert "closures" in http.get("/calendars").text and "Europe/Berlin" in http.get("/calendars").text
+        for path, code in (("/workflows/999999", 404), ("/batches/x1", 400), ("/workflows/99999999999999999999", 400)):
+            answer = http.get(path)
+            assert answer.status_code == code and "Traceback" not in answer.text, path

@@ -24,7 +24,18 @@ from webhelpers import OPERATOR, PASSWORD, READER, USERS, WEB_SECRET, csrf_of, l
 API = "/api/v1"
 SECRET = "tok-Qp7rWz-never-shown"
 KEY = "k1:" + base64.urlsafe_b64encode(bytes(range(32))).decode()
-PAGES = ("/", "/fragments/overview", "/jobs", "/dead", "/queues", "/recurring", "/workers", "/workflows")
+PAGES = (
+    "/",
+    "/fragments/overview",
+    "/jobs",
+    "/dead",
+    "/queues",
+    "/recurring",
+    "/workers",
+    "/workflows",
+    "/batches",
+    "/calendars",
+)
 PAGES += ("/batches", "/definitions", "/breakers", "/audit")
 
 

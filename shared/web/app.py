@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 
 from jobsup.client import Client
 from jobsup.web import api_jobs, api_ops, pages  # noqa: F401 - declare their operations
-from jobsup.web.api import OPERATIONS, endpoint, error_response
+from jobsup.web.api import OPERATIONS, ApiError, endpoint, error_response
 from jobsup.web.auth import Auth
 from jobsup.web.openapi import PREFIX, document
 from jobsup.web.security import Identify, SecurityHeaders, identify
@@ -31,6 +31,11 @@ def build(client: Client, auth: Auth, *, identify_hook: Identify | None = None, 
     spec = document(OPERATIONS.all, _version())
 
     async def openapi(request: Request) -> Response:
+        # Only the API's shape, but every request off loopback is authenticated, this one too.
+        try:
+            await identify(request)
+        except ApiError as exc:
+            return error_response(exc.status, exc.message)
         return JSONResponse(spec)
 
     routes: list[BaseRoute] = [Route(f"{PREFIX}/openapi.json", openapi, methods=["GET"])]

@@ -62,14 +62,35 @@ def _jobs(client: Client, request: Request) -> dict[str, Any]:
     return {"jobs": found, "next_cursor": cursor, "filters": filters, "statuses": STATUSES}
 
 
+def _id_of(request: Request, key: str, what: str) -> int:
+    raw = request.path_params[key]
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > 2**63 - 1:
+        raise ApiError(400, f"{raw[:30]!r} is not a {what} id")
+    return int(raw)
+
+
 def _job(client: Client, request: Request) -> dict[str, Any]:
-    raw = request.path_params["job_id"]
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
-        raise ApiError(400, f"{raw[:30]!r} is not a job id")
-    found = client.get(int(raw))
+    job_id = _id_of(request, "job_id", "job")
+    found = client.get(job_id)
     if found is None:
-        raise ApiError(404, f"no job with id {raw}")
+        raise ApiError(404, f"no job with id {job_id}")
     return {"job": found, "logs": client.logs(found.id, limit=api_jobs.MAX_LOGS)}
+
+
+def _workflow(client: Client, request: Request) -> dict[str, Any]:
+    group_id = _id_of(request, "group_id", "workflow")
+    found = client.get_workflow(group_id)
+    if found is None:
+        raise ApiError(404, f"no workflow with id {group_id}")
+    return {"workflow": found}
+
+
+def _batch(client: Client, request: Request) -> dict[str, Any]:
+    group_id = _id_of(request, "group_id", "batch")
+    found = client.get_batch(group_id)
+    if found is None:
+        raise ApiError(404, f"no batch with id {group_id}")
+    return {"batch": found}
 
 
 def _dead(client: Client, request: Request) -> dict[str, Any]:
@@ -88,9 +109,13 @@ def _workers(client: Client, request: Request) -> dict[str, Any]:
     return {"workers": client.workers()}
 
 
-def _table(title: str, read: Callable[[Client], list[dict[str, Any]]], columns: tuple[str, ...]) -> PageFn:
+def _table(
+    title: str, read: Callable[[Client], list[dict[str, Any]]], columns: tuple[str, ...], link: str = ""
+) -> PageFn:
+    """A page listing `read`'s rows; with `link`, each row's id opens ``link/<id>``."""
+
     def build(client: Client, request: Request) -> dict[str, Any]:
-        return {"title": title, "rows": read(client), "columns": columns}
+        return {"title": title, "rows": read(client), "columns": columns, "link": link}
 
     return build
 
@@ -105,6 +130,10 @@ def _workflows(client: Client) -> list[dict[str, Any]]:
 
 def _batches(client: Client) -> list[dict[str, Any]]:
     return [b.to_dict() for b in client.list_batches(limit=200)]
+
+
+def _calendars(client: Client) -> list[dict[str, Any]]:
+    return client.calendars()
 
 
 def _audit(client: Client) -> list[dict[str, Any]]:
@@ -141,14 +170,28 @@ def routes() -> list[BaseRoute]:
         ),
         Route(
             "/workflows",
-            view("table.html", _table("Workflows", _workflows, ("id", "name", "status", "counts", "created_at"))),
+            view(
+                "table.html",
+                _table("Workflows", _workflows, ("id", "name", "status", "counts", "created_at"), "/workflows"),
+            ),
         ),
+        Route("/workflows/{group_id}", view("workflow.html", _workflow)),
         Route(
             "/batches",
             view(
                 "table.html",
-                _table("Batches", _batches, ("id", "name", "status", "total", "counts", "created_at", "finished_at")),
+                _table(
+                    "Batches",
+                    _batches,
+                    ("id", "name", "status", "total", "counts", "created_at", "finished_at"),
+                    "/batches",
+                ),
             ),
+        ),
+        Route("/batches/{group_id}", view("batch.html", _batch)),
+        Route(
+            "/calendars",
+            view("table.html", _table("Calendars", _calendars, ("name", "timezone", "rules", "updated_at"))),
         ),
         Route(
             "/audit",

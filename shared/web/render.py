@@ -27,6 +27,7 @@ NAV = (
     ("Batches", "/batches"),
     ("Definitions", "/definitions"),
     ("Breakers", "/breakers"),
+    ("Calendars", "/calendars"),
     ("Audit", "/audit"),
 )
 
