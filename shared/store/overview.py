@@ -114,6 +114,9 @@ class OverviewReads:
 
     def id_range(self) -> tuple[int, int] | None:
         """The lowest and highest job ids (None: no jobs), from the primary key's ends."""
+        # Two subqueries: SQLite reads min() or max() off the key's end only when it is the
+        # query's one aggregate, and scans the table for both at once.
+        ends = select(select(func.min(job.c.id)).scalar_subquery(), select(func.max(job.c.id)).scalar_subquery())
         with self.db.read("inspect") as conn:
-            low, high = conn.execute(select(func.min(job.c.id), func.max(job.c.id))).one()
+            low, high = conn.execute(ends).one()
         return None if high is None else (int(low), int(high))
