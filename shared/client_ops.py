@@ -53,6 +53,21 @@ class OpsAPI:
         store: Store
 
         def _ready(self) -> None: ...
+        def _enqueue(
+            self, name: str, payload: Any, connection: Any, allow_unknown: bool, options: dict[str, Any]
+        ) -> tuple[int, bool]: ...
+
+    # -- an operator's enqueue ------------------------------------------------------------
+
+    def enqueue_as_operator(
+        self, name: str, payload: Any = None, *, actor: str, allow_unknown: bool = False, **options: Any
+    ) -> int:
+        """`enqueue` on an operator's behalf (the CLI, the HTTP API), audited as
+        ``job.enqueue``, unlike an application's; ``unchanged`` when a live job's unique key
+        meant nothing was added."""
+        job_id, new = self._enqueue(name, payload, None, allow_unknown, {**options, "actor": actor})
+        self._audit(actor, "job.enqueue", target=name, job_ids=[job_id], outcome="ok" if new else "unchanged")
+        return job_id
 
     # -- paused queues --------------------------------------------------------------------
 

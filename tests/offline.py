@@ -42,6 +42,10 @@ class Result:
         assert self.rows, "no row"
         return self.rows[0][0]
 
+    def one(self) -> Any:
+        assert len(self.rows) == 1, self.rows
+        return self.rows[0]
+
     def scalars(self) -> Result:
         return Result([(row[0],) for row in self.rows]) if self.rows else self
 

@@ -27,6 +27,12 @@ def test_enqueue_get_list_and_page_through_jobs(url: str) -> None:
         shown = http.get(f"{API}/jobs/{created[0]}", headers=READER).json()
         assert shown["payload"] == {"n": 0} and shown["history"] == [] and shown["logs"] == []
         assert shown["actor"] == "web:token-" + shown["actor"].split("-")[-1]
+    # An operator's enqueue is audited, as the CLI's is.
+    client = jobsup.Client(url)
+    entries = client.audit(action="job.enqueue")
+    client.close()
+    assert sorted(e.job_ids[0] for e in entries) == sorted(created)
+    assert {(e.actor, e.target, e.outcome) for e in entries} == {(shown["actor"], "work", "ok")}
 
 
 def test_a_cursor_from_another_query_is_refused(url: str) -> None:

@@ -15,6 +15,8 @@ import pytest
 import jobsup
 from jobsup.errors import ConfigurationError
 from jobsup.secrets import ENV
+from jobsup.web import actions
+from jobsup.web.api import OPERATIONS
 from jobsup.web.auth import Auth, LoginLimiter, check_password, hash_password
 from jobsup.web.server import check_bind
 
@@ -35,8 +37,10 @@ PAGES = (
     "/workflows",
     "/batches",
     "/calendars",
+    "/definitions",
+    "/breakers",
+    "/audit",
 )
-PAGES += ("/batches", "/definitions", "/breakers", "/audit")
 
 
 def test_an_action_without_a_token_is_401_and_a_wrong_token_too(url: str, client: jobsup.Client) -> None:
@@ -54,15 +58,22 @@ def test_the_read_only_role_reads_but_gets_403_on_every_action(url: str, client:
     job_id = client.enqueue("work")
     with web(url) as http:
         assert http.get(f"{API}/jobs/{job_id}", headers=READER).status_code == 200
-        for path in (f"/jobs/{job_id}/cancel", "/queues/default/pause", "/dead-letters/retry", "/breakers/work/reset"):
-            response = http.post(API + path, json={}, headers=READER)
+        unsafe = [op for op in OPERATIONS.all if op.method != "GET"]
+        assert len(unsafe) >= 12 and all(op.role == "operator" for op in unsafe)
+        values = {"job_id": str(job_id), "queue": "default", "name": "work", "group_id": "1"}
+        for op in unsafe:
+            path = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], op.path)
+            response = http.request(op.method, API + path, json={}, headers=READER)
             assert response.status_code == 403 and "operator role" in response.json()["error"]["message"], path
-        assert http.post(f"{API}/jobs", json={"name": "work"}, headers=READER).status_code == 403
         log_in(http, "bob")
         token = csrf_of(http, f"/jobs/{job_id}")
         assert "Cancel</button>" not in http.get(f"/jobs/{job_id}").text  # no buttons for a reader
-        page = http.post(f"/actions/jobs/{job_id}/cancel", data={"csrf": token, "back": "/"}, follow_redirects=False)
-        assert page.status_code == 403
+        forms = [r.path for r in actions.routes() if r.path.startswith("/actions/")]  # type: ignore[attr-defined]
+        assert len(forms) >= 8
+        for form in forms:
+            path = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], form)
+            page = http.post(path, data={"csrf": token, "back": "/"}, follow_redirects=False)
+            assert page.status_code == 403, path
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
 
 
@@ -115,14 +126,24 @@ def sealed_job(url: str, client: jobsup.Client, monkeypatch: pytest.MonkeyPatch)
     job_id = client.enqueue("sealed-app", {"to": "partner", "token": SECRET}, max_attempts=1)
     fail(client, claim(client)[0], error="refused")
     client.add_recurring("sealed-nightly", job="sealed-app", cron="0 3 * * *", payload={"to": "p", "token": SECRET})
+    workflow = jobsup.Workflow("sealed-flow")
+    workflow.add("sealed-app", {"to": "w", "token": SECRET}, step="call")
+    client.enqueue_workflow(workflow)
+    client.enqueue_batch([{"name": "sealed-app", "payload": {"to": "b", "token": SECRET}}], name="sealed-batch")
     return job_id
 
 
-def test_a_sensitive_value_is_absent_from_every_page_and_response(url: str, sealed_job: int) -> None:
+def test_a_sensitive_value_is_absent_from_every_page_and_response(
+    url: str, sealed_job: int, client: jobsup.Client
+) -> None:
+    [flow] = client.list_workflows()
+    [group] = client.list_batches()
+    details = (f"/jobs/{sealed_job}", f"/workflows/{flow.id}", f"/batches/{group.id}")
     with web(url) as http:
         log_in(http)
-        pages = {path: http.get(path) for path in (*PAGES, f"/jobs/{sealed_job}")}
-        apis = {path: http.get(API + path, headers=OPERATOR) for path in ("/jobs", f"/jobs/{sealed_job}", "/recurring")}
+        pages = {path: http.get(path) for path in (*PAGES, *details)}
+        reads = ("/jobs", "/recurring", "/workflows", "/batches", "/audit", "/dead-letters", "/overview", *details)
+        apis = {path: http.get(API + path, headers=OPERATOR) for path in reads}
     for path, response in {**pages, **apis}.items():
         assert response.status_code == 200, path
         assert SECRET not in response.text, path
@@ -365,3 +386,18 @@ def test_hash_password_prints_a_hash_the_dashboard_accepts() -> None:
     auth = Auth.parse(users=f"dana:read:{stored}")
     assert auth.password("dana", "s3cret-words", "basic") is not None
     assert auth.password("dana", "other words", "basic") is None
+
+
+def test_a_host_identity_claiming_bearer_still_needs_the_csrf_token(url: str, client: jobsup.Client) -> None:
+    from starlette.testclient import TestClient
+
+    from jobsup.web import OPERATOR as OPERATOR_ROLE
+    from jobsup.web import Identity, asgi_app
+
+    client.enqueue("work", queue="mail")
+    app = asgi_app(client=client, identify=lambda request: Identity("carol", OPERATOR_ROLE, "bearer"))
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        # A browser with the host app's session cookie sends no Authorization header.
+        refused = http.post("/actions/queues/mail/pause", data={"back": "/queues"}, follow_redirects=False)
+        assert refused.status_code == 403
+    assert client.queues()[0]["state"] != "paused"

@@ -64,10 +64,7 @@ def enqueue(
     value = parse_payload(payload)
     if params:
         value = with_params(client, name, value, params, allow_unknown)
-    job_id, new = client._enqueue(name, value, None, allow_unknown, {**given, "actor": who})
-    # An operator's enqueue is audited, unlike an application's; a live job's unique key
-    # means nothing was added ("unchanged").
-    client._audit(who, "job.enqueue", target=name, job_ids=[job_id], outcome="ok" if new else "unchanged")
+    job_id = client.enqueue_as_operator(name, value, actor=who, allow_unknown=allow_unknown, **given)
     emit_json({"id": job_id}) if as_json else click.echo(job_id)
 
 

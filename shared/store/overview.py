@@ -76,11 +76,16 @@ class OverviewReads:
         found: list[Finished] = []
         with self.db.read("stats") as conn:
             for status in (SUCCEEDED, DEAD_LETTERED):
-                label = bucket.label("bucket")
-                stmt = (
-                    select(job.c.queue, label, func.count(), func.sum(waited) if status == SUCCEEDED else null())
+                # Bucketed in a subquery and grouped by its column: SQL Server refuses a GROUP
+                # BY repeating an expression with parameters (pyodbc binds each copy apart).
+                rows_of = (
+                    select(job.c.queue, bucket.label("bucket"), waited.label("waited"))
                     .where(IN_FINISHED_INDEX, status_is(status), job.c.finished_at >= bindparam("p_edge_0"))
-                    .group_by(job.c.queue, label)
+                    .subquery("finished")
+                )
+                total = func.sum(rows_of.c.waited) if status == SUCCEEDED else null()
+                stmt = select(rows_of.c.queue, rows_of.c.bucket, func.count(), total).group_by(
+                    rows_of.c.queue, rows_of.c.bucket
                 )
                 rows = conn.execute(stmt, params)
                 found += [Finished(queue, status, int(b), int(n), float(w or 0)) for queue, b, n, w in rows]

@@ -72,7 +72,7 @@ def get_job(client: Client, who: Identity, job_id: int) -> dict[str, Any]:
 )
 def enqueue_job(client: Client, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
     options = {key: value for key, value in body.items() if key not in ("name", "payload")}
-    return {"id": client.enqueue(body["name"], body.get("payload"), **options, actor=who.actor)}
+    return {"id": client.enqueue_as_operator(body["name"], body.get("payload"), **options, actor=who.actor)}
 
 
 @operation("POST", "/jobs/{job_id}/cancel", "Cancel a pending or running job", s.DONE, role=OPERATOR, params=(JOB_ID,))

@@ -107,7 +107,9 @@ def check_csrf(request: Request, who: Identity | None, submitted: str | None) ->
     """A state-changing request must come from our own pages: its origin is ours and it
     carries the token that goes with its CSRF cookie. A bearer token is never sent by a
     browser on its own, so requests made with one need no token."""
-    if request.method not in UNSAFE or (who is not None and who.by == "bearer"):
+    # The header itself, not the identity's `by`, which a host app's identify hook chooses.
+    carried_bearer = request.headers.get("authorization", "").lower().startswith("bearer ")
+    if request.method not in UNSAFE or (who is not None and who.by == "bearer" and carried_bearer):
         return
     if request.headers.get("sec-fetch-site") == "cross-site":
         raise ApiError(403, "cross-site request refused")
