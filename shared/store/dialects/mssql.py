@@ -88,7 +88,7 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
 
     def seconds_between(self, start: ColumnElement[Any], end: ColumnElement[Any]) -> ColumnElement[float]:
         millis = func.datediff_big(literal_column("millisecond"), start, end)
-        return cast(millis, Float) / literal(1000.0, Float)
+        return cast(cast(millis, Float) / literal(1000.0, Float), Float)
 
     def clock_params(self, now: datetime | None, **offsets: float) -> dict[str, Any]:
         params: dict[str, Any] = {"p_now": now}
