@@ -12,6 +12,7 @@ from jobsup.clock import host_clock
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
 from jobsup.store import Store
+from jobsup.store.outbox import Outbox
 from jobsup.store.processes import stale_age
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
 from jobsup.supervisor.guard import guarded
@@ -77,6 +78,20 @@ class QueueGauges:
         metrics.set_queue_depths(depths, oldest)
         metrics.set_queues_paused({queue: queue in states and states[queue].paused for queue in self.seen})
         return len(self.seen)
+
+
+class OutboxGauges:
+    """Refresh the outbox's depth and oldest-event age (only where a publisher is configured)."""
+
+    name = "outbox_gauges"
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+
+    def run_once(self, now: datetime | None = None) -> int:
+        depth, oldest = self.outbox.depth(now)
+        metrics.set_outbox(depth, oldest)
+        return depth
 
 
 class PurgeFinished:

@@ -187,6 +187,7 @@ class NewJob:
     # SLA deadlines (`jobsup.store.sla`): None for a job without one.
     sla_start_by: datetime | None = None
     sla_finish_by: datetime | None = None
+    traceparent: str | None = None  # the enqueuer's W3C trace context (`jobsup.events.tracing`)
     # Not a column: its sensitive values, sealed once the insert gives it an id.
     sealing: Any = field(default=None, compare=False, repr=False, metadata={"column": False})
 
