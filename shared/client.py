@@ -42,9 +42,14 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
         if database is not None and database_url is not None:
             raise BadInput("give a database URL or a database, not both")
         if database is None:
-            from jobsup.settings import database_url_or_configured
+            from jobsup.settings import load
 
-            database = Database(database_url_or_configured(database_url))
+            settings = load()
+            database = Database(settings.database_url if database_url is None else database_url)
+            if settings.events_publisher:  # this process's transitions write the outbox too
+                from jobsup.events import record
+
+                record.enable()
         self.database = database
         self.store = Store(self.database)
         self.dead_letters = DeadLetters(self)
