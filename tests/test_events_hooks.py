@@ -8,7 +8,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -40,7 +40,7 @@ def _dead_letter(client: jobsup.Client) -> int:
 
 
 def test_a_hook_runs_after_the_commit_with_the_event(client: jobsup.Client, seen: list[Any]) -> None:
-    got: list[dict[str, Any]] = []
+    got: ClassVar[list[dict[str, Any]]] = []
     jobsup.on("job.dead_lettered")(got.append)
     job_id = _dead_letter(client)
     wait_until(lambda: got, timeout=10, what="the hook")
@@ -85,8 +85,8 @@ class Receiver(BaseHTTPRequestHandler):
 
     secret = "s3cret"
     failures = 1
-    got: list[dict[str, Any]] = []
-    answers: list[int] = []
+    got: ClassVar[list[dict[str, Any]]] = []
+    answers: ClassVar[list[int]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
