@@ -92,9 +92,12 @@ class Receiver(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         status = 500 if len(self.answers) < self.failures else 204
         self.answers.append(status)
-        expected = "sha256=" + hmac.new(
-            self.secret.encode(), self.headers["X-Jobsup-Timestamp"].encode() + b"." + body, hashlib.sha256
-        ).hexdigest()
+        expected = (
+            "sha256="
+            + hmac.new(
+                self.secret.encode(), self.headers["X-Jobsup-Timestamp"].encode() + b"." + body, hashlib.sha256
+            ).hexdigest()
+        )
         verified = hmac.compare_digest(expected, self.headers["X-Jobsup-Signature"])
         if status == 204:
             self.got.append({"event": json.loads(body), "verified": verified, "id": self.headers["X-Jobsup-Event-Id"]})

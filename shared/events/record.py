@@ -100,7 +100,7 @@ def _send(conn: Connection, built: list[dict[str, Any]]) -> None:
 def _events(conn: Connection, change: steps.Change) -> Iterable[dict[str, Any]]:
     at, transition = host_clock(), change.transition
     if transition == "enqueue":
-        for job_id, new in change.rows:
+        for job_id, new in change.rows:  # type: ignore[misc]  # enqueue's rows are (id, NewJob) pairs
             yield event("job.enqueued", at, job=job_id, name=new.name, queue=new.queue, attempt=0, actor=new.actor)
         return
     if transition == "claim":

@@ -25,8 +25,10 @@ from jobsup.store.database import Database
 from jobsup.store.schema import job, outbox
 
 # What the events of a settle, cancel or retry need to know about each job.
-FACT_COLUMNS = (job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, job.c.actor, job.c.last_error)
-FACT_COLUMNS += (job.c.run_at,)
+FACT_COLUMNS = (
+    *(job.c.id, job.c.name, job.c.queue, job.c.attempts),
+    *(job.c.status, job.c.actor, job.c.last_error, job.c.run_at),
+)
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ class Outbox:
                 conn.execute(self._release, {"p_ids": list(ids), "p_owner": owner})
 
     @cached_property
-    def _depth(self) -> Select[Any]:
+    def _depth(self) -> Any:
         return select(func.count(), func.min(outbox.c.created_at))
 
     def depth(self, now: datetime | None = None) -> tuple[int, float]:
