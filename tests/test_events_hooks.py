@@ -76,7 +76,7 @@ def test_a_hook_that_raises_or_hangs_is_counted_and_does_not_change_the_job(
 
 
 def test_an_unknown_event_name_is_refused_naming_the_known_ones() -> None:
-    with pytest.raises(BadInput, match=r"no event type 'job.dead'.*job\.dead_lettered"):
+    with pytest.raises(BadInput, match=r"no event type .job.dead.; the event types are .*job\.dead_lettered"):
         jobsup.on("job.dead")
 
 

@@ -48,10 +48,19 @@ TYPES: dict[str, str] = {
 }
 
 
+# Types of the catalogue not announced yet (their features log and count them instead).
+NOT_YET = frozenset(
+    {"batch.finished", "sla.breached", "breaker.opened", "breaker.closed", "queue.paused", "queue.resumed"}
+)
+
+
 def check_type(kind: str) -> str:
-    """`kind` if it is a type of the catalogue, else `BadInput` naming the known ones."""
+    """`kind` if it is an announced type of the catalogue, else `BadInput` naming them."""
+    announced = [name for name in TYPES if name not in NOT_YET]
+    if kind in NOT_YET:
+        raise BadInput(f"event type {kind!r} is not announced yet; the announced types are {', '.join(announced)}")
     if kind not in TYPES:
-        raise BadInput(f"no event type {kind!r}; the event types are {', '.join(TYPES)}")
+        raise BadInput(f"no event type {kind!r}; the event types are {', '.join(announced)}")
     return kind
 
 

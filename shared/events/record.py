@@ -5,8 +5,7 @@ in-process hooks (after the commit).
 This is an in-transaction step (`jobsup.store.steps`), registered only for the transitions
 whose events someone wants: every transition once a publisher is configured (`enable`), else
 those a hook listens to. Unregistered, a transition pays nothing, and PostgreSQL's claim and
-settle stay single statements. Events of no transition (a breaker, a queue, a batch, an SLA
-breach) are announced by their own transactions through `announce`.
+settle stay single statements.
 """
 
 from __future__ import annotations
@@ -77,12 +76,6 @@ def record(conn: Connection, change: steps.Change) -> None:
     built = list(_events(conn, change))
     if built:
         _send(conn, built)
-
-
-def announce(conn: Connection, kind: str, **fields: Any) -> None:
-    """An event of no transition, inside the transaction of the change it announces."""
-    if _publishing or kind in _hooked:
-        _send(conn, [event(kind, host_clock(), **fields)])
 
 
 def _send(conn: Connection, built: list[dict[str, Any]]) -> None:
