@@ -42,6 +42,7 @@ from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import (
     ExpireLeases,
     FinishBatches,
+    FinishWorkflows,
     Maintenance,
     OutboxGauges,
     PruneProcesses,
@@ -111,6 +112,7 @@ class Arbiter:
             [
                 ExpireLeases(self.store),
                 FinishBatches(self.store),
+                FinishWorkflows(self.store),
                 HalfOpenBreakers(self.store),
                 MarkSlaBreaches(self.store),
                 *(housekeeping if self.settings.housekeeping else []),

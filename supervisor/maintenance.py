@@ -144,6 +144,19 @@ class FinishBatches:
         return self.store.transitions.groups.sweep_batches()
 
 
+class FinishWorkflows:
+    """Mark finished (and announce) the workflows whose last step ended in a process that
+    died before it could look (see `jobsup.store.links`)."""
+
+    name = "finish_workflows"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_once(self, now: datetime | None = None) -> int:
+        return self.store.transitions.groups.sweep_workflows()
+
+
 class Maintenance:
     def __init__(self, steps: list[Step]) -> None:
         self.steps = steps

@@ -10,8 +10,10 @@ An event is a small JSON object, versioned by ``"v"``::
 `name`, `queue`, `attempt` say which job and attempt; `outcome` how the attempt ended;
 `error_type` the exception's type only (never its message, which may quote payload values);
 `actor` who enqueued the job (or who acted, for operator events); `at` when the change was
-recorded. Fields that do not apply are left out. Events of no job (`breaker.*`, `queue.*`,
-`batch.finished`, `sla.breached` by type) carry their own fields instead of `job`.
+recorded. Fields that do not apply are left out. Events of no job carry their object
+instead of `job`: `name` for `breaker.*` (the job type), `queue` for `queue.*`, `batch` and
+`workflow` (ids, with their `name`) for `batch.finished` and `workflow.finished`; an
+`sla.breached` is a job's (with `kind`, the deadline missed: ``start`` or ``finish``).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ TYPES: dict[str, str] = {
     "job.retrying": "the job will run again at retry_at: after a failed attempt, or an operator's retry",
     "job.dead_lettered": "the job will not run again: attempts used up, or discarded",
     "job.cancelled": "the job was cancelled",
-    "batch.finished": "a batch's last child ended",
-    "sla.breached": "jobs missed an SLA deadline",
+    "batch.finished": "a batch's last child ended (after it was closed): its callbacks fired",
+    "workflow.finished": "a workflow's last step ended",
+    "sla.breached": "a job missed an SLA deadline (once per job: the first deadline it missed)",
     "breaker.opened": "a job type's circuit breaker opened: its jobs are not claimed",
     "breaker.closed": "a job type's circuit breaker closed again",
     "queue.paused": "an operator paused a queue",
@@ -48,23 +51,14 @@ TYPES: dict[str, str] = {
 }
 
 
-# Types of the catalogue not announced yet (their features log and count them instead).
-NOT_YET = frozenset(
-    {"batch.finished", "sla.breached", "breaker.opened", "breaker.closed", "queue.paused", "queue.resumed"}
-)
-
-
 def check_type(kind: str) -> str:
-    """`kind` if it is an announced type of the catalogue, else `BadInput` naming them."""
-    announced = [name for name in TYPES if name not in NOT_YET]
-    if kind in NOT_YET:
-        raise BadInput(f"event type {kind!r} is not announced yet; the announced types are {', '.join(announced)}")
+    """`kind` if it is a type of the catalogue, else `BadInput` naming them."""
     if kind not in TYPES:
-        raise BadInput(f"no event type {kind!r}; the event types are {', '.join(announced)}")
+        raise BadInput(f"no event type {kind!r}; the event types are {', '.join(TYPES)}")
     return kind
 
 
-def event(kind: str, at: datetime, **fields: Any) -> dict[str, Any]:
+def event(kind: str, at: datetime, /, **fields: Any) -> dict[str, Any]:
     """One event of the catalogue's shape; fields that are None are left out."""
     return {
         "v": VERSION,

@@ -5,7 +5,9 @@ in-process hooks (after the commit).
 This is an in-transaction step (`jobsup.store.steps`), registered only for the transitions
 whose events someone wants: every transition once a publisher is configured (`enable`), else
 those a hook listens to. Unregistered, a transition pays nothing, and PostgreSQL's claim and
-settle stay single statements.
+settle stay single statements. The events of no transition (breakers, queues, SLAs,
+batches, workflows) come from the store's announcements (`jobsup.store.announce`), which
+this module listens to.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sqlalchemy import Connection
 
 from jobsup.clock import host_clock
 from jobsup.events.catalogue import encode, error_type, event
-from jobsup.store import outbox, steps
+from jobsup.store import announce, outbox, steps
 from jobsup.store.database import after_commit
 from jobsup.store.schema import DEAD_LETTERED, PENDING
 
@@ -78,12 +80,34 @@ def record(conn: Connection, change: steps.Change) -> None:
         _send(conn, built)
 
 
-def _send(conn: Connection, built: list[dict[str, Any]]) -> None:
+class _Announcements:
+    """The listener of the store's announcements: an event of no transition, sent as the
+    transitions' events are."""
+
+    def wants(self, kind: str) -> bool:
+        return _publishing or kind in _hooked
+
+    def announce(self, conn: Connection, kind: str, subject: str | None, fields: dict[str, Any]) -> None:
+        _send(conn, [event(kind, host_clock(), **fields)], subject=subject)
+
+
+announce.listen(_Announcements())
+
+
+def _send(conn: Connection, built: list[dict[str, Any]], *, subject: str | None = None) -> None:
     if _publishing:
         at = host_clock()
-        outbox.write(
-            conn, [{"o_job": e.get("job"), "o_type": e["type"], "o_payload": encode(e), "o_at": at} for e in built]
-        )
+        rows = [
+            {
+                "o_job": None if subject else e.get("job"),
+                "o_subject": subject,
+                "o_type": e["type"],
+                "o_payload": encode(e),
+                "o_at": at,
+            }
+            for e in built
+        ]
+        outbox.write(conn, rows)
     hooked = [e for e in built if e["type"] in _hooked]
     if hooked and _dispatch is not None:
         dispatch = _dispatch

@@ -2,12 +2,15 @@
 transition's transaction, and the relay's claim, delivery and release.
 
 A relay claims rows by setting `locked_by` and `locked_until` (a lease that lapses if the
-relay dies, so another relay delivers them: at least once). Only the head of each job's
-events is claimable, the row with no earlier row of the same job left: a job's event N+1 is
-never delivered while N waits or is out with another relay, so delivery is in order per
-job with any number of relays. The claim's candidates are locked with the dialect's row
-lock (`Dialect.lock_rows`: SKIP LOCKED on PostgreSQL, so relays take different rows; SQLite's
-writers take turns), and a plain read first keeps an idle relay off SQLite's write lock.
+relay dies, so another relay delivers them: at least once). Only the head of each object's
+events is claimable, the row with no earlier row of the same object left: a job's event N+1
+is never delivered while N waits or is out with another relay, so delivery is in order per
+job with any number of relays. An event of no job names its object in `subject`
+(`breaker:NAME`, `queue:NAME`, `batch:ID`, `workflow:ID`) and is ordered among that
+object's events the same way; a row has one of `job_id` and `subject`, never both. The
+claim's candidates are locked with the dialect's row lock (`Dialect.lock_rows`: SKIP LOCKED
+on PostgreSQL, so relays take different rows; SQLite's writers take turns), and a plain
+read first keeps an idle relay off SQLite's write lock.
 """
 
 from __future__ import annotations
@@ -39,19 +42,24 @@ class Pending:
     job_id: int | None
     type: str
     payload: str
+    subject: str | None = None  # the object of an event of no job
 
 
 # -- inside a transition (dialect-neutral, so no dialect is needed to write) ---------------------
 
 _INSERT = insert(outbox).values(
-    job_id=bindparam("o_job"), type=bindparam("o_type"), payload=bindparam("o_payload"), created_at=bindparam("o_at")
+    job_id=bindparam("o_job"),
+    subject=bindparam("o_subject"),
+    type=bindparam("o_type"),
+    payload=bindparam("o_payload"),
+    created_at=bindparam("o_at"),
 )
 _FACTS = select(*FACT_COLUMNS).where(job.c.id.in_(bindparam("p_ids", expanding=True)))
 
 
 def write(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert events on `conn`, in its transaction: each a mapping of o_job, o_type,
-    o_payload, o_at. One executemany, in order (their ids order them per job)."""
+    """Insert events on `conn`, in its transaction: each a mapping of o_job, o_subject,
+    o_type, o_payload, o_at. One executemany, in order (their ids order them per object)."""
     if rows:
         conn.execute(_INSERT, list(rows))
 
@@ -70,10 +78,15 @@ class Outbox:
     # -- the relay --------------------------------------------------------------------------
 
     def _claimable(self) -> Any:
+        # Two NOT EXISTS, each served by its own index; a NULL matches neither, so a job's
+        # event never waits for an event of no job, nor the other way round.
         earlier = outbox.alias("earlier")
-        head = ~exists().where(earlier.c.job_id == outbox.c.job_id, earlier.c.id < outbox.c.id)
+        heads = [
+            ~exists().where(earlier.c[key] == outbox.c[key], earlier.c.id < outbox.c.id)
+            for key in ("job_id", "subject")
+        ]
         free = or_(outbox.c.locked_until.is_(None), outbox.c.locked_until < bindparam("p_now"))
-        return and_(free, head)
+        return and_(free, *heads)
 
     @cached_property
     def _any_claimable(self) -> Select[Any]:
@@ -99,7 +112,7 @@ class Outbox:
 
     @cached_property
     def _claimed(self) -> Select[Any]:
-        columns = (outbox.c.id, outbox.c.job_id, outbox.c.type, outbox.c.payload)
+        columns = (outbox.c.id, outbox.c.job_id, outbox.c.type, outbox.c.payload, outbox.c.subject)
         return select(*columns).where(outbox.c.id.in_(bindparam("p_ids", expanding=True))).order_by(outbox.c.id)
 
     def claim(self, owner: str, *, limit: int, lease: float, now: datetime | None = None) -> list[Pending]:
@@ -116,7 +129,7 @@ class Outbox:
             lock = {"p_ids": ids, "p_owner": owner, "p_until": at + timedelta(seconds=lease)}
             conn.execute(self._lock, lock)
             rows = conn.execute(self._claimed, {"p_ids": ids}).all()
-        return [Pending(row.id, row.job_id, row.type, row.payload) for row in rows]
+        return [Pending(row.id, row.job_id, row.type, row.payload, row.subject) for row in rows]
 
     @cached_property
     def _delete(self) -> Any:

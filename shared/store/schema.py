@@ -170,6 +170,7 @@ workflow = Table(
     Column("idempotency_key", _NAME),  # one workflow per key, ever
     Column("created_at", UTCDateTime, nullable=False),
     Column("cancelled_at", UTCDateTime),  # an operator cancelled it
+    Column("finished_at", UTCDateTime),  # its last step ended (`workflow.finished` announced)
     sqlite_autoincrement=True,
 )
 
@@ -289,6 +290,7 @@ outbox = Table(
     metadata,
     Column("id", _ID, Identity(), primary_key=True),
     Column("job_id", BigInteger),  # null: an event of no job (a breaker, a queue)
+    Column("subject", Unicode(220)),  # an event of no job: its object (`breaker:NAME`), which orders it
     Column("type", Unicode(40), nullable=False),
     Column("payload", LongText, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
@@ -365,6 +367,8 @@ Index("jobsup_process_heartbeat", process.c.heartbeat_at)
 Index("jobsup_job_sealed", job.c.id, **_filtered("key_id IS NOT NULL"))
 Index("jobsup_audit_at", audit.c.at)
 Index("jobsup_outbox_job", outbox.c.job_id, outbox.c.id)  # "is an earlier event of this job left"
+Index("jobsup_workflow_unfinished", workflow.c.id, **_filtered("finished_at IS NULL"))  # the sweep's
+Index("jobsup_outbox_subject", outbox.c.subject, outbox.c.id, **_filtered("subject IS NOT NULL"))
 Index(
     "jobsup_job_concurrency_waiting",
     job.c.concurrency_key,
