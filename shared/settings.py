@@ -148,11 +148,6 @@ class Settings:
         return replace(self, **{key: _coerce(key, value) for key, value in given.items()})
 
 
-def database_url_or_configured(database_url: str | None) -> str:
-    """`database_url` as given, or the configured one (`load`) when None."""
-    return load().database_url if database_url is None else database_url
-
-
 def load(
     overrides: Mapping[str, Any] | None = None, *, directory: Path | None = None, config: Path | None = None
 ) -> Settings:

@@ -97,7 +97,7 @@ job = Table(
     Column("sla_finish_by", UTCDateTime),
     Column("sla_breached_at", UTCDateTime),
     Column("rate_turn", UTCDateTime),  # the start time a rate window gave a job it put back
-    Column("traceparent", Unicode(55)),  # the enqueuer's W3C trace context (`jobsup.events.tracing`)
+    Column("traceparent", Unicode(55)),  # the enqueuer's W3C trace context (`jobsup.observe.tracing`)
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
