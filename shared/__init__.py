@@ -30,6 +30,7 @@ from jobsup.errors import (
     UnknownQueue,
     UnsupportedDatabase,
 )
+from jobsup.events.hooks import on
 from jobsup.links import Trigger, Workflow
 from jobsup.params import Sensitive
 from jobsup.registry import job, workflow
@@ -66,5 +67,6 @@ __all__ = [
     "Workflow",
     "WorkflowInfo",
     "job",
+    "on",
     "workflow",
 ]

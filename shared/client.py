@@ -17,6 +17,7 @@ from jobsup.errors import BadInput, DuplicateJob
 from jobsup.flow.calendar_use import pushed, uses_calendar
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
+from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
 from jobsup.registry import check_limit, check_name
@@ -26,6 +27,21 @@ from jobsup.store.rows import Definition, Job, LogLine, NewJob
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
 INT64 = 2**63 - 1
+
+
+def configured(database_url: str | None) -> str:
+    """`database_url`, else the configured one; and, when the settings name an events
+    publisher, this process's transitions write the outbox from now on. The settings are
+    read even for a given URL (an enqueue's event must not be lost for how its client was
+    built), so a broken ``jobsup.toml`` raises its `ConfigurationError` here too."""
+    from jobsup.settings import load
+
+    settings = load()
+    if settings.events_publisher:
+        from jobsup.events import record
+
+        record.enable()
+    return settings.database_url if database_url is None else database_url
 
 
 class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
@@ -42,9 +58,7 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
         if database is not None and database_url is not None:
             raise BadInput("give a database URL or a database, not both")
         if database is None:
-            from jobsup.settings import database_url_or_configured
-
-            database = Database(database_url_or_configured(database_url))
+            database = Database(configured(database_url))
         self.database = database
         self.store = Store(self.database)
         self.dead_letters = DeadLetters(self)
@@ -114,6 +128,9 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
                 raise type(exc)(f"{what}[{index}]: {exc}") from None
         if any(uses_calendar(jobtype) for jobtype in types.values()):
             news = pushed(self.store.calendars, news, {jobtype.name: jobtype for jobtype in types.values()})
+        if (traceparent := tracing.traceparent()) is not None:  # the caller's trace, for the worker's span
+            for new in news:
+                new.traceparent = traceparent
         return news
 
     def _build(
@@ -129,7 +146,9 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
         jobtype = self._job_type(name, allow_unknown)
         self._check_triggers(options.get("then"), allow_unknown)
         new = build(jobtype, payload, options, links=links)
-        return pushed(self.store.calendars, [new], {name: jobtype})[0] if uses_calendar(jobtype) else new
+        new = pushed(self.store.calendars, [new], {name: jobtype})[0] if uses_calendar(jobtype) else new
+        new.traceparent = tracing.traceparent()  # the caller's trace, for the worker's span
+        return new
 
     def _check_triggers(self, then: object, allow_unknown: bool) -> None:
         """A trigger's job must be one some instance defines: found now, not at the settle."""

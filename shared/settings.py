@@ -27,6 +27,7 @@ _DURATIONS = {
     "retain_dead_lettered",
     "retain_cancelled",
     "retain_audit",
+    "events_timeout",
 }
 
 
@@ -87,6 +88,11 @@ class Settings:
     dashboard_tokens: str = ""
     dashboard_users: str = ""
     dashboard_secret: str = ""
+    # Where the outbox's events go (`jobsup.events`): an amqp:// URL (RabbitMQ) or an
+    # http(s):// webhook URL, signed with `events_secret`. Empty: no outbox at all.
+    events_publisher: str = ""
+    events_secret: str = ""
+    events_timeout: float = 10.0  # seconds a publish may take (connect, confirm, answer)
 
     def __post_init__(self) -> None:
         if self.heartbeat <= 0 or 4 * self.heartbeat > self.lease:
@@ -109,6 +115,10 @@ class Settings:
                 f"poll_interval ({self.poll_interval:g}s) would claim in a busy loop; give a duration above zero, "
                 "or leave it out for the database's default"
             )
+        if self.events_publisher:
+            from jobsup.events.publishers import check
+
+            check(self.events_publisher, self.events_secret)
         if self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be at least 1, not {self.claim_batch}")
         for queue, config in self.queues.items():
@@ -136,11 +146,6 @@ class Settings:
         """A copy with `overrides` applied (None values ignored), each value checked."""
         given = {key: value for key, value in overrides.items() if value is not None}
         return replace(self, **{key: _coerce(key, value) for key, value in given.items()})
-
-
-def database_url_or_configured(database_url: str | None) -> str:
-    """`database_url` as given, or the configured one (`load`) when None."""
-    return load().database_url if database_url is None else database_url
 
 
 def load(

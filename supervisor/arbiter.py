@@ -23,12 +23,15 @@ from sqlalchemy import select
 
 from jobsup import exits
 from jobsup.errors import ConfigurationError, JobsupError
+from jobsup.events import record
+from jobsup.events.publishers import publisher_for
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
 from jobsup.registry import registered_types
 from jobsup.secrets import keyring
 from jobsup.settings import Settings
 from jobsup.store import Database, Store, migrate
+from jobsup.store.outbox import Outbox
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
 from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
@@ -39,8 +42,10 @@ from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import (
     ExpireLeases,
     FinishBatches,
+    FinishWorkflows,
     ForgetIdleKeys,
     Maintenance,
+    OutboxGauges,
     PruneProcesses,
     PurgeAudit,
     PurgeFinished,
@@ -48,6 +53,7 @@ from jobsup.supervisor.maintenance import (
     Step,
 )
 from jobsup.supervisor.recurring import CronTick
+from jobsup.supervisor.relay import Relay
 from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.spec import WorkerSpec
 
@@ -79,6 +85,7 @@ class Arbiter:
         self.db: Database | None = None
         self.children: Children | None = None
         self.endpoints: Endpoints | None = None
+        self.relay: Relay | None = None
 
     # -- boot ------------------------------------------------------------------------------
 
@@ -107,10 +114,12 @@ class Arbiter:
             [
                 ExpireLeases(self.store),
                 FinishBatches(self.store),
+                FinishWorkflows(self.store),
                 HalfOpenBreakers(self.store),
                 MarkSlaBreaches(self.store),
                 *(housekeeping if self.settings.housekeeping else []),
                 QueueGauges(self.store, self.settings.queues),
+                *self.events(),
             ]
         )
         self.cron = CronTick(self.store)
@@ -119,11 +128,27 @@ class Arbiter:
         self.store.processes.process_register(id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid())
         self.children = Children(self.settings, self.fork_worker)
         Enforcer(self.children, self.settings.lease, self.settings.heartbeat).start()
+        if self.relay is not None:
+            self.relay.start()
         self.health = Health(self.ping)
         self.endpoints = self.serve()
         for signum in HANDLED:
             signal.signal(signum, self.on_signal)
         emit("supervisor.started", pid=os.getpid(), queues=self.queue_summary(), database=self.db.safe_url)
+
+    def events(self) -> list[Step]:
+        """With a publisher configured: transitions write the outbox (here and in the workers
+        forked from here), a relay delivers it, and a gauge watches it."""
+        if not self.settings.events_publisher:
+            return []
+        assert self.db is not None
+        settings = self.settings
+        publisher = publisher_for(
+            settings.events_publisher, secret=settings.events_secret, timeout=settings.events_timeout
+        )
+        record.enable()
+        self.relay = Relay(Outbox(self.db), publisher, self.id)
+        return [OutboxGauges(Outbox(self.db))]
 
     def warn_incompatible(self) -> None:
         """Jobs waiting with payloads this deploy's parameters no longer fit: said at start,
@@ -321,6 +346,8 @@ class Arbiter:
             while self.children.alive and time.monotonic() < deadline:
                 self.reap()
                 time.sleep(0.05)
+        if self.relay is not None:
+            self.relay.stop()
         if self.children is not None:  # booted far enough to have burials
             self.burials.finish(BURIAL_GRACE)
             guarded("process_deregister", lambda: self.store.processes.process_deregister([self.id]))

@@ -12,6 +12,7 @@ from jobsup.clock import host_clock
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
 from jobsup.store import Store
+from jobsup.store.outbox import Outbox
 from jobsup.store.processes import stale_age
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
 from jobsup.supervisor.guard import guarded
@@ -79,6 +80,20 @@ class QueueGauges:
         return len(self.seen)
 
 
+class OutboxGauges:
+    """Refresh the outbox's depth and oldest-event age (only where a publisher is configured)."""
+
+    name = "outbox_gauges"
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.outbox = outbox
+
+    def run_once(self, now: datetime | None = None) -> int:
+        depth, oldest = self.outbox.depth(now)
+        metrics.set_outbox(depth, oldest)
+        return depth
+
+
 class PurgeFinished:
     """Delete finished jobs (and their attempts) past their retention age, in bounded batches
     so that a purge never holds long locks; at most `max_batches` per status and tick."""
@@ -140,6 +155,19 @@ class FinishBatches:
 
     def run_once(self, now: datetime | None = None) -> int:
         return self.store.transitions.groups.sweep_batches()
+
+
+class FinishWorkflows:
+    """Mark finished (and announce) the workflows whose last step ended in a process that
+    died before it could look (see `jobsup.store.links`)."""
+
+    name = "finish_workflows"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_once(self, now: datetime | None = None) -> int:
+        return self.store.transitions.groups.sweep_workflows()
 
 
 class Maintenance:

@@ -22,6 +22,7 @@ from jobsup.store import migrate
 from jobsup.store.database import Database
 from jobsup.store.schema import metadata
 
+import broker
 import competing
 import harness
 import jobapps  # noqa: F401 - registers the job types the tests enqueue
@@ -85,6 +86,30 @@ def _truncate(url: str) -> None:
     with db.transaction() as conn:
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY"))
     db.dispose()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> None:
+    """The real RabbitMQ; fails (not skips) when unreachable, unless JOBSUP_TEST_RABBITMQ=skip."""
+    broker.require_broker()
+
+
+@pytest.fixture
+def exchange(rabbitmq: None) -> Iterator[broker.Exchange]:
+    """An exchange and queue of this test's own on the real broker."""
+    made = broker.Exchange()
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def events_on() -> Iterator[None]:
+    """This process's transitions write the outbox for the test, and stop after it."""
+    from jobsup.events import hooks, record
+
+    record.enable()
+    yield
+    hooks.clear()
 
 
 @pytest.fixture

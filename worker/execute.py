@@ -21,6 +21,7 @@ from typing import Any
 
 from jobsup.context import JobContext
 from jobsup.errors import Cancelled, ConfigurationError, Discard, InvalidPayload, Retry
+from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
 from jobsup.payload import decode_payload
@@ -113,6 +114,7 @@ def call(job: ClaimedJob, prepared: Prepared) -> Ran:
     try:
         value = prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # a job's SystemExit or KeyboardInterrupt fails the attempt too
+        tracing.failed(exc)
         return _raised(job, exc, prepared.secrets)
     if inspect.isawaitable(value):
         # An async def behind a plain wrapper: awaited here, on a loop of this thread's own
@@ -121,6 +123,7 @@ def call(job: ClaimedJob, prepared: Prepared) -> Ran:
         try:
             value = asyncio.run(_awaited(value))
         except BaseException as exc:
+            tracing.failed(exc)
             return _raised(job, exc, prepared.secrets)
     return _succeeded(job, value)
 
@@ -136,6 +139,7 @@ async def call_async(job: ClaimedJob, prepared: Prepared) -> Ran:
     try:
         value = await prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # asyncio.CancelledError included
+        tracing.failed(exc)
         return _raised(job, exc, prepared.secrets)
     return _succeeded(job, value)
 

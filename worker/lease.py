@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from jobsup import exits
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
+from jobsup.observe.tracing import NOT_TRACED, Traced
 from jobsup.store.rows import RELEASED, ClaimedJob, Outcome
 from jobsup.store.schema import CANCELLED as CANCELLED_STATUS
 from jobsup.worker.execute import CANCELLED, LEASE_LOST, SHUTDOWN, TIMEOUT
@@ -59,6 +60,7 @@ class Running:
     cancelled_at: float | None = None
     # Also called on cancellation: an async job's task is cancelled, not only told.
     on_cancel: Callable[[], object] | None = None
+    traced: Traced = NOT_TRACED  # its run's span (`jobsup.observe.tracing`), from its start
 
     def hook(self, on_cancel: Callable[[], object]) -> None:
         """Cancel through `on_cancel` too, at once if the job was cancelled already."""

@@ -24,6 +24,7 @@ from setproctitle import setproctitle
 from jobsup import exits
 from jobsup.clock import host_clock
 from jobsup.errors import DatabaseError
+from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.store import Database, Store
 from jobsup.store.dialects import Listener, OwnerLock
@@ -117,9 +118,10 @@ class Worker:
         try:
             if self.claim_unsure:
                 self.release_orphans()
-            jobs = self.store.transitions.claim(
-                self.spec.queue, self.spec.worker_id, limit=limit or self.batch, lease=self.settings.lease
-            )
+            with tracing.span("jobsup.claim", {"jobsup.queue": self.spec.queue}):
+                jobs = self.store.transitions.claim(
+                    self.spec.queue, self.spec.worker_id, limit=limit or self.batch, lease=self.settings.lease
+                )
         except DatabaseError as exc:
             # The claim may have committed with its reply lost: its leases would be this
             # worker's without its knowing, unrenewed, so they are looked for once the
@@ -207,19 +209,22 @@ class Worker:
         job = running.job
         self.title(f"running {job.name} id={job.id} attempt={job.attempt}")
         self.announce(running)
-        prepared = prepare(job, running.cancelled, self.services)
-        if isinstance(prepared, Ran):
-            ran = prepared
-        elif prepared.is_async:
-            future, cancel = self.aio.submit(call_async(job, prepared))
-            running.hook(cancel)
-            ran = future.result()
-        else:
-            ran = call(job, prepared)
+        with running.traced.current():
+            prepared = prepare(job, running.cancelled, self.services)
+            if isinstance(prepared, Ran):
+                ran = prepared
+            elif prepared.is_async:
+                future, cancel = self.aio.submit(call_async(job, prepared))  # the task takes this context
+                running.hook(cancel)
+                ran = future.result()
+            else:
+                ran = call(job, prepared)
         self.settle(running, ran)
 
     def announce(self, running: Running) -> None:
+        """The job starts: its event, and its run's span (`jobsup.observe.tracing`)."""
         job = running.job
+        running.traced = tracing.run(job)
         waited = None if job.due_at is None else round((host_clock() - job.due_at).total_seconds(), 6)
         emit(
             "job.started",
@@ -236,6 +241,12 @@ class Worker:
         self.services.finished(job)
         seconds = time.monotonic() - running.started
         outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.spec.label)
+        with running.traced.current():  # a failure's settle, written here, is the run's child
+            self.write(running, outcome)
+        running.traced.end("cancelled" if outcome is None else outcome.kind, None if outcome is None else outcome.error)
+
+    def write(self, running: Running, outcome: Outcome | None) -> None:
+        job = running.job
         if outcome is None:
             self.keeper.end(running)
             self.keeper.drop([job])  # its row already moved on: an operator cancelled it

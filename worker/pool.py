@@ -44,10 +44,11 @@ class Pool:
             return
         future: Future[Ran]
         if prepared.is_async:
-            future, cancel = self.loop.submit(call_async(job, prepared))
+            with running.traced.current():  # the task takes the context of the submitting thread
+                future, cancel = self.loop.submit(call_async(job, prepared))
             running.hook(cancel)
         else:
-            future = self.threads.submit(call, job, prepared)
+            future = self.threads.submit(running.traced.wrap(call), job, prepared)
         future.add_done_callback(lambda future: self._done(running, _ran(future)))
 
     def collect(self) -> list[tuple[Running, Ran]]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from jobsup import exits
 from jobsup.errors import DatabaseError
+from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
 
@@ -132,17 +133,23 @@ class Settler:
         transitions = self.worker.store.transitions
         successes = [outcome for _, outcome in batch if outcome.kind == SUCCEEDED]
         releases = [outcome.held for _, outcome in batch if outcome.kind == RELEASED]
-        parts: list[Callable[[], object]] = []
+        parts: list[tuple[str, list[int], Callable[[], object]]] = []
         if successes:
-            parts.append(lambda: transitions.complete(successes))
+            parts.append(
+                ("complete", [o.held.lease.job_id for o in successes], lambda: transitions.complete(successes))
+            )
         if releases:
-            parts.append(lambda: transitions.release(releases))
+            parts.append(("release", [h.lease.job_id for h in releases], lambda: transitions.release(releases)))
         for _, outcome in batch:
             if outcome.kind not in (SUCCEEDED, RELEASED):
-                parts.append(lambda outcome=outcome: transitions.fail(outcome))  # type: ignore[misc]
+                fail = lambda outcome=outcome: transitions.fail(outcome)  # noqa: E731
+                parts.append(("fail", [outcome.held.lease.job_id], fail))
         with self.claim_lock if releases else contextlib.nullcontext():
-            for part in parts:
-                self._retrying(part)
+            for transition, ids, part in parts:
+                with tracing.span(
+                    "jobsup.settle", {"jobsup.transition": transition, "jobsup.jobs": len(ids)}, job_ids=ids
+                ):
+                    self._retrying(part)
         self.worker.keeper.drop([job for job, _ in batch])
 
     def _retrying(self, write: Callable[[], object]) -> None:

@@ -29,6 +29,8 @@ _WARNINGS = {
     "definitions.incompatible",
     "breaker.opened",
     "sla.breached",
+    "hook.timed_out",
+    "events.publish_failed",
 }
 _ERRORS = {
     "db.error",
@@ -39,10 +41,14 @@ _ERRORS = {
     "step.failed",
     "http.failed",
     "audit.failed",
+    "hook.failed",
+    "relay.failed",
 }
 
 
 def record(kind: str, fields: dict[str, Any]) -> None:
+    if fields.get("quiet"):  # counted, but said once already (a failure repeating as it is retried)
+        return
     level = logging.ERROR if kind in _ERRORS else logging.WARNING if kind in _WARNINGS else logging.INFO
     if not log.isEnabledFor(level):
         return

@@ -113,6 +113,20 @@ def _m() -> dict[str, Any]:
         ),
         "maintenance_errors": Counter("jobsup_maintenance_errors", "Failed maintenance steps.", ["step"]),
         "db_errors": Counter("jobsup_db_errors", "Database errors, by operation.", ["operation"]),
+        "hook_failures": Counter("jobsup_hook_failures", "In-process event hooks that raised.", ["event"]),
+        "hook_timeouts": Counter(
+            "jobsup_hook_timeouts", "In-process event hooks that ran past their timeout.", ["event"]
+        ),
+        "events_delivered": Counter("jobsup_events_delivered", "Outbox events a relay delivered.", ["publisher"]),
+        "publish_failures": Counter(
+            "jobsup_events_publish_failures", "Failed tries to deliver outbox events.", ["publisher"]
+        ),
+        "outbox_depth": Gauge("jobsup_outbox_events", "Events waiting in the outbox.", multiprocess_mode="livemax"),
+        "outbox_oldest": Gauge(
+            "jobsup_outbox_oldest_age_seconds",
+            "Age of the oldest event waiting in the outbox.",
+            multiprocess_mode="livemax",
+        ),
         "unseal_failures": Counter(
             "jobsup_sealed_parameter_failures", "Attempts failed: a sealed parameter did not open.", ["job"]
         ),
@@ -176,6 +190,14 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         m["breaker_opened"].labels(job_label(fields.get("name"))).inc()
     elif kind == "sla.breached":
         m["sla_breaches"].labels(job_label(fields.get("name")), fields["kind"]).inc(fields.get("count", 1))
+    elif kind == "hook.failed":
+        m["hook_failures"].labels(fields["event"]).inc()
+    elif kind == "hook.timed_out":
+        m["hook_timeouts"].labels(fields["event"]).inc()
+    elif kind == "events.delivered":
+        m["events_delivered"].labels(fields["publisher"]).inc(fields.get("count", 1))
+    elif kind == "events.publish_failed":
+        m["publish_failures"].labels(fields["publisher"]).inc()
     elif kind == "secrets.unseal_failed":
         m["unseal_failures"].labels(job_label(fields.get("name"))).inc()
 
@@ -216,6 +238,11 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
         m["queue_jobs"].labels(queue, status).set(count)
     for queue, age in oldest.items():
         m["oldest"].labels(queue).set(age)
+
+
+def set_outbox(depth: int, oldest: float) -> None:
+    _m()["outbox_depth"].set(depth)
+    _m()["outbox_oldest"].set(oldest)
 
 
 def set_queues_paused(paused: dict[str, bool]) -> None:

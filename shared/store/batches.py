@@ -11,13 +11,21 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Integer, Select, bindparam, func, insert, select, update
 
 from jobsup.store.database import Database
 from jobsup.store.rows import BatchInfo
 from jobsup.store.schema import FINISHED_STATUSES, STATUSES, SUCCEEDED, UNFINISHED_STATUSES, batch, job
+
+
+class Finished(NamedTuple):
+    """A batch that this transaction finished: its callbacks, name, and whether it was cancelled."""
+
+    callbacks: dict[str, Any]
+    name: str | None
+    cancelled: bool
 
 
 class Batches:
@@ -60,7 +68,7 @@ class Batches:
         )
         return conn.execute(stmt, dict(clock)).first() is not None
 
-    def finish(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> dict[str, Any] | None:
+    def finish(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> Finished | None:
         """The compare-and-set of firing: a closed, unfinished batch becomes finished, and
         its callbacks are returned to enqueue in this same transaction; None when it is not
         closed or another transaction fired it."""
@@ -68,16 +76,16 @@ class Batches:
             update(batch)
             .where(batch.c.id == batch_id, batch.c.closed_at.is_not(None), batch.c.finished_at.is_(None))
             .values(finished_at=self.dialect.clock())
-            .returning(batch.c.callbacks)
+            .returning(batch.c.callbacks, batch.c.name, batch.c.cancelled_at)
         )
-        text = conn.execute(stmt, dict(clock)).scalar()
-        if text is None:
+        row = conn.execute(stmt, dict(clock)).first()
+        if row is None:
             return None
         try:
-            callbacks = json.loads(text)
+            callbacks = json.loads(row.callbacks)
         except ValueError:
             callbacks = {}  # a hand-edited row: it finishes without callbacks rather than never
-        return callbacks if isinstance(callbacks, dict) else {}
+        return Finished(callbacks if isinstance(callbacks, dict) else {}, row.name, row.cancelled_at is not None)
 
     # -- the fan-in's reads -----------------------------------------------------------------
 

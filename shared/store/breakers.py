@@ -18,6 +18,9 @@ half_open --its one probe succeeds--> closed;  --the probe fails--> open again.
   (`Resolver.breaker_of`), so plain jobs of other types still settle in one statement.
   Failed and timed-out attempts count (a discard or a last attempt is one of them); a lease
   that expired counts when it dead-lettered the job. A success resets the count.
+- **Announced** in the transaction that changes the row: `breaker.opened` (with the job
+  whose failure opened it) and `breaker.closed` (by the probe's success, by maintenance
+  for a probe whose settle did not close it, or by an operator's reset, with the actor).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobsup.observe.events import emit
 from jobsup.store import steps
+from jobsup.store.announce import announce
 from jobsup.store.claim import Part, add_part, status_is
 from jobsup.store.database import after_commit
 from jobsup.store.schema import DEAD_LETTERED, PENDING, SUCCEEDED, UNFINISHED_STATUSES, breaker, job
@@ -90,18 +94,24 @@ def _clock_params(t: Any, params: Any, reset: float = 0.0) -> dict[str, Any]:
 
 def _succeeded(conn: Connection, t: Any, name: str, job_id: int, params: Any) -> None:
     # A success resets the count; in half_open only the probe's closes the breaker. No row
-    # matches while nothing failed, so a healthy type's successes lock nothing.
+    # matches while nothing failed, so a healthy type's successes lock nothing. The probe's
+    # close is its own statement (tried first: it matches only the probe), so a close is
+    # told from a reset count and announced.
     clock = t.dialect.clock()
     probe = and_(breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == job_id)
-    stmt = (
-        update(breaker)
-        .where(breaker.c.name == name, or_(and_(breaker.c.state == _state(CLOSED), breaker.c.failures > 0), probe))
-        .values(failures=0, state=CLOSED, probe_job_id=None, changed_by=SYSTEM, changed_at=clock)
-        .returning(breaker.c.name)
-    )
-    closed = conn.execute(stmt, _clock_params(t, params)).all()
+    counted = and_(breaker.c.state == _state(CLOSED), breaker.c.failures > 0)
+    values = {"failures": 0, "state": CLOSED, "probe_job_id": None, "changed_by": SYSTEM, "changed_at": clock}
+
+    def reset(matches: Any) -> bool:
+        stmt = update(breaker).where(breaker.c.name == name, matches).values(values).returning(breaker.c.name)
+        return conn.execute(stmt, _clock_params(t, params)).first() is not None
+
+    closed = reset(probe)
+    if not closed and not reset(counted):
+        return
     if closed:
-        after_commit(conn, lambda: emit("breaker.reset_by_success", name=name, job=job_id))
+        announce(conn, "breaker.closed", subject=f"breaker:{name}", name=name, probe_job=job_id)
+    after_commit(conn, lambda: emit("breaker.reset_by_success", name=name, job=job_id))
 
 
 def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, params: Any) -> None:
@@ -142,6 +152,7 @@ def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, param
         clock_params,
     ).all()
     if opened:
+        announce(conn, "breaker.opened", subject=f"breaker:{name}", name=name, failed_job=job_id, reset=policy.reset)
         after_commit(conn, lambda: emit("breaker.opened", name=name, job=job_id, reset=policy.reset))
 
 
@@ -210,7 +221,10 @@ class Breakers:
             breaker.c.name == name, breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == probe
         )
         values = {"state": CLOSED, "failures": 0, "probe_job_id": None, "changed_by": SYSTEM}
-        return bool(conn.execute(cas.values(**values, changed_at=self.dialect.clock()), params).rowcount)
+        closed = bool(conn.execute(cas.values(**values, changed_at=self.dialect.clock()), params).rowcount)
+        if closed:
+            announce(conn, "breaker.closed", subject=f"breaker:{name}", name=name, probe_job=probe)
+        return closed
 
     def _next_pending(self, conn: Connection, name: str, params: Any) -> int | None:
         # The type's next due job in claim order, in whichever queue it was enqueued (a
@@ -236,6 +250,8 @@ class Breakers:
             self.audit.record(
                 actor, "breaker.reset", target=name, outcome=outcome, detail=detail, connection=conn, now=now
             )
+            if done and was is not None and was.state != CLOSED:  # a reset of a closed one only zeroes its count
+                announce(conn, "breaker.closed", subject=f"breaker:{name}", name=name, actor=actor, was=was.state)
         if done:
             emit("breaker.reset", name=name, actor=actor)
         return done

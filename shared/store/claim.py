@@ -41,6 +41,7 @@ CLAIM_COLUMNS = (
     job.c.batch_id,
     job.c.triggers,
     job.c.concurrency_key,
+    job.c.traceparent,  # the enqueuer's trace context (`jobsup.observe.tracing`): null without one
 )
 CLAIM_ORDER = (job.c.priority.desc(), job.c.run_at, job.c.id)
 

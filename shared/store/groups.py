@@ -204,6 +204,23 @@ class Groups:
         finishable = self.t.batches.finishable_ids(limit)
         return sum(self.settle_batch(batch_id, operation="maintenance") for batch_id in finishable)
 
+    def settle_workflow(self, workflow_id: int, *, now: datetime | None = None, operation: str = "workflows") -> bool:
+        """Finish the workflow if no step is unfinished, waiting for the transactions
+        changing its steps to end; True if this finished it (as `settle_batch`)."""
+        from jobsup.store.links import finish_workflow
+
+        clock = self.t.dialect.clock_params(now)
+        with self.t.db.transaction(operation) as conn:
+            if self.t.workflows.any_unfinished(conn, workflow_id, skip_locked=False):
+                return False
+            return finish_workflow(conn, self.t, workflow_id, clock)
+
+    def sweep_workflows(self, *, limit: int = 100) -> int:
+        """Finish the workflows whose steps have all ended but which were not marked (the
+        process that ended the last step died before its second look)."""
+        finishable = self.t.workflows.finishable_ids(limit)
+        return sum(self.settle_workflow(workflow_id, operation="maintenance") for workflow_id in finishable)
+
     def cancel_workflow(self, workflow_id: int, *, now: datetime | None = None) -> int:
         """Cancel every unfinished step of a workflow, as one transition; returns how many."""
 

@@ -45,10 +45,12 @@ from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, ConfigurationError
 from jobsup.store import steps
+from jobsup.store.announce import announce
 from jobsup.store.builder import build
 from jobsup.store.database import after_commit
 from jobsup.store.rows import NewJob, has_links
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, FINISHED_STATUSES, SUCCEEDED
+from jobsup.store.workflows import status_of as workflow_status
 
 if TYPE_CHECKING:
     from jobsup.store.transitions import Transitions
@@ -71,12 +73,16 @@ def after_finish(conn: Connection, change: steps.Change) -> None:
 
 
 def settle_links(conn: Connection, t: Transitions, finished: Sequence[Any], clock: Mapping[str, Any]) -> None:
-    level = list(finished)
+    level, workflows = list(finished), set()
     while level:
         fire_triggers(conn, t, [row for row in level if row.triggers is not None], clock)
         for batch_id in sorted({row.batch_id for row in level if row.batch_id is not None}):
             child_ended(conn, t, batch_id, clock)
-        level = unblock_dependents(conn, t, [row for row in level if row.workflow_id is not None], clock)
+        steps_ended = [row for row in level if row.workflow_id is not None]
+        workflows |= {int(row.workflow_id) for row in steps_ended}
+        level = unblock_dependents(conn, t, steps_ended, clock)
+    for workflow_id in sorted(workflows):  # once every level is settled: its last steps may be among them
+        step_ended(conn, t, workflow_id, clock)
 
 
 # -- triggers -------------------------------------------------------------------------------
@@ -165,12 +171,25 @@ def child_ended(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[
 def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[str, Any]) -> bool:
     """Finish the batch and enqueue its callbacks, in `conn`'s transaction; False when it
     is not closed yet or has already fired."""
-    callbacks = t.batches.finish(conn, batch_id, clock)
-    if callbacks is None:
+    finished = t.batches.finish(conn, batch_id, clock)
+    if finished is None:
         return False
+    callbacks = finished.callbacks
     counts = t.batches.counts(conn, batch_id)
     ended = sum(counts[s] for s in FINISHED_STATUSES)
-    which = ["on_complete", "on_success" if counts[SUCCEEDED] == ended else "on_failure"]
+    succeeded = counts[SUCCEEDED] == ended
+    outcome = "cancelled" if finished.cancelled else "succeeded" if succeeded else "failed"
+    ended_counts = {status: n for status, n in counts.items() if n}
+    announce(
+        conn,
+        "batch.finished",
+        subject=f"batch:{batch_id}",
+        batch=batch_id,
+        name=finished.name,
+        outcome=outcome,
+        counts=ended_counts,
+    )
+    which = ["on_complete", "on_success" if succeeded else "on_failure"]
     news = []
     for key in which:
         callback = callbacks.get(key)
@@ -183,6 +202,40 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
             log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
     if news:
         t.insert(conn, news, clock)
+    return True
+
+
+# -- the end of a workflow: found as a batch's is, announced once --------------------------
+
+
+def step_ended(conn: Connection, t: Transitions, workflow_id: int, clock: Mapping[str, Any]) -> None:
+    """A step of `workflow_id` ended in this transaction: finish the workflow now, or look
+    again after the commit, or leave it to the step that will end after this commit."""
+    if t.workflows.any_unfinished(conn, workflow_id, skip_locked=True):
+        return
+    if t.dialect.one_writer:
+        finish_workflow(conn, t, workflow_id, clock)
+        return
+    after_commit(conn, lambda: t.groups.settle_workflow(workflow_id))
+
+
+def finish_workflow(conn: Connection, t: Transitions, workflow_id: int, clock: Mapping[str, Any]) -> bool:
+    """Mark the workflow finished and announce it, in `conn`'s transaction; False when it
+    had been already."""
+    finished = t.workflows.finish(conn, workflow_id, clock)
+    if finished is None:
+        return False
+    counts = t.workflows.counts(conn, workflow_id)
+    outcome = workflow_status(counts, finished.cancelled_at is not None)
+    announce(
+        conn,
+        "workflow.finished",
+        subject=f"workflow:{workflow_id}",
+        workflow=workflow_id,
+        name=finished.name,
+        outcome=outcome,
+        counts=counts,
+    )
     return True
 
 

@@ -8,7 +8,8 @@ seen by that claim on every instance, with nothing cached in any worker. Jobs al
 running finish; enqueueing goes on. Resuming wakes the queue's idle workers the way an
 enqueue does (PostgreSQL NOTIFY, SQLite's pokes), in the resume's own transaction.
 
-A pause and a resume write their audit row in the same transaction as the change.
+A pause and a resume write their audit row in the same transaction as the change, and
+announce it there (`queue.paused`, `queue.resumed`) when they changed the queue's state.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sqlalchemy import Connection, Select, bindparam, insert, literal_column, se
 from sqlalchemy.exc import IntegrityError
 
 from jobsup.errors import UnknownQueue
+from jobsup.store.announce import announce
 from jobsup.store.audit import Audit
 from jobsup.store.claim import Part, add_part, status_is
 from jobsup.store.database import Database
@@ -66,23 +68,27 @@ class Pauses:
         now: datetime | None = None,
     ) -> bool:
         """Pause `queue` on every instance; False if it was paused already (its reason and
-        who paused it are updated, its pause time kept). A queue no job, definition,
-        schedule or earlier pause names raises `UnknownQueue` and nothing is written,
-        unless `allow_unknown` (pausing a queue ahead of the deploy that brings it)."""
+        who paused it are updated, its pause time kept, nothing announced). A queue no job,
+        definition, schedule or earlier pause names raises `UnknownQueue` and nothing is
+        written, unless `allow_unknown` (pausing a queue ahead of the deploy that brings it)."""
         if not allow_unknown and not self.is_known(queue):
             raise UnknownQueue(_unknown_message(queue, self.known()))
         clock = self.dialect.clock_params(now)
+        values: dict[str, Any] = {"paused": True, "reason": reason, "changed_by": actor}
         with self.db.transaction("queues") as conn:
             was = conn.execute(select(queue_state.c.paused).where(queue_state.c.queue == queue)).scalar()
-            values: dict[str, Any] = {"paused": True, "reason": reason, "changed_by": actor}
-            if not was:
-                values["changed_at"] = self.dialect.clock()
-            if was is None and not self._insert(conn, queue, values, clock):
-                was = False  # another pause inserted it first: update theirs
-            if was is not None:
-                conn.execute(update(queue_state).where(queue_state.c.queue == queue).values(values), clock)
+            if was is None and not self._insert(conn, queue, {**values, "changed_at": self.dialect.clock()}, clock):
+                was = False  # another pause inserted it first: the compare-and-set below decides
+            row = queue_state.c.queue == queue
+            if was is False:  # a compare-and-set: of two pauses at once, one pauses the queue
+                flip = update(queue_state).where(row, queue_state.c.paused != true())
+                was = not conn.execute(flip.values({**values, "changed_at": self.dialect.clock()}), clock).rowcount
+            if was:  # paused already: its reason and who paused it are updated
+                conn.execute(update(queue_state).where(row).values(values), clock)
             detail = {"reason": reason, "was_paused": bool(was)}
             self.audit.record(actor, "queue.pause", target=queue, detail=detail, connection=conn, now=now)
+            if not was:
+                announce(conn, "queue.paused", subject=f"queue:{queue}", queue=queue, actor=actor, reason=reason)
         return not was
 
     def resume(self, queue: str, *, actor: str, now: datetime | None = None) -> bool:
@@ -96,6 +102,8 @@ class Pauses:
                 self.dialect.after_enqueue(conn, {queue})
             outcome = "ok" if resumed else "not_found"
             self.audit.record(actor, "queue.resume", target=queue, outcome=outcome, connection=conn, now=now)
+            if resumed:
+                announce(conn, "queue.resumed", subject=f"queue:{queue}", queue=queue, actor=actor)
         return resumed
 
     def _insert(self, conn: Connection, queue: str, values: dict[str, Any], clock: dict[str, Any]) -> bool:

@@ -113,6 +113,7 @@ class ClaimedJob:
     batch_id: int | None = None
     triggers: str | None = None
     concurrency_key: str | None = None
+    traceparent: str | None = None  # the enqueuer's W3C trace context
     due_at: datetime | None = None  # when it became due (None when unreadable)
 
     @property
@@ -187,6 +188,7 @@ class NewJob:
     # SLA deadlines (`jobsup.store.sla`): None for a job without one.
     sla_start_by: datetime | None = None
     sla_finish_by: datetime | None = None
+    traceparent: str | None = None  # the enqueuer's W3C trace context (`jobsup.observe.tracing`)
     # Not a column: its sensitive values, sealed once the insert gives it an id.
     sealing: Any = field(default=None, compare=False, repr=False, metadata={"column": False})
 

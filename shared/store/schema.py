@@ -42,7 +42,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -97,6 +97,7 @@ job = Table(
     Column("sla_finish_by", UTCDateTime),
     Column("sla_breached_at", UTCDateTime),
     Column("rate_turn", UTCDateTime),  # the start time a rate window gave a job it put back
+    Column("traceparent", Unicode(55)),  # the enqueuer's W3C trace context (`jobsup.observe.tracing`)
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -169,6 +170,7 @@ workflow = Table(
     Column("idempotency_key", _NAME),  # one workflow per key, ever
     Column("created_at", UTCDateTime, nullable=False),
     Column("cancelled_at", UTCDateTime),  # an operator cancelled it
+    Column("finished_at", UTCDateTime),  # its last step ended (`workflow.finished` announced)
     sqlite_autoincrement=True,
 )
 
@@ -280,6 +282,23 @@ calendar = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# Events on their way out of the process (`jobsup.events`): written in the transaction of the
+# change they announce, deleted once a relay delivered them. `locked_by`/`locked_until` is a
+# relay's claim on a row, which lapses if that relay dies.
+outbox = Table(
+    "jobsup_outbox",
+    metadata,
+    Column("id", _ID, Identity(), primary_key=True),
+    Column("job_id", BigInteger),  # null: an event of no job (a breaker, a queue)
+    Column("subject", Unicode(220)),  # an event of no job: its object (`breaker:NAME`), which orders it
+    Column("type", Unicode(40), nullable=False),
+    Column("payload", LongText, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("locked_by", _NAME),
+    Column("locked_until", UTCDateTime),
+    sqlite_autoincrement=True,
+)
+
 process = Table(
     "jobsup_process",
     metadata,
@@ -347,6 +366,9 @@ Index("jobsup_job_attempt_job", job_attempt.c.job_id, job_attempt.c.attempt)
 Index("jobsup_process_heartbeat", process.c.heartbeat_at)
 Index("jobsup_job_sealed", job.c.id, **_filtered("key_id IS NOT NULL"))
 Index("jobsup_audit_at", audit.c.at)
+Index("jobsup_outbox_job", outbox.c.job_id, outbox.c.id)  # "is an earlier event of this job left"
+Index("jobsup_workflow_unfinished", workflow.c.id, **_filtered("finished_at IS NULL"))  # the sweep's
+Index("jobsup_outbox_subject", outbox.c.subject, outbox.c.id, **_filtered("subject IS NOT NULL"))
 Index(
     "jobsup_job_concurrency_waiting",
     job.c.concurrency_key,

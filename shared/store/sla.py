@@ -7,9 +7,10 @@ each through its own filtered index (`jobsup_job_sla_start`: waiting or pending 
 deadline; `jobsup_job_sla_finish`: unfinished with a finish deadline), so finished jobs and
 jobs without an SLA are never read. A job is marked by compare-and-set on
 ``sla_breached_at IS NULL``: however many supervisors look at once, each breach is marked,
-announced (``sla.breached``) and counted once, with the kind first found (``start`` or
-``finish``). A job that finishes late between two ticks is not marked: the settle is left
-as it was (one statement), and the maintenance interval bounds what can slip through.
+announced (``sla.breached``, in the marking transaction, for the rows it changed) and
+counted once, with the kind first found (``start`` or ``finish``). A job that finishes late
+between two ticks is not marked: the settle is left as it was (one statement), and the
+maintenance interval bounds what can slip through.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Integer, bindparam, select
 
 from jobsup.observe.events import emit
+from jobsup.store.announce import announce
 from jobsup.store.claim import status_literal
 from jobsup.store.schema import PENDING, RUNNING, WAITING, job
 
@@ -72,6 +74,8 @@ class SlaMarks:
                     break
                 with self.t.db.transaction("sla") as conn:
                     rows = conn.execute(self.t.sql.sla_mark, {**clock, "p_ids": ids}).all()
+                    for row in rows:
+                        announce(conn, "sla.breached", job=row.id, name=row.name, queue=row.queue, kind=kind)
                 for row in rows:
                     emit("sla.breached", job=row.id, name=row.name, queue=row.queue, kind=kind)
                 marked += len(rows)

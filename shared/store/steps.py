@@ -68,6 +68,11 @@ def register(transition: str, step: Step, *, linked_only: bool = False) -> Step:
     return step
 
 
+def unregister(transition: str, step: Step) -> None:
+    """Stop running `step` inside `transition` (a feature switched off again)."""
+    _steps[transition][:] = [(each, linked_only) for each, linked_only in _steps[transition] if each is not step]
+
+
 def of(transition: str, *, linked: bool = True) -> tuple[Step, ...]:
     """The steps a `transition` runs: all of them when it touches a linked job, else those
     that concern every job."""

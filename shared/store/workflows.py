@@ -2,16 +2,19 @@
 workflow's steps.
 
 A workflow's status is never stored: it is read from its steps' rows (and whether an
-operator cancelled it), so no settle writes to the workflow row.
+operator cancelled it). Only the end of its last step writes the workflow row:
+`finished_at`, the compare-and-set that announces `workflow.finished` once, found the way
+a batch's end is (see `jobsup.store.links`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, Integer, Select, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobsup.store.database import Database
@@ -46,6 +49,56 @@ class Workflows:
     def set_cancelled(self, conn: Connection, workflow_id: int, cancelled: bool, clock: Mapping[str, Any]) -> None:
         at = self.dialect.clock() if cancelled else None
         conn.execute(update(workflow).where(workflow.c.id == workflow_id).values(cancelled_at=at), dict(clock))
+
+    def finish(self, conn: Connection, workflow_id: int, clock: Mapping[str, Any]) -> Any:
+        """The compare-and-set of a workflow's end: its row (name, cancelled_at) if this
+        transaction finished it, else None (another did, or it is gone)."""
+        stmt = (
+            update(workflow)
+            .where(workflow.c.id == workflow_id, workflow.c.finished_at.is_(None))
+            .values(finished_at=self.dialect.clock())
+            .returning(workflow.c.name, workflow.c.cancelled_at)
+        )
+        return conn.execute(stmt, dict(clock)).first()
+
+    @cached_property
+    def unfinished_step(self) -> Select[Any]:
+        """One unfinished step of workflow `p_workflow`, the newest first."""
+        return (
+            select(job.c.id)
+            .where(job.c.workflow_id == bindparam("p_workflow", type_=Integer), job.c.status.in_(UNFINISHED_STATUSES))
+            .order_by(job.c.id.desc())
+            .limit(1)
+        )
+
+    def any_unfinished(self, conn: Connection, workflow_id: int, *, skip_locked: bool) -> bool:
+        """Is a step of the workflow unfinished? Locks the one found to the end of the
+        transaction (as `Batches.any_unfinished` does)."""
+        stmt = self.dialect.lock_rows(self.unfinished_step, skip_locked=skip_locked)
+        return conn.execute(stmt, {"p_workflow": workflow_id}).first() is not None
+
+    def counts(self, conn: Connection, workflow_id: int) -> dict[str, int]:
+        stmt = select(job.c.status, func.count()).where(job.c.workflow_id == workflow_id).group_by(job.c.status)
+        return {str(status): int(n) for status, n in conn.execute(stmt)}
+
+    @cached_property
+    def finishable(self) -> Select[Any]:
+        """Unfinished workflows none of whose steps is unfinished: what the sweep finishes,
+        for a settle that committed but did not live to look."""
+        step = job.alias("step")
+        unfinished = select(step.c.id).where(
+            step.c.workflow_id == workflow.c.id, step.c.status.in_(UNFINISHED_STATUSES)
+        )
+        return (
+            select(workflow.c.id)
+            .where(workflow.c.finished_at.is_(None), ~unfinished.exists())
+            .order_by(workflow.c.id)
+            .limit(bindparam("p_limit", type_=Integer))
+        )
+
+    def finishable_ids(self, limit: int = 100) -> list[int]:
+        with self.db.read("maintenance") as conn:
+            return [int(i) for i in conn.execute(self.finishable, {"p_limit": limit}).scalars()]
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, Select, Update
+from sqlalchemy import ColumnElement, Connection, Engine, Row, Select, Table, Update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
@@ -145,8 +145,8 @@ class Dialect(Protocol):
     def migration_lock(self, conn: Connection) -> None:
         """Inside `conn`'s open transaction, wait for the lock that serialises upgrades."""
 
-    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
-        """`stmt` (a SELECT of job rows) locking what it returns until the transaction ends,
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
+        """`stmt` (a SELECT of `table`'s rows, job rows unless said) locking what it returns until the transaction ends,
         so that no other transaction changes them meanwhile: skipping rows another
         transaction is changing (`skip_locked`), or waiting for it to end and reading what
         it left. Where writers take turns (SQLite) there is nothing to lock."""

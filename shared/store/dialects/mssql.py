@@ -27,6 +27,7 @@ from sqlalchemy import (
     Insert,
     Row,
     Select,
+    Table,
     Update,
     bindparam,
     cast,
@@ -140,12 +141,12 @@ class SQLServerDialect(SequentialChain, NoOwnerLocks, RowByRowInsert):
     def listener(self, db: Any, queue: str) -> None:
         return None
 
-    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # The update lock is held to the end of the transaction (a shared one would not be).
         # Waiting: a plain read, which under locking READ COMMITTED waits for a writer to end;
         # under READ_COMMITTED_SNAPSHOT it reads the last committed rows instead, and the
         # look of whichever transaction commits last still sees every child ended.
-        return stmt.with_hint(job, LOCK_HINTS) if skip_locked else stmt
+        return stmt.with_hint(job if table is None else table, LOCK_HINTS) if skip_locked else stmt
 
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(

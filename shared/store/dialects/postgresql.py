@@ -41,6 +41,7 @@ from sqlalchemy import (
     Interval,
     Row,
     Select,
+    Table,
     Text,
     Update,
     bindparam,
@@ -300,7 +301,7 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
     def listener(self, db: Any, queue: str) -> NotifyListener:
         return NotifyListener(db, queue)
 
-    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # Skipping: FOR NO KEY UPDATE, so that two checks lock two different siblings (a
         # shared lock would let every check pile onto one row). Waiting: FOR SHARE.
         if skip_locked:

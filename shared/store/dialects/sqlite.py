@@ -48,6 +48,7 @@ from sqlalchemy import (
     Integer,
     Row,
     Select,
+    Table,
     Update,
     bindparam,
     create_engine,
@@ -308,7 +309,7 @@ class SQLiteDialect(SequentialChain, RowValueFence, RowByRowInsert):
             return set()
         return {owner for owner in owners if _locked(folder / _owner_file(owner))}
 
-    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool) -> Select[Any]:
+    def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         return stmt  # BEGIN IMMEDIATE: no other writer runs until this transaction ends
 
     def migration_lock(self, conn: Connection) -> None:

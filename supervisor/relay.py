@@ -1,0 +1,96 @@
+"""The outbox relay: a thread of the supervisor that delivers outbox events to the
+configured publisher, safe on every instance at once.
+
+Each turn claims a batch of deliverable events (`jobsup.store.outbox`: the head event of
+each job, so a job's events go out in order), publishes them one by one with the
+destination's confirmation, deletes those delivered, and gives the rest back. Delivery is
+at least once: a relay that dies between publishing and deleting leaves its claim to lapse,
+and another relay sends those events again (same event id). While the destination fails,
+the relay backs off (exponentially, with jitter, up to `MAX_BACKOFF`); the failure is logged
+when it starts or changes, and counted every time, and its recovery is logged once.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from datetime import datetime
+
+from jobsup.events.publishers import Publisher, PublishFailed
+from jobsup.observe.events import emit
+from jobsup.store.outbox import Outbox
+
+POLL = 0.2  # seconds between looks when the outbox was empty
+BATCH = 200
+LEASE = 60.0  # seconds a claim holds events: longer than a batch takes to publish
+FIRST_BACKOFF, MAX_BACKOFF = 0.5, 15.0
+
+
+class Relay:
+    def __init__(self, outbox: Outbox, publisher: Publisher, owner: str, *, batch: int = BATCH) -> None:
+        self.outbox, self.publisher, self.owner, self.batch = outbox, publisher, owner, batch
+        self.backoff = 0.0  # seconds to wait after the last failure; 0 while delivering
+        self.failing: str | None = None  # the failure last logged
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._relay_forever, name="jobsup-relay", daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(timeout)
+        self.publisher.close()
+
+    def _relay_forever(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                delivered = self.run_once()
+            except Exception as exc:  # a database error: logged, counted, and tried again
+                emit("relay.failed", exc=exc, error=f"{type(exc).__name__}: {exc}")
+                delivered = 0
+            if self.backoff:
+                self.stopping.wait(self.backoff * random.uniform(0.8, 1.0))
+            elif delivered < self.batch:
+                self.stopping.wait(POLL)
+
+    def run_once(self, now: datetime | None = None) -> int:
+        """One batch: claim, publish in order, delete what went out, give back the rest.
+        Returns how many were delivered."""
+        pending = self.outbox.claim(self.owner, limit=self.batch, lease=LEASE, now=now)
+        if not pending:
+            self.publisher.idle()
+            return 0
+        done: list[int] = []
+        try:
+            for each in pending:
+                self.publisher.publish(each)
+                done.append(each.id)
+        except PublishFailed as exc:
+            self._failed(str(exc))
+        finally:
+            self.outbox.delivered(self.owner, done)
+            self.outbox.release(self.owner, [each.id for each in pending[len(done) :]])
+        if done:
+            emit("events.delivered", publisher=self.publisher.kind, count=len(done))
+        if len(done) == len(pending):
+            self._recovered()
+        return len(done)
+
+    def _failed(self, why: str) -> None:
+        self.backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, self.backoff * 2))
+        # Counted every time; logged when the failure starts or changes, not every retry.
+        emit(
+            "events.publish_failed",
+            publisher=self.publisher.kind,
+            error=why,
+            quiet=True if why == self.failing else None,
+        )
+        self.failing = why
+
+    def _recovered(self) -> None:
+        if self.failing is not None:
+            emit("events.publish_recovered", publisher=self.publisher.kind, where=self.publisher.where)
+        self.failing, self.backoff = None, 0.0

@@ -1,0 +1,338 @@
+"""The events of no job transition on every real database: breakers opening and closing,
+queues paused and resumed, SLA breaches, batches and workflows finishing. Each is in the
+outbox once its change committed (in that transaction), with the catalogue's fields and
+its object as the row's subject; a hook sees it after the commit; a change that did not
+happen writes nothing; and the relay orders each object's events without stalling."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+import jobsup
+from jobsup.events import hooks
+from jobsup.store.outbox import Outbox
+from jobsup.store.schema import job, outbox, queue_state, workflow
+from jobsup.supervisor.flow_control import MarkSlaBreaches
+
+from helpers import claim, claim_one, fail, run_together, succeed, wait_until
+
+T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+OWN = ("breaker.", "queue.", "sla.", "batch.", "workflow.")
+
+
+@jobsup.job("ev-flaky", queue="ev-flaky", max_attempts=50, breaker={"failures": 2, "reset": "60s"})
+def flaky(ctx: jobsup.JobContext, payload: Any) -> None:
+    raise RuntimeError("down")
+
+
+@jobsup.job("ev-sla", sla={"start_within": "5m"})
+def late(ctx: jobsup.JobContext, payload: Any) -> None:
+    pass
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def announced(client: jobsup.Client) -> list[dict[str, Any]]:
+    """The outbox's events of this module's kinds, in id order, with the row's own columns."""
+    with client.database.read() as conn:
+        rows = conn.execute(select(outbox).order_by(outbox.c.id)).all()
+    found = []
+    for row in rows:
+        if row.type.startswith(OWN):
+            payload = json.loads(row.payload)
+            assert payload["type"] == row.type and payload["v"] == 1 and len(payload["id"]) == 32
+            found.append({**payload, "_job_id": row.job_id, "_subject": row.subject})
+    return found
+
+
+def strip(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.items() if k not in ("v", "id", "at")} for e in events]
+
+
+@pytest.fixture
+def heard() -> Iterator[list[dict[str, Any]]]:
+    got: list[dict[str, Any]] = []
+    yield got
+    hooks.clear()
+
+
+def open_breaker(client: jobsup.Client) -> list[int]:
+    ids = [client.enqueue("ev-flaky", run_at=T0) for _ in range(3)]
+    for _ in range(2):
+        fail(client, claim_one(client, queue="ev-flaky", now=at(1)), now=at(1))
+    return ids
+
+
+# -- breakers -----------------------------------------------------------------------------
+
+
+def test_a_breaker_opening_and_its_probe_closing_it_are_announced(client: jobsup.Client, events_on: None) -> None:
+    client.enqueue("ev-flaky", run_at=T0)
+    fail(client, claim_one(client, queue="ev-flaky", now=at(1)), now=at(1))
+    succeed(client, [claim_one(client, queue="ev-flaky", now=at(1))], now=at(1))  # a reset count: no close
+    assert announced(client) == []
+    open_breaker(client)
+    opened = announced(client)
+    failed = [e for e in opened if e["type"] == "breaker.opened"]
+    assert len(opened) == 1 and failed, opened
+    assert strip(opened)[0] == {
+        "type": "breaker.opened",
+        "name": "ev-flaky",
+        "failed_job": failed[0]["failed_job"],
+        "reset": 60.0,
+        "_job_id": None,
+        "_subject": "breaker:ev-flaky",
+    }
+    client.store.breakers.half_open(now=at(62))
+    probe = claim_one(client, queue="ev-flaky", now=at(63))
+    succeed(client, [probe], now=at(63))
+    closed = announced(client)[1:]
+    assert strip(closed) == [
+        {
+            "type": "breaker.closed",
+            "name": "ev-flaky",
+            "probe_job": probe.id,
+            "_job_id": None,
+            "_subject": "breaker:ev-flaky",
+        }
+    ]
+
+
+def test_an_operator_reset_is_announced_with_the_actor_and_only_when_it_closes(
+    client: jobsup.Client, events_on: None, heard: list[dict[str, Any]]
+) -> None:
+    def hook(event: dict[str, Any]) -> None:  # reads the breaker from its own connection: committed by now
+        heard.append({**event, "_state": client.store.breakers.states().get(event["name"])})
+
+    jobsup.on("breaker.closed")(hook)
+    open_breaker(client)
+    assert client.reset_breaker("ev-flaky", actor="alice") is True
+    assert client.reset_breaker("ev-flaky", actor="alice") is False  # closed, no count: nothing to announce
+    fail(client, claim_one(client, queue="ev-flaky", now=at(2)), now=at(2))
+    assert client.reset_breaker("ev-flaky", actor="bob") is True  # closed with a count: zeroed, not a close
+    closes = [e for e in announced(client) if e["type"] == "breaker.closed"]
+    assert [(e["actor"], e["was"], e["_subject"]) for e in closes] == [("alice", "open", "breaker:ev-flaky")]
+    wait_until(lambda: heard, timeout=10, what="the hook")
+    assert [(e["id"], e["_state"]) for e in heard] == [(closes[0]["id"], "closed")]
+
+
+# -- queues -------------------------------------------------------------------------------
+
+
+def test_a_pause_and_a_resume_are_announced_once_each(
+    client: jobsup.Client, events_on: None, heard: list[dict[str, Any]]
+) -> None:
+    def hook(event: dict[str, Any]) -> None:
+        with client.database.read() as conn:
+            paused = conn.execute(select(queue_state.c.paused).where(queue_state.c.queue == event["queue"])).scalar()
+        heard.append({**event, "_paused": bool(paused)})
+
+    jobsup.on("queue.paused")(hook)
+    jobsup.on("queue.resumed")(hook)
+
+    def heard_after(change: Any, n: int) -> None:  # the hook has run before the next change
+        assert change() is (n > len(heard))
+        wait_until(lambda: len(heard) == n, timeout=10, what=lambda: f"{n} hook calls, not {heard}")
+
+    client.enqueue("a", queue="mail")
+    heard_after(lambda: client.pause_queue("mail", reason="smtp is down", actor="alice"), 1)
+    heard_after(lambda: client.pause_queue("mail", reason="still down", actor="bob"), 1)  # paused already
+    heard_after(lambda: client.resume_queue("mail", actor="carol"), 2)
+    heard_after(lambda: client.resume_queue("mail", actor="carol"), 2)
+    heard_after(lambda: client.pause_queue("mail", actor="dave"), 3)  # a row that exists, paused again
+    queue = {"queue": "mail", "_job_id": None, "_subject": "queue:mail"}
+    assert strip(announced(client)) == [
+        {"type": "queue.paused", **queue, "actor": "alice", "reason": "smtp is down"},
+        {"type": "queue.resumed", **queue, "actor": "carol"},
+        {"type": "queue.paused", **queue, "actor": "dave"},
+    ]
+    assert [(e["type"], e["actor"], e["_paused"]) for e in heard] == [
+        ("queue.paused", "alice", True),
+        ("queue.resumed", "carol", False),
+        ("queue.paused", "dave", True),
+    ]
+
+
+@pytest.mark.parametrize("row", ["new", "resumed"])
+def test_of_pauses_at_once_one_pauses_the_queue_and_announces_it(
+    client: jobsup.Client, url: str, events_on: None, row: str
+) -> None:
+    client.enqueue("a", queue="mail")
+    if row == "resumed":  # the compare-and-set on an existing row, else the race to insert it
+        client.pause_queue("mail", actor="setup")
+        client.resume_queue("mail", actor="setup")
+    others = [jobsup.Client(url) for _ in range(6)]
+    ready, results = threading.Barrier(len(others)), []
+
+    def pause(other: jobsup.Client, n: int) -> None:
+        ready.wait(10)
+        results.append(other.pause_queue("mail", actor=f"op{n}"))
+
+    run_together([threading.Thread(target=pause, args=(other, n)) for n, other in enumerate(others)])
+    for other in others:
+        other.close()
+    assert sorted(results) == [False] * (len(others) - 1) + [True]
+    assert [e["type"] for e in announced(client)].count("queue.paused") == 1 + (row == "resumed")
+
+
+# -- SLAs ---------------------------------------------------------------------------------
+
+
+def test_an_sla_breach_is_announced_once_per_job_as_the_jobs_event(client: jobsup.Client, events_on: None) -> None:
+    late_id = client.enqueue("ev-sla", run_at=T0)
+    client.enqueue("ev-sla", run_at=at(200))
+    step = MarkSlaBreaches(client.store)
+    assert step.run_once(now=at(301)) == 1
+    assert step.run_once(now=at(400)) == 0  # the compare-and-set changed nothing: nothing announced
+    assert strip(announced(client)) == [
+        {
+            "type": "sla.breached",
+            "job": late_id,
+            "name": "ev-sla",
+            "queue": "default",
+            "kind": "start",
+            "_job_id": late_id,
+            "_subject": None,
+        }
+    ]
+
+
+# -- batches and workflows ----------------------------------------------------------------
+
+
+def test_a_batch_finishing_is_announced_once_with_its_counts(
+    client: jobsup.Client, events_on: None, heard: list[dict[str, Any]]
+) -> None:
+    jobsup.on("batch.finished")(heard.append)
+    batch_id = client.enqueue_batch([{"name": "a"}] * 3, on_complete="report", name="nightly")
+    claimed = claim(client, "w1", limit=3)
+    succeed(client, claimed[:2])
+    assert announced(client) == []
+    fail(client, claimed[2], kind="discarded")
+    assert client.store.transitions.groups.settle_batch(batch_id) is False  # fired once, never again
+    assert strip(announced(client)) == [
+        {
+            "type": "batch.finished",
+            "batch": batch_id,
+            "name": "nightly",
+            "outcome": "failed",
+            "counts": {"succeeded": 2, "dead_lettered": 1},
+            "_job_id": None,
+            "_subject": f"batch:{batch_id}",
+        }
+    ]
+    wait_until(lambda: heard, timeout=10, what="the hook")
+    assert heard[0]["batch"] == batch_id
+
+
+def test_a_batch_closed_in_a_transaction_that_rolls_back_announces_nothing(
+    client: jobsup.Client, events_on: None
+) -> None:
+    batch = client.open_batch(on_complete="report")
+    batch.add([{"name": "a"}])
+    succeed(client, [claim_one(client)])
+    with client.database.engine.connect() as conn, conn.begin() as tx:
+        assert client.store.transitions.groups.close_batch(batch.id, connection=conn)
+        tx.rollback()
+    assert announced(client) == []
+    assert batch.close() is True
+    assert [e["outcome"] for e in announced(client)] == ["succeeded"]
+
+
+def diamond() -> jobsup.Workflow:
+    wf = jobsup.Workflow("ev-etl")
+    extract = wf.add("a", step="extract")
+    load_a = wf.add("x", deps=[extract], step="load-a")
+    load_b = wf.add("x", deps=[extract], step="load-b")
+    wf.add("report", deps=[load_a, load_b])
+    return wf
+
+
+def test_a_workflow_finishing_is_announced_once_when_its_last_step_ends(
+    client: jobsup.Client, events_on: None, heard: list[dict[str, Any]]
+) -> None:
+    jobsup.on("workflow.finished")(heard.append)
+    workflow_id = client.enqueue_workflow(diamond())
+    succeed(client, claim(client, "w1", limit=10))  # extract
+    both = claim(client, "w1", limit=10)
+    assert len(both) == 2
+    succeed(client, both[:1])
+    assert announced(client) == []  # load-b still running
+    succeed(client, both[1:])
+    assert announced(client) == []  # the report waits
+    succeed(client, claim(client, "w1", limit=10))
+    assert client.store.transitions.groups.settle_workflow(workflow_id) is False
+    assert strip(announced(client)) == [
+        {
+            "type": "workflow.finished",
+            "workflow": workflow_id,
+            "name": "ev-etl",
+            "outcome": "succeeded",
+            "counts": {"succeeded": 4},
+            "_job_id": None,
+            "_subject": f"workflow:{workflow_id}",
+        }
+    ]
+    wait_until(lambda: heard, timeout=10, what="the hook")
+    assert heard[0]["workflow"] == workflow_id
+
+
+def test_a_failed_step_that_cancels_the_rest_finishes_the_workflow_failed(
+    client: jobsup.Client, events_on: None
+) -> None:
+    workflow_id = client.enqueue_workflow(diamond())
+    fail(client, claim_one(client), kind="discarded")  # extract: its dependents are cancelled, level by level
+    events = announced(client)
+    assert [(e["workflow"], e["outcome"], e["counts"]) for e in events] == [
+        (workflow_id, "failed", {"dead_lettered": 1, "cancelled": 3})
+    ]
+
+
+def test_the_sweep_finishes_and_announces_a_workflow_whose_last_settle_did_not(
+    client: jobsup.Client, events_on: None
+) -> None:
+    workflow_id = client.enqueue_workflow(diamond())
+    # The state a settle leaves when its process dies between its commit and its look.
+    with client.database.transaction() as conn:
+        conn.execute(job.update().values(status="succeeded"))
+    assert announced(client) == []
+    assert client.store.transitions.groups.sweep_workflows() == 1
+    assert client.store.transitions.groups.sweep_workflows() == 0
+    assert [(e["workflow"], e["outcome"]) for e in announced(client)] == [(workflow_id, "succeeded")]
+    with client.database.read() as conn:
+        assert conn.execute(select(workflow.c.finished_at)).scalar() is not None
+
+
+# -- the relay's order ----------------------------------------------------------------------
+
+
+def test_the_relay_orders_each_objects_events_and_events_of_no_job_never_stall(
+    client: jobsup.Client, events_on: None
+) -> None:
+    job_id = client.enqueue("a", queue="mail")
+    client.pause_queue("mail", actor="alice")
+    client.resume_queue("mail", actor="alice")
+    client.pause_queue("other", actor="alice", allow_unknown=True)
+    relays = Outbox(client.database)
+    first = relays.claim("r1", limit=100, lease=60)
+    # The job's event, the first of mail's, and other's: mail's resume waits for its pause.
+    assert [(p.type, p.job_id, p.subject) for p in first] == [
+        ("job.enqueued", job_id, None),
+        ("queue.paused", None, "queue:mail"),
+        ("queue.paused", None, "queue:other"),
+    ]
+    assert relays.claim("r2", limit=100, lease=60) == []
+    relays.delivered("r1", [p.id for p in first if p.subject == "queue:mail"])
+    assert [(p.type, p.subject) for p in relays.claim("r2", limit=100, lease=60)] == [("queue.resumed", "queue:mail")]
+    with client.database.read() as conn:  # a row has a job or a subject, never both
+        both = select(func.count()).where(outbox.c.job_id.isnot(None), outbox.c.subject.isnot(None))
+        assert conn.execute(both).scalar() == 0

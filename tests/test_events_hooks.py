@@ -1,0 +1,132 @@
+"""In-process hooks (`@jobsup.on`) and the webhook publisher, with a real local HTTP server."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import pytest
+
+import jobsup
+from jobsup.errors import BadInput
+from jobsup.events import hooks
+from jobsup.events.publishers import publisher_for
+from jobsup.observe import events as observed
+from jobsup.store.outbox import Outbox
+from jobsup.store.rows import FAILED, Outcome
+from jobsup.supervisor.relay import Relay
+
+from helpers import claim_one, wait_until
+
+
+@pytest.fixture
+def seen() -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    subscriber = observed.subscribe(lambda kind, fields: found.append((kind, dict(fields))))
+    yield found
+    observed.unsubscribe(subscriber)
+    hooks.clear()
+
+
+def _dead_letter(client: jobsup.Client) -> int:
+    job_id = client.enqueue("work", {}, max_attempts=1)
+    client.store.transitions.fail(Outcome(claim_one(client).held, FAILED, "RuntimeError: no", 0.0))
+    return job_id
+
+
+def test_a_hook_runs_after_the_commit_with_the_event(client: jobsup.Client, seen: list[Any]) -> None:
+    got: ClassVar[list[dict[str, Any]]] = []
+    jobsup.on("job.dead_lettered")(got.append)
+    job_id = _dead_letter(client)
+    wait_until(lambda: got, timeout=10, what="the hook")
+    assert got[0]["job"] == job_id and got[0]["type"] == "job.dead_lettered" and got[0]["error_type"] == "RuntimeError"
+
+
+def test_a_hook_that_raises_or_hangs_is_counted_and_does_not_change_the_job(
+    client: jobsup.Client, seen: list[tuple[str, dict[str, Any]]]
+) -> None:
+    release = threading.Event()
+
+    def raises(event: dict[str, Any]) -> None:
+        raise ValueError("hook broke")
+
+    def hangs(event: dict[str, Any]) -> None:
+        release.wait(60)
+
+    after: list[int] = []
+    jobsup.on("job.dead_lettered")(raises)
+    jobsup.on("job.dead_lettered", timeout=0.5)(hangs)
+    jobsup.on("job.dead_lettered")(lambda event: after.append(event["job"]))
+    try:
+        job_id = _dead_letter(client)
+        kinds = lambda: {kind for kind, _ in seen}  # noqa: E731
+        wait_until(lambda: {"hook.failed", "hook.timed_out"} <= kinds(), timeout=10, what=lambda: str(kinds()))
+        wait_until(lambda: after, timeout=10, what="the hook after them")
+    finally:
+        release.set()
+    job = client.get(job_id)
+    assert job is not None and job.status == "dead_lettered" and job.attempts == 1
+    failed = next(fields for kind, fields in seen if kind == "hook.failed")
+    assert failed["event"] == "job.dead_lettered" and isinstance(failed["exc"], ValueError)
+
+
+def test_an_unknown_event_name_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(BadInput, match=r"no event type .job.dead.; the event types are .*job\.dead_lettered"):
+        jobsup.on("job.dead")
+
+
+class Receiver(BaseHTTPRequestHandler):
+    """Answers 500 to its first `failures` requests, then 204; records what it got."""
+
+    secret = "s3cret"
+    failures = 1
+    got: ClassVar[list[dict[str, Any]]] = []
+    answers: ClassVar[list[int]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        status = 500 if len(self.answers) < self.failures else 204
+        self.answers.append(status)
+        expected = (
+            "sha256="
+            + hmac.new(
+                self.secret.encode(), self.headers["X-Jobsup-Timestamp"].encode() + b"." + body, hashlib.sha256
+            ).hexdigest()
+        )
+        verified = hmac.compare_digest(expected, self.headers["X-Jobsup-Signature"])
+        if status == 204:
+            self.got.append({"event": json.loads(body), "verified": verified, "id": self.headers["X-Jobsup-Event-Id"]})
+        self.send_response(status)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.usefixtures("events_on")
+def test_a_webhook_is_signed_and_a_500_is_retried_and_counted(
+    client: jobsup.Client, seen: list[tuple[str, dict[str, Any]]]
+) -> None:
+    Receiver.got, Receiver.answers = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        job_id = client.enqueue("work", {})
+        url = f"http://127.0.0.1:{server.server_port}/hook"
+        relay = Relay(Outbox(client.database), publisher_for(url, secret=Receiver.secret), "relay-test")
+        assert relay.run_once() == 0  # the 500
+        assert relay.backoff > 0
+        assert relay.run_once() == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert Receiver.answers == [500, 204]
+    (got,) = Receiver.got
+    assert got["verified"] and got["event"]["job"] == job_id and got["id"] == got["event"]["id"]
+    failed = [fields for kind, fields in seen if kind == "events.publish_failed"]
+    assert len(failed) == 1 and "answered 500" in failed[0]["error"] and failed[0]["publisher"] == "webhook"
