@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import jobsup
@@ -18,3 +19,4 @@ def probe(ctx: jobsup.JobContext, payload: Any) -> None:
     # Down while the test's flag file exists; the probe after it is gone succeeds.
     if os.path.exists(payload["down_while"]):
         raise RuntimeError("the service it calls is down")
+    time.sleep(payload.get("work_for", 0))  # the call itself: long enough to see a second probe

@@ -5,6 +5,7 @@ them through again, and the breaker opens again after as many failures."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import breakerapp  # noqa: F401 - registers breaker-down here too, for its queue
 import pytest
@@ -64,7 +65,7 @@ def test_two_supervisors_run_one_probe_and_its_success_closes_the_breaker(  # ty
     down.touch()
     for _ in range(2):
         start("--app", "breakerapp", "--queue", "probe=2")
-    payload = {"down_while": str(down)}
+    payload = {"down_while": str(down), "work_for": 1.0}
     failing = [client.enqueue("breaker-probe", payload) for _ in range(2)]
     wait_until(lambda: statuses(client, failing) == ["dead_lettered"] * 2, timeout=60, what="two failures")
     wait_until(lambda: state_of(client, "breaker-probe") == "open", timeout=30, what="the breaker to open")
@@ -78,7 +79,10 @@ def test_two_supervisors_run_one_probe_and_its_success_closes_the_breaker(  # ty
     assert len(attempts) == 10  # each once: no probe ran twice, nothing was claimed and put back
     # The probe ran alone: the other nine (on four workers in two supervisors) started only
     # after it had finished and closed the breaker.
-    probe_end = attempts[0].finished_at
+    # SQLite's claim reads its clock before it waits for the write lock, so a start may be
+    # stamped a moment before the probe's end it came after: a second probe would have
+    # started during the probe's one second of work.
+    probe_end = attempts[0].finished_at - timedelta(seconds=0.25)
     assert all(later.started_at >= probe_end for later in attempts[1:]), attempts
     client.close()
 
