@@ -135,6 +135,8 @@ class Resolver:
         self.lock = threading.Lock()
         self.published: dict[str, JobType] = {}
         self.loaded_at = -float("inf")
+        self.generation = 0  # counts refreshes
+        self._key_rates: tuple[tuple[int, int] | None, dict[str, Any]] = (None, {})
 
     def find(self, name: str) -> JobType | None:
         registered = _registered(name)
@@ -158,6 +160,7 @@ class Resolver:
             return
         with self.lock:
             self.published, self.loaded_at = published, time.monotonic() if now is None else now
+            self.generation += 1
         _known_names.update(published)
 
     def require(self, name: str) -> JobType:
@@ -196,12 +199,19 @@ class Resolver:
         """The rate of window `key`: that of the first job type by name whose rate uses it
         (types sharing a key should agree; when published definitions do not, every claim
         of every process that knows them applies the same one)."""
-        known = {**self.published, **{name: registered.type for name, registered in _registry().items()}}
-        for name in sorted(known):
-            limits = known[name].limits
-            if limits is not None and limits.rate is not None and limits.rate.key_for(name) == key:
-                return limits.rate
-        return None
+        registry = _registry()
+        # Asked on every rate-limited claim: worked out again only when the types change (a
+        # refresh reads them again; registering adds to the registry).
+        stamp = (self.generation, len(registry))
+        if self._key_rates[0] != stamp:
+            known = {**self.published, **{name: registered.type for name, registered in registry.items()}}
+            rates: dict[str, Any] = {}
+            for name in sorted(known):
+                limits = known[name].limits
+                if limits is not None and limits.rate is not None:
+                    rates.setdefault(limits.rate.key_for(name), limits.rate)
+            self._key_rates = (stamp, rates)
+        return self._key_rates[1].get(key)
 
     def rate_limited(self, queue: str) -> bool:
         """Whether a job type this process knows is rate-limited in `queue` (its jobs are

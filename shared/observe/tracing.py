@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,10 +67,13 @@ else:
         """Start the span of running `job` (a `ClaimedJob`); the worker ends it (`Traced.end`)."""
         return NOT_TRACED
 
-    @contextlib.contextmanager
-    def span(name: str, attributes: dict[str, Any], *, job_ids: Iterable[int] = ()) -> Iterator[None]:
+    def span(
+        name: str, attributes: dict[str, Any], *, job_ids: Iterable[int] = ()
+    ) -> contextlib.AbstractContextManager[None]:
         """A span of jobsup's own (claim, settle), linked to the ended runs of `job_ids`."""
-        yield
+        return _NO_SPAN  # shared: the claim loop makes no generator per claim for nothing
+
+    _NO_SPAN: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
 
     def failed(exc: BaseException) -> None:
         """Record `exc` on the current span (the job's run span, when it raised)."""

@@ -77,20 +77,17 @@ def _job(client: Client, request: Request) -> dict[str, Any]:
     return {"job": found, "logs": client.logs(found.id, limit=api_jobs.MAX_LOGS)}
 
 
-def _workflow(client: Client, request: Request) -> dict[str, Any]:
-    group_id = _id_of(request, "group_id", "workflow")
-    found = client.get_workflow(group_id)
-    if found is None:
-        raise ApiError(404, f"no workflow with id {group_id}")
-    return {"workflow": found}
+def _group(kind: str) -> PageFn:
+    """The page of one workflow or batch (`kind`), read by its id."""
 
+    def read(client: Client, request: Request) -> dict[str, Any]:
+        group_id = _id_of(request, "group_id", kind)
+        found = client.get_workflow(group_id) if kind == "workflow" else client.get_batch(group_id)
+        if found is None:
+            raise ApiError(404, f"no {kind} with id {group_id}")
+        return {kind: found}
 
-def _batch(client: Client, request: Request) -> dict[str, Any]:
-    group_id = _id_of(request, "group_id", "batch")
-    found = client.get_batch(group_id)
-    if found is None:
-        raise ApiError(404, f"no batch with id {group_id}")
-    return {"batch": found}
+    return read
 
 
 def _dead(client: Client, request: Request) -> dict[str, Any]:
@@ -175,7 +172,7 @@ def routes() -> list[BaseRoute]:
                 _table("Workflows", _workflows, ("id", "name", "status", "counts", "created_at"), "/workflows"),
             ),
         ),
-        Route("/workflows/{group_id}", view("workflow.html", _workflow)),
+        Route("/workflows/{group_id}", view("workflow.html", _group("workflow"))),
         Route(
             "/batches",
             view(
@@ -188,7 +185,7 @@ def routes() -> list[BaseRoute]:
                 ),
             ),
         ),
-        Route("/batches/{group_id}", view("batch.html", _batch)),
+        Route("/batches/{group_id}", view("batch.html", _group("batch"))),
         Route(
             "/calendars",
             view("table.html", _table("Calendars", _calendars, ("name", "timezone", "rules", "updated_at"))),
