@@ -47,7 +47,7 @@ MAX_REASON = 1000  # characters of a pause's reason
 
 
 class OpsAPI:
-    """`Client`'s methods for paused queues and the audit trail."""
+    """`Client`'s methods for paused queues, circuit breakers, parked events and the audit trail."""
 
     if TYPE_CHECKING:
         store: Store
@@ -141,6 +141,31 @@ class OpsAPI:
         self._ready()
         return self.store.breakers.rows()
 
+    # -- parked events ----------------------------------------------------------------------
+
+    def parked_events(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Outbox events the destination refused for good, oldest first: ``id`` (the outbox
+        row's), ``job_id`` or ``subject``, ``type``, ``created_at``, ``parked_at``,
+        ``attempts`` and ``last_error``."""
+        check = check_limit(limit)
+        self._ready()
+        return self.store.outbox.parked(check)
+
+    def retry_events(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
+        """Deliver the parked events `ids` again (None: every parked event), after whatever
+        their objects announced since; audited ``events.retry``. Returns the ids that were
+        parked."""
+        chosen = _event_ids(ids)
+        self._ready()
+        return self.store.outbox.unpark(chosen, actor=actor_of(actor))
+
+    def discard_events(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
+        """Delete the parked events `ids` (None: every parked event) undelivered; audited
+        ``events.discard``. Returns the ids that were parked."""
+        chosen = _event_ids(ids)
+        self._ready()
+        return self.store.outbox.discard(chosen, actor=actor_of(actor))
+
     # -- the audit trail ------------------------------------------------------------------
 
     def audit(
@@ -204,3 +229,12 @@ def same_schedule(before: RecurringSchedule | None, after: RecurringSchedule) ->
         return shape(before) == shape(after)
     except (SealedParameterError, ConfigurationError):
         return False  # sealed under a key this process lacks: count it as a change
+
+
+def _event_ids(ids: Sequence[int] | None) -> list[int] | None:
+    if ids is None:
+        return None
+    chosen = list(ids)
+    if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in chosen):
+        raise BadInput(f"event ids must be positive whole numbers (or None for every parked event), not {ids!r}")
+    return chosen

@@ -81,7 +81,7 @@ class QueueGauges:
 
 
 class OutboxGauges:
-    """Refresh the outbox's depth and oldest-event age (only where a publisher is configured)."""
+    """Refresh the outbox's depth, oldest-event age and parked count (only where a publisher is configured)."""
 
     name = "outbox_gauges"
 
@@ -89,8 +89,8 @@ class OutboxGauges:
         self.outbox = outbox
 
     def run_once(self, now: datetime | None = None) -> int:
-        depth, oldest = self.outbox.depth(now)
-        metrics.set_outbox(depth, oldest)
+        depth, oldest, parked = self.outbox.depth(now)
+        metrics.set_outbox(depth, oldest, parked)
         return depth
 
 

@@ -7,7 +7,9 @@ destination's confirmation, deletes those delivered, and gives the rest back. De
 at least once: a relay that dies between publishing and deleting leaves its claim to lapse,
 and another relay sends those events again (same event id). While the destination fails,
 the relay backs off (exponentially, with jitter, up to `MAX_BACKOFF`); the failure is logged
-when it starts or changes, and counted every time, and its recovery is logged once.
+when it starts or changes, and counted every time, and its recovery is logged once. An event
+the destination refuses for good (`PublishFailed.permanent`) is parked at once, logged and
+counted, and the batch goes on: one bad event never stalls the others.
 """
 
 from __future__ import annotations
@@ -64,19 +66,34 @@ class Relay:
             self.publisher.idle()
             return 0
         done: list[int] = []
+        tried = 0  # how many of `pending` went out, or were given back as failed
         try:
             for each in pending:
-                self.publisher.publish(each)
+                try:
+                    self.publisher.publish(each)
+                except PublishFailed as exc:
+                    self.outbox.failed(self.owner, each.id, str(exc), park=exc.permanent, now=now)
+                    tried += 1
+                    if not exc.permanent:  # the destination's failure: the rest would fail too
+                        self._failed(str(exc))
+                        break
+                    emit(
+                        "events.parked",
+                        publisher=self.publisher.kind,
+                        event=each.type,
+                        outbox_id=each.id,
+                        error=str(exc),
+                    )
+                    continue
                 done.append(each.id)
-        except PublishFailed as exc:
-            self._failed(str(exc))
+                tried += 1
+            else:
+                self._recovered()
         finally:
             self.outbox.delivered(self.owner, done)
-            self.outbox.release(self.owner, [each.id for each in pending[len(done) :]])
+            self.outbox.release(self.owner, [each.id for each in pending[tried:]])
         if done:
             emit("events.delivered", publisher=self.publisher.kind, count=len(done))
-        if len(done) == len(pending):
-            self._recovered()
         return len(done)
 
     def _failed(self, why: str) -> None:

@@ -77,7 +77,7 @@ def test_alert_rules_are_valid_and_their_unit_tests_pass() -> None:
         [promtool, "check", "rules", "alerts.yml"], cwd=DEPLOY / "prometheus", capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 10 rules found" in check.stdout
+    assert "SUCCESS: 11 rules found" in check.stdout
     tested = subprocess.run(
         [promtool, "test", "rules", "alerts.test.yml"], cwd=DEPLOY / "prometheus", capture_output=True, text=True
     )

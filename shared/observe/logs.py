@@ -31,6 +31,7 @@ _WARNINGS = {
     "sla.breached",
     "hook.timed_out",
     "events.publish_failed",
+    "events.parked",
 }
 _ERRORS = {
     "db.error",

@@ -121,6 +121,14 @@ def _m() -> dict[str, Any]:
         "publish_failures": Counter(
             "jobsup_events_publish_failures", "Failed tries to deliver outbox events.", ["publisher"]
         ),
+        "events_parked": Counter(
+            "jobsup_events_parked", "Outbox events parked: the destination refused them for good.", ["publisher"]
+        ),
+        "outbox_parked": Gauge(
+            "jobsup_outbox_parked_events",
+            "Parked outbox events, waiting for an operator (jobsup events).",
+            multiprocess_mode="livemax",
+        ),
         "outbox_depth": Gauge("jobsup_outbox_events", "Events waiting in the outbox.", multiprocess_mode="livemax"),
         "outbox_oldest": Gauge(
             "jobsup_outbox_oldest_age_seconds",
@@ -198,6 +206,8 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         m["events_delivered"].labels(fields["publisher"]).inc(fields.get("count", 1))
     elif kind == "events.publish_failed":
         m["publish_failures"].labels(fields["publisher"]).inc()
+    elif kind == "events.parked":
+        m["events_parked"].labels(fields["publisher"]).inc()
     elif kind == "secrets.unseal_failed":
         m["unseal_failures"].labels(job_label(fields.get("name"))).inc()
 
@@ -240,9 +250,10 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
         m["oldest"].labels(queue).set(age)
 
 
-def set_outbox(depth: int, oldest: float) -> None:
+def set_outbox(depth: int, oldest: float, parked: int) -> None:
     _m()["outbox_depth"].set(depth)
     _m()["outbox_oldest"].set(oldest)
+    _m()["outbox_parked"].set(parked)
 
 
 def set_queues_paused(paused: dict[str, bool]) -> None:

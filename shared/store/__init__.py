@@ -4,7 +4,8 @@
   `statements` holds their SQL, `steps` lets features join them, `builder` builds new rows.
 - `reads`: what operators look at (`overview`: the dashboard's indexed counts and pages);
   `retention`: deleting finished jobs.
-- `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `calendars`,
+- `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `outbox`
+  (events on their way out), `calendars`,
   `pauses` (paused queues, a part of the claim), `breakers` (circuit breakers, a part of the
   claim and a settle step): the other tables, one module each.
 - `claim`: the claim predicate and the parts of a claim every dialect shares.
@@ -22,6 +23,7 @@ from jobsup.store.calendars import CalendarStore
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
+from jobsup.store.outbox import Outbox
 from jobsup.store.overview import OverviewReads
 from jobsup.store.pauses import Pauses
 from jobsup.store.processes import ProcessTable
@@ -51,6 +53,7 @@ class Store:
         self.logs = JobLogs(db)
         self.sealed = SealedRows(db, self.transitions.sql)
         self.audit = Audit(db)
+        self.outbox = Outbox(db, self.audit)
         self.pauses = Pauses(db, self.audit)
         self.breakers = Breakers(db, self.audit, self.resolver)
         self.sla = SlaMarks(self.transitions)

@@ -42,7 +42,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -296,6 +296,9 @@ outbox = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("locked_by", _NAME),
     Column("locked_until", UTCDateTime),
+    Column("attempts", Integer, nullable=False, server_default="0"),  # failed tries to deliver it
+    Column("last_error", Unicode(500)),
+    Column("parked_at", UTCDateTime),  # refused for good: no relay takes it (jobsup events)
     sqlite_autoincrement=True,
 )
 

@@ -5,7 +5,8 @@
 - ``https://host/path`` (or ``http://``): a webhook, signed with `events_secret`.
 
 A publisher delivers one event at a time and raises `PublishFailed` when it could not
-(the relay puts the event back and backs off); it reconnects by itself on the next try.
+(the relay puts the event back and backs off, or parks it when the failure is the event's
+own); it reconnects by itself on the next try.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from jobsup.store.outbox import Pending
 
 
 class PublishFailed(JobsupError):
-    """An event could not be delivered; it stays in the outbox for the next try."""
+    """An event could not be delivered. Most failures are the destination's (down, slow,
+    refusing everyone): the event stays in the outbox for the next try and the relay backs
+    off. A `permanent` failure is this event's own (the destination refused its content):
+    trying it again cannot help, so the relay parks it and goes on with the next."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
 
 
 class Publisher(Protocol):

@@ -4,9 +4,11 @@ Headers: ``X-Jobsup-Event`` (the type), ``X-Jobsup-Event-Id`` (deduplicate by it
 ``X-Jobsup-Timestamp`` (Unix seconds) and ``X-Jobsup-Signature: sha256=<hex>``, the
 HMAC-SHA256 under `events_secret` of ``<timestamp>.<body>`` (the raw body bytes). A
 receiver recomputes it over the bytes it got, compares in constant time, and refuses a
-timestamp far from its own clock (a replay). Any 2xx answer is a delivery; anything else
-(a 5xx, a redirect, a timeout, a refused connection) is a failure the relay retries with
-backoff, and counts.
+timestamp far from its own clock (a replay). Any 2xx answer is a delivery. A 400, 413, 415
+or 422 says the receiver will never take this body: the event is parked (`jobsup events`),
+and the relay goes on. Anything else (a 5xx, a 401 or 404 from a misconfigured receiver, a
+redirect, a timeout, a refused connection) is the destination's failure, which the relay
+retries with backoff, and counts.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ import urllib.request
 
 from jobsup.events.publishers import PublishFailed
 from jobsup.store.outbox import Pending
+
+# Answers about the request's own content. Others (401, 403, 404, 429, ...) would refuse
+# every event alike: parking them all would empty the outbox into the parked list.
+REFUSED_FOR_GOOD = frozenset({400, 413, 415, 422})
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -55,7 +61,8 @@ class WebhookPublisher:
             with _opener.open(request, timeout=self.timeout) as answer:
                 status = answer.status
         except urllib.error.HTTPError as exc:
-            raise PublishFailed(f"the webhook {self.where} answered {exc.code}") from None
+            permanent = exc.code in REFUSED_FOR_GOOD
+            raise PublishFailed(f"the webhook {self.where} answered {exc.code}", permanent=permanent) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PublishFailed(f"cannot reach the webhook {self.where} ({reason})") from None

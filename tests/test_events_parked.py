@@ -1,0 +1,170 @@
+"""Events the destination refuses for good are parked, not retried forever, and an operator
+lists, retries or discards them; a destination that is down parks nothing.
+
+A real local HTTP server plays the webhook's receiver; the relay runs in the test's process,
+one turn at a time, against the real database.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+import jobsup
+from jobsup.errors import BadInput
+from jobsup.events.publishers import publisher_for
+from jobsup.store.outbox import Outbox
+from jobsup.store.schema import outbox
+from jobsup.supervisor.relay import Relay
+
+from helpers import run_jobsup
+
+SECRET = "s3cret-for-the-parked-tests"
+
+
+@dataclass
+class Receiver:
+    """What the test's webhook answers: `status` for every event, except `refuse`'s event
+    ids (422); records the events it took."""
+
+    status: int = 204
+    refuse: set[str] = field(default_factory=set)
+    got: list[dict[str, Any]] = field(default_factory=list)
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[Receiver, str]]:
+    state = Receiver()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            event = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status = 422 if event["id"] in state.refuse else state.status
+            if status == 204:
+                state.got.append(event)
+            self.send_response(status)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield state, f"http://127.0.0.1:{server.server_port}/hook"
+    server.shutdown()
+    server.server_close()
+
+
+def _relay(client: jobsup.Client, url: str) -> Relay:
+    return Relay(Outbox(client.database), publisher_for(url, secret=SECRET, timeout=5), "relay-test")
+
+
+def _first_event_of(client: jobsup.Client, job_id: int) -> str:
+    claimed = Outbox(client.database).claim("peek", limit=100, lease=60)
+    Outbox(client.database).release("peek", [p.id for p in claimed])
+    (pending,) = [p for p in claimed if p.job_id == job_id]
+    return str(json.loads(pending.payload)["id"])
+
+
+@pytest.mark.usefixtures("events_on")
+def test_a_refused_event_is_parked_and_holds_back_neither_others_nor_its_jobs_later_events(
+    client: jobsup.Client, receiver: tuple[Receiver, str]
+) -> None:
+    state, url = receiver
+    refused, other = client.enqueue("work", {}), client.enqueue("work", {})
+    state.refuse.add(_first_event_of(client, refused))
+    relay = _relay(client, url)
+    assert relay.run_once() == 1  # the other job's event; the refused one parked, not retried
+    assert relay.backoff == 0
+    client.cancel(refused)  # a later event of the parked event's job goes out on its own
+    assert relay.run_once() == 1
+    assert [(e["job"], e["type"]) for e in state.got] == [(other, "job.enqueued"), (refused, "job.cancelled")]
+
+    (parked,) = client.parked_events()
+    assert parked["job_id"] == refused and parked["type"] == "job.enqueued" and parked["attempts"] == 1
+    assert "answered 422" in parked["last_error"] and parked["parked_at"] is not None
+    assert Outbox(client.database).depth()[0::2] == (0, 1)  # none waiting, one parked
+    assert relay.run_once() == 0 and len(state.got) == 2  # nobody takes a parked event
+
+    state.refuse.clear()  # the receiver is fixed: the operator retries it
+    assert client.retry_events([parked["id"]], actor="alice") == [parked["id"]]
+    assert relay.run_once() == 1
+    assert state.got[-1]["type"] == "job.enqueued" and state.got[-1]["job"] == refused
+    assert client.parked_events() == [] and Outbox(client.database).depth()[0::2] == (0, 0)
+    (entry,) = client.audit(action="events.retry")
+    assert entry.actor == "alice" and entry.outcome == "ok" and entry.detail == {"chosen": [parked["id"]], "count": 1}
+
+
+@pytest.mark.usefixtures("events_on")
+def test_a_destination_that_is_down_parks_nothing_and_counts_the_tries(
+    client: jobsup.Client, receiver: tuple[Receiver, str]
+) -> None:
+    state, url = receiver
+    for status in (503, 404, 401):  # a receiver down, or misconfigured: every event alike
+        job_id = client.enqueue("work", {})
+        state.status = status
+        relay = _relay(client, url)
+        assert relay.run_once() == 0 and relay.backoff > 0
+        assert client.parked_events() == []
+        state.status = 204
+        assert relay.run_once() == 1 and state.got[-1]["job"] == job_id
+    assert client.audit(action="events.") == []  # the relay's own tries are no operator's actions
+
+
+@pytest.mark.usefixtures("events_on")
+def test_the_head_events_failed_tries_are_counted_on_its_row(
+    client: jobsup.Client, receiver: tuple[Receiver, str]
+) -> None:
+    state, url = receiver
+    client.enqueue("work", {})
+    state.status = 500
+    relay = _relay(client, url)
+    assert relay.run_once() == 0
+    assert relay.run_once() == 0
+    with client.database.read() as conn:
+        row = conn.execute(select(outbox.c.attempts, outbox.c.last_error, outbox.c.parked_at)).one()
+    assert row.attempts == 2 and "answered 500" in row.last_error and row.parked_at is None
+
+
+@pytest.mark.usefixtures("events_on")
+def test_the_operator_commands_list_retry_and_discard_parked_events(
+    url: str, client: jobsup.Client, receiver: tuple[Receiver, str]
+) -> None:
+    state, hook = receiver
+    jobs = [client.enqueue("work", {}) for _ in range(3)]
+    state.refuse.update(_first_event_of(client, job_id) for job_id in jobs)
+    assert _relay(client, hook).run_once() == 0
+    ids = [row["id"] for row in client.parked_events()]
+    assert len(ids) == 3
+
+    listed = run_jobsup("events", "parked", "--database-url", url)
+    assert listed.returncode == 0 and all(str(job_id) in listed.stdout for job_id in jobs), listed.stderr
+    as_json = json.loads(run_jobsup("events", "parked", "--json", "--database-url", url).stdout)
+    assert [row["id"] for row in as_json] == ids and as_json[0]["attempts"] == 1
+
+    discarded = run_jobsup("events", "discard", str(ids[0]), "--actor", "bob", "--database-url", url)
+    assert discarded.returncode == 0 and "discarded 1 events" in discarded.stdout, discarded.stderr
+    missing = run_jobsup("events", "retry", str(ids[0]), str(ids[1]), "--database-url", url)
+    assert missing.returncode == 1 and f"not parked: {ids[0]}" in missing.stderr
+    assert "retried 1 events" in missing.stdout
+    both = run_jobsup("events", "retry", "--database-url", url)
+    assert both.returncode == 2 and "give event ids or --all" in both.stderr
+    everything = run_jobsup("events", "discard", "--all", "--database-url", url)
+    assert everything.returncode == 0 and "discarded 1 events" in everything.stdout
+    assert client.parked_events() == []
+    assert [e.action for e in client.audit(action="events.")] == ["events.discard", "events.retry", "events.discard"]
+    assert client.audit(action="events.discard")[-1].actor == "bob"
+
+
+def test_event_ids_must_be_whole_numbers(client: jobsup.Client) -> None:
+    for wrong in ([], [0], ["7"], [True]):
+        with pytest.raises(BadInput, match="event ids must be positive whole numbers"):
+            client.retry_events(wrong)  # type: ignore[arg-type]
+    assert client.discard_events([12345]) == []
