@@ -25,8 +25,10 @@ from jobsup.store.schema import outbox
 from jobsup.supervisor.relay import Relay
 
 from helpers import run_jobsup
+from webhelpers import OPERATOR, READER, web
 
 SECRET = "s3cret-for-the-parked-tests"
+API = "/api/v1"
 
 
 @dataclass
@@ -168,3 +170,25 @@ def test_event_ids_must_be_whole_numbers(client: jobsup.Client) -> None:
         with pytest.raises(BadInput, match="event ids must be positive whole numbers"):
             client.retry_events(wrong)  # type: ignore[arg-type]
     assert client.discard_events([12345]) == []
+
+
+@pytest.mark.usefixtures("events_on")
+def test_the_api_lists_retries_and_discards_parked_events_as_the_web_user(
+    url: str, client: jobsup.Client, receiver: tuple[Receiver, str]
+) -> None:
+    state, hook = receiver
+    jobs = [client.enqueue("work", {}) for _ in range(2)]
+    state.refuse.update(_first_event_of(client, job_id) for job_id in jobs)
+    assert _relay(client, hook).run_once() == 0
+    with web(url) as http:
+        listed = http.get(f"{API}/events/parked", headers=READER).json()
+        assert [row["job_id"] for row in listed] == jobs and "answered 422" in listed[0]["last_error"]
+        first = listed[0]["id"]
+        retry = f"{API}/events/parked/retry"
+        assert http.post(retry, json={"ids": [first]}, headers=READER).status_code == 403
+        assert http.post(retry, json={"ids": []}, headers=OPERATOR).status_code == 400
+        assert http.post(retry, json={"ids": [first]}, headers=OPERATOR).json() == {"count": 1}
+        assert http.post(f"{API}/events/parked/discard", json={}, headers=OPERATOR).json() == {"count": 1}
+        assert http.get(f"{API}/events/parked", headers=READER).json() == []
+    actors = {entry.actor for entry in client.audit(action="events.")}
+    assert len(actors) == 1 and actors.pop().startswith("web:token-")

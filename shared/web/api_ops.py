@@ -1,5 +1,5 @@
 """/api/v1: queues, the overview, recurring schedules, workers, stats, and the later issues'
-objects (definitions, workflows, batches, calendars, breakers, the audit trail)."""
+objects (definitions, workflows, batches, calendars, breakers, parked events, the audit trail)."""
 
 from __future__ import annotations
 
@@ -224,6 +224,53 @@ def list_breakers(client: Client, who: Identity) -> list[dict[str, Any]]:
 )
 def reset_breaker(client: Client, who: Identity, name: str) -> dict[str, Any]:
     return {"done": client.reset_breaker(name, actor=who.actor)}
+
+
+@operation(
+    "GET",
+    "/events/parked",
+    "Outbox events their destination refused for good, oldest first",
+    s.array(s.LOOSE),
+    params=(LIMIT,),
+    tag="events",
+)
+def list_parked_events(client: Client, who: Identity, limit: int = 100) -> list[dict[str, Any]]:
+    return client.parked_events(limit=limit)
+
+
+def _parked_ids(body: dict[str, Any], verb: str) -> list[int] | None:
+    ids = body.get("ids")
+    if ids is not None and not ids:
+        raise ApiError(400, f"body: 'ids' is empty; leave it out to {verb} every parked event")
+    return None if ids is None else list(ids)
+
+
+@operation(
+    "POST",
+    "/events/parked/retry",
+    "Deliver the parked events `ids` again, or all of them when `ids` is left out",
+    s.COUNT,
+    role=OPERATOR,
+    body=s.IDS,
+    tag="events",
+    errors=(400,),
+)
+def retry_parked_events(client: Client, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
+    return {"count": len(client.retry_events(_parked_ids(body, "retry"), actor=who.actor))}
+
+
+@operation(
+    "POST",
+    "/events/parked/discard",
+    "Delete the parked events `ids` undelivered, or all of them when `ids` is left out",
+    s.COUNT,
+    role=OPERATOR,
+    body=s.IDS,
+    tag="events",
+    errors=(400,),
+)
+def discard_parked_events(client: Client, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
+    return {"count": len(client.discard_events(_parked_ids(body, "discard"), actor=who.actor))}
 
 
 @operation(
