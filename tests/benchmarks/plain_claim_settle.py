@@ -30,6 +30,7 @@ from jobsup.store import Database, migrate
 from jobsup.store.rows import Outcome, SUCCEEDED
 
 kind, jobs, cycles, folder = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+events, enqueue_each = sys.argv[5] == "on", sys.argv[6] == "each"
 admin = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 if kind == "sqlite":
     url = f"sqlite:///{folder}/{uuid.uuid4().hex}.db"
@@ -42,12 +43,19 @@ else:
 try:
     migrate.upgrade(Database(url))
     jobsup.job("bench-plain")(lambda ctx, payload: None)
+    if events:  # only then: an older tree may have no jobsup.events
+        from jobsup.events import record
+
+        record.enable()
     client = jobsup.Client(url)
-    client.enqueue_many([{"name": "bench-plain"} for _ in range(jobs)])
+    if jobs:
+        client.enqueue_many([{"name": "bench-plain"} for _ in range(jobs)])
     transitions = client.store.transitions
     times = []
     for _ in range(cycles):
         started = time.perf_counter()
+        if enqueue_each:
+            client.enqueue("bench-plain")
         [claimed] = transitions.claim("default", "bench-worker", limit=1, lease=60.0)
         transitions.complete([Outcome(claimed.held, SUCCEEDED)])
         times.append(time.perf_counter() - started)
@@ -61,12 +69,18 @@ finally:
 """
 
 
-def one(tree: str | None, kind: str, jobs: int, cycles: int, folder: str) -> float:
-    env = {**os.environ}
+def one(
+    tree: str | None, kind: str, jobs: int, cycles: int, folder: str, *, events: bool = False, each: bool = False
+) -> float:
+    """The median cycle of one subprocess: `tree`'s jobsup (None: this checkout's), the
+    outbox written (`events`), an enqueue inside each cycle (`each`) or `jobs` beforehand."""
+    # No JOBSUP_* setting of the caller's (a publisher, say) changes what is measured.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSUP_")}
     if tree is not None:
         env["PYTHONPATH"] = tree
+    flags = ["on" if events else "off", "each" if each else "before"]
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, kind, str(jobs), str(cycles), folder],
+        [sys.executable, "-c", CHILD, kind, str(jobs), str(cycles), folder, *flags],
         capture_output=True,
         text=True,
         env=env,
