@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -160,12 +160,27 @@ def child_ended(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[
     """A child of `batch_id` ended in this transaction (or the batch was closed): fire the
     batch now, or look again after the commit, or leave it to the sibling that will end
     after this commit (see the module's docstring)."""
-    if t.batches.any_unfinished(conn, batch_id, skip_locked=True):
+    _member_ended(
+        conn,
+        t,
+        t.batches.any_unfinished(conn, batch_id, skip_locked=True),
+        lambda: fire_batch(conn, t, batch_id, clock),
+        lambda: t.groups.settle_batch(batch_id),
+    )
+
+
+def _member_ended(
+    conn: Connection, t: Transitions, others_left: bool, now: Callable[[], object], later: Callable[[], object]
+) -> None:
+    # Where writers take turns (SQLite) no sibling can be ending beside this transaction,
+    # so it finishes the group itself; elsewhere a sibling's uncommitted end is invisible
+    # here (skipped, not waited for), so the group is looked at again after the commit.
+    if others_left:
         return
     if t.dialect.one_writer:
-        fire_batch(conn, t, batch_id, clock)
+        now()
         return
-    after_commit(conn, lambda: t.groups.settle_batch(batch_id))
+    after_commit(conn, later)
 
 
 def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[str, Any]) -> bool:
@@ -211,12 +226,13 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
 def step_ended(conn: Connection, t: Transitions, workflow_id: int, clock: Mapping[str, Any]) -> None:
     """A step of `workflow_id` ended in this transaction: finish the workflow now, or look
     again after the commit, or leave it to the step that will end after this commit."""
-    if t.workflows.any_unfinished(conn, workflow_id, skip_locked=True):
-        return
-    if t.dialect.one_writer:
-        finish_workflow(conn, t, workflow_id, clock)
-        return
-    after_commit(conn, lambda: t.groups.settle_workflow(workflow_id))
+    _member_ended(
+        conn,
+        t,
+        t.workflows.any_unfinished(conn, workflow_id, skip_locked=True),
+        lambda: finish_workflow(conn, t, workflow_id, clock),
+        lambda: t.groups.settle_workflow(workflow_id),
+    )
 
 
 def finish_workflow(conn: Connection, t: Transitions, workflow_id: int, clock: Mapping[str, Any]) -> bool:
