@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -73,6 +74,35 @@ def test_a_hook_that_raises_or_hangs_is_counted_and_does_not_change_the_job(
     assert job is not None and job.status == "dead_lettered" and job.attempts == 1
     failed = next(fields for kind, fields in seen if kind == "hook.failed")
     assert failed["event"] == "job.dead_lettered" and isinstance(failed["exc"], ValueError)
+
+
+def test_a_hook_that_hangs_on_every_event_leaves_the_pool_bounded_and_serving(
+    monkeypatch: pytest.MonkeyPatch, seen: list[tuple[str, dict[str, Any]]]
+) -> None:
+    monkeypatch.setattr(hooks, "MAX_STUCK", 2)
+    monkeypatch.setattr(hooks, "MAX_QUEUED", 3)
+    pool = hooks._Pool(os.getpid())  # a pool of its own: the process's may serve other tests
+    pool.start()
+    release, served = threading.Event(), []
+    hang = hooks.Registered(lambda event: release.wait(), timeout=0.2)
+    later = hooks.Registered(lambda event: served.append(event["id"]), timeout=5)
+    try:
+        for n in range(30):
+            pool.submit(hang, {"type": "job.failed", "id": f"hang-{n}"})
+            if n < 4:  # each thread busy before the next arrives (the queue holds only 3)
+                wait_until(lambda: len(pool.running) == n + 1, timeout=10, what=f"{n + 1} hooks running")  # noqa: B023
+        # 4 threads and 2 replacements hang; 3 calls waited, of which the replacements took 2.
+        settled = lambda: len(pool.running) == 6 and all(r.timed_out for r in pool.running.values())  # noqa: E731
+        wait_until(settled, timeout=10, what=lambda: str(pool.running))
+        assert pool.stuck == 2 and pool.work.qsize() == 1
+        dropped = [fields for kind, fields in seen if kind == "hook.dropped"]
+        assert len(dropped) == 23 and [f.get("quiet") for f in dropped[:2]] == [None, True]
+        pool.submit(later, {"type": "job.failed", "id": "later"})
+    finally:
+        release.set()
+    # The threads that were not replaced serve again once their hooks return.
+    wait_until(lambda: served == ["later"], timeout=10, what=lambda: str(served))
+    wait_until(lambda: pool.stuck == 0, timeout=10, what=lambda: str(pool.stuck))
 
 
 def test_an_unknown_event_name_is_refused_naming_the_known_ones() -> None:

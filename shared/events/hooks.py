@@ -5,7 +5,11 @@ A hook runs on a small pool of threads, so neither a slow hook nor a raising one
 the transition that announced the event (the job is settled by then either way). A hook
 that raises is logged and counted (`hook.failed`); one that runs past its timeout is logged
 and counted (`hook.timed_out`) and its thread written off: a replacement thread serves the
-other hooks, and the stuck one ends when its hook returns. Hooks are in-process and best
+other hooks, and the stuck one ends when its hook returns. Both are bounded, so a hook that
+hangs forever on every event cannot take the process down with it: at most `MAX_STUCK`
+written-off threads at once (past that a stuck thread is not replaced: the pool runs with
+fewer until it returns, and then it serves again), and at most `MAX_QUEUED` hook calls
+waiting for a thread (past that they are dropped, logged and counted: `hook.dropped`). Hooks are in-process and best
 effort: events of a process that dies before they ran are not retried (the outbox and a
 publisher are for events that must arrive).
 """
@@ -28,6 +32,8 @@ Hook = Callable[[dict[str, Any]], object]
 THREADS = 4
 DEFAULT_TIMEOUT = 30.0
 WATCH_EVERY = 0.1
+MAX_STUCK = 16  # written-off threads still running their hook
+MAX_QUEUED = 10_000  # hook calls waiting for a thread
 
 
 @dataclass(frozen=True)
@@ -75,14 +81,17 @@ class _Running:
     event: dict[str, Any]
     deadline: float
     timed_out: bool = False
+    replaced: bool = False  # another thread took its place: it ends when its hook returns
 
 
 @dataclass
 class _Pool:
     pid: int
-    work: queue.SimpleQueue[tuple[Registered, dict[str, Any]]] = field(default_factory=queue.SimpleQueue)
+    work: queue.Queue[tuple[Registered, dict[str, Any]]] = field(default_factory=lambda: queue.Queue(MAX_QUEUED))
     running: dict[int, _Running] = field(default_factory=dict)  # by thread id
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stuck: int = 0  # replaced threads whose hook has not returned yet
+    dropped: bool = False  # the last submit was dropped (logged once per run of drops)
 
     def start(self) -> None:
         for _ in range(THREADS):
@@ -90,7 +99,14 @@ class _Pool:
         threading.Thread(target=self._watch, name="jobsup-hooks-watch", daemon=True).start()
 
     def submit(self, registered: Registered, event: dict[str, Any]) -> None:
-        self.work.put((registered, event))
+        try:
+            self.work.put_nowait((registered, event))
+        except queue.Full:
+            quiet = True if self.dropped else None
+            emit("hook.dropped", hook=registered.name, event=event["type"], event_id=event["id"], quiet=quiet)
+            self.dropped = True
+            return
+        self.dropped = False
 
     def _thread(self) -> None:
         threading.Thread(target=self._serve, name="jobsup-hook", daemon=True).start()
@@ -107,8 +123,9 @@ class _Pool:
                 emit("hook.failed", hook=registered.name, event=event["type"], event_id=event["id"], exc=exc)
             finally:
                 with self.lock:
-                    written_off = self.running.pop(me).timed_out
-            if written_off:  # a replacement took this thread's place
+                    replaced = self.running.pop(me).replaced
+                    self.stuck -= replaced
+            if replaced:
                 return
 
     def _watch(self) -> None:
@@ -117,8 +134,13 @@ class _Pool:
             now = time.monotonic()
             with self.lock:
                 late = [run for run in self.running.values() if not run.timed_out and now > run.deadline]
+                replaced = 0
                 for run in late:
                     run.timed_out = True
+                    if self.stuck < MAX_STUCK:
+                        run.replaced = True
+                        self.stuck += 1
+                        replaced += 1
             for run in late:
                 emit(
                     "hook.timed_out",
@@ -127,6 +149,7 @@ class _Pool:
                     event_id=run.event["id"],
                     timeout=run.registered.timeout,
                 )
+            for _ in range(replaced):
                 self._thread()
 
 

@@ -30,6 +30,7 @@ _WARNINGS = {
     "breaker.opened",
     "sla.breached",
     "hook.timed_out",
+    "hook.dropped",
     "events.publish_failed",
     "events.parked",
 }

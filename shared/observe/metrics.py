@@ -114,6 +114,9 @@ def _m() -> dict[str, Any]:
         "maintenance_errors": Counter("jobsup_maintenance_errors", "Failed maintenance steps.", ["step"]),
         "db_errors": Counter("jobsup_db_errors", "Database errors, by operation.", ["operation"]),
         "hook_failures": Counter("jobsup_hook_failures", "In-process event hooks that raised.", ["event"]),
+        "hook_drops": Counter(
+            "jobsup_hook_drops", "Hook calls dropped: too many waited for the hook threads.", ["event"]
+        ),
         "hook_timeouts": Counter(
             "jobsup_hook_timeouts", "In-process event hooks that ran past their timeout.", ["event"]
         ),
@@ -202,6 +205,8 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         m["hook_failures"].labels(fields["event"]).inc()
     elif kind == "hook.timed_out":
         m["hook_timeouts"].labels(fields["event"]).inc()
+    elif kind == "hook.dropped":
+        m["hook_drops"].labels(fields["event"]).inc()
     elif kind == "events.delivered":
         m["events_delivered"].labels(fields["publisher"]).inc(fields.get("count", 1))
     elif kind == "events.publish_failed":
