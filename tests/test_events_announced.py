@@ -336,3 +336,35 @@ def test_the_relay_orders_each_objects_events_and_events_of_no_job_never_stall(
     with client.database.read() as conn:  # a row has a job or a subject, never both
         both = select(func.count()).where(outbox.c.job_id.isnot(None), outbox.c.subject.isnot(None))
         assert conn.execute(both).scalar() == 0
+
+
+def test_steps_cancelled_by_a_failed_dependency_and_reopened_by_a_retry_are_announced(
+    client: jobsup.Client, events_on: None
+) -> None:
+    workflow_id = client.enqueue_workflow(diamond())
+    fail(client, claim_one(client), kind="discarded")  # extract: its three dependents are cancelled
+    with client.database.read() as conn:
+        cancelled = sorted(conn.execute(select(job.c.id).where(job.c.status == "cancelled")).scalars())
+        events = [(row.job_id, row.type) for row in conn.execute(select(outbox).order_by(outbox.c.id))]
+    assert len(cancelled) == 3
+    assert [job_id for job_id, kind in events if kind == "job.cancelled"] == cancelled
+    assert (None, "workflow.finished") in events
+    before = len(events)
+
+    redone = client.retry_workflow(workflow_id)
+    with client.database.read() as conn:
+        rows = conn.execute(select(outbox).order_by(outbox.c.id)).all()[before:]
+    retrying = {row.job_id: json.loads(row.payload) for row in rows if row.type == "job.retrying"}
+    assert sorted(retrying) == redone
+    extract = min(redone)
+    assert retrying[extract]["retry_at"] and all("retry_at" not in retrying[i] for i in redone if i != extract)
+    succeed(client, [claim_one(client)])  # extract again, then the rest of the diamond
+    succeed(client, claim(client, "w1", limit=10))
+    succeed(client, claim(client, "w1", limit=10))
+    finished = [json.loads(e.payload) for e in announced_rows(client) if e.type == "workflow.finished"]
+    assert [(f["workflow"], f["outcome"]) for f in finished] == [(workflow_id, "failed"), (workflow_id, "succeeded")]
+
+
+def announced_rows(client: jobsup.Client) -> list[Any]:
+    with client.database.read() as conn:
+        return list(conn.execute(select(outbox).order_by(outbox.c.id)))

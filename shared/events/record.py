@@ -133,7 +133,7 @@ def _events(conn: Connection, change: steps.Change) -> Iterable[dict[str, Any]]:
         job = found.get(row[0])
         if job is None:
             continue
-        same = {"job": job.id, "name": job.name, "queue": job.queue, "attempt": job.attempts, "actor": job.actor}
+        same = announce.job_fields(job)
         if transition == "complete":
             yield event("job.succeeded", at, **same, outcome="succeeded")
         elif transition == "cancel":

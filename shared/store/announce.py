@@ -9,7 +9,9 @@ no listener, or one that wants no event of the type, an announcement costs one c
     announce(conn, "queue.paused", subject=f"queue:{name}", queue=name, actor=actor)
 
 `subject` names the object of an event of no job, and orders its events in the outbox;
-an event of a job passes `job=` instead (its events are ordered with the job's).
+an event of a job passes `job=` instead (its events are ordered with the job's): a job
+changed outside its transitions (a workflow step cancelled by its failed dependency, or
+reopened by a workflow's retry) is announced this way, with `job_fields`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ _listeners: list[Listener] = []
 def listen(listener: Listener) -> None:
     """Hear every announcement from now on (one listener: a second replaces the first)."""
     _listeners[:] = [listener]
+
+
+def job_fields(row: Any) -> dict[str, Any]:
+    """What every event of a job says about it, from a row with its id, name, queue,
+    attempts and actor."""
+    return {"job": row.id, "name": row.name, "queue": row.queue, "attempt": row.attempts, "actor": row.actor}
 
 
 def announce(conn: Connection, kind: str, /, *, subject: str | None = None, **fields: Any) -> None:

@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from jobsup.errors import BadInput
 from jobsup.observe.events import emit
+from jobsup.store.announce import announce, job_fields
 from jobsup.store.database import after_commit
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, UNFINISHED_STATUSES, WAITING
@@ -82,7 +83,10 @@ class Groups:
                     waiting = sum(dep in redo for dep in deps.get(row.id, ())) or None
                     status = PENDING if waiting is None else WAITING
                     params = {**clock, "p_job": row.id, "p_status": status, "p_waiting_on": waiting}
-                    queues.update(r.queue for r in conn.execute(self.t.sql.reopen, params))
+                    for again in conn.execute(self.t.sql.reopen, params).all():
+                        queues.add(again.queue)
+                        retry_at = again.run_at.isoformat() if status == PENDING else None
+                        announce(conn, "job.retrying", retry_at=retry_at, **job_fields(again))
             self.t.workflows.set_cancelled(conn, workflow_id, False, clock)
             self.t.dialect.after_enqueue(conn, queues)
         emit("workflow.retried", workflow=workflow_id, steps=len(redo))

@@ -167,7 +167,7 @@ class LinkedStatements:
             update(job)
             .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
             .values(status=CANCELLED, finished_at=clock, updated_at=clock, last_error=bindparam("p_error"))
-            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.actor, job.c.status, *LINKS)
         )
 
     @cached_property
@@ -190,5 +190,5 @@ class LinkedStatements:
                 updated_at=clock,
                 finished_at=None,
             )
-            .returning(job.c.id, job.c.queue)
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.actor, job.c.run_at)
         )

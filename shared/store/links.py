@@ -45,7 +45,7 @@ from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, ConfigurationError
 from jobsup.store import steps
-from jobsup.store.announce import announce
+from jobsup.store.announce import announce, job_fields
 from jobsup.store.builder import build
 from jobsup.store.database import after_commit
 from jobsup.store.rows import NewJob, has_links
@@ -150,7 +150,10 @@ def unblock_dependents(conn: Connection, t: Transitions, rows: Sequence[Any], cl
     if not blocked:
         return []
     reason = "cancelled: a step it depends on did not succeed"
-    return list(conn.execute(t.sql.cancel_blocked, {**clock, "p_ids": blocked, "p_error": reason}).all())
+    cancelled = list(conn.execute(t.sql.cancel_blocked, {**clock, "p_ids": blocked, "p_error": reason}).all())
+    for row in cancelled:  # not through the cancel transition, whose steps would cascade again
+        announce(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
+    return cancelled
 
 
 # -- batches --------------------------------------------------------------------------------

@@ -47,8 +47,10 @@ class Workflows:
             conn.execute(insert(job_dependency), [{"job_id": j, "depends_on": d} for j, d in edges])
 
     def set_cancelled(self, conn: Connection, workflow_id: int, cancelled: bool, clock: Mapping[str, Any]) -> None:
-        at = self.dialect.clock() if cancelled else None
-        conn.execute(update(workflow).where(workflow.c.id == workflow_id).values(cancelled_at=at), dict(clock))
+        """Mark the workflow cancelled, or running again: a retried workflow is unfinished
+        too, so its end is announced again."""
+        values = {"cancelled_at": self.dialect.clock()} if cancelled else {"cancelled_at": None, "finished_at": None}
+        conn.execute(update(workflow).where(workflow.c.id == workflow_id).values(**values), dict(clock))
 
     def finish(self, conn: Connection, workflow_id: int, clock: Mapping[str, Any]) -> Any:
         """The compare-and-set of a workflow's end: its row (name, cancelled_at) if this
