@@ -115,6 +115,10 @@ class Settings:
                 f"poll_interval ({self.poll_interval:g}s) would claim in a busy loop; give a duration above zero, "
                 "or leave it out for the database's default"
             )
+        if self.events_timeout <= 0:
+            raise ConfigurationError(
+                f"events_timeout ({self.events_timeout:g}s) must be above zero: it bounds each publish's answer"
+            )
         if self.events_publisher:
             from jobsup.events.publishers import check
 

@@ -3,9 +3,10 @@ configured publisher, safe on every instance at once.
 
 Each turn claims a batch of deliverable events (`jobsup.store.outbox`: the head event of
 each job, so a job's events go out in order), publishes them one by one with the
-destination's confirmation, deletes those delivered, and gives the rest back. Delivery is
-at least once: a relay that dies between publishing and deleting leaves its claim to lapse,
-and another relay sends those events again (same event id). While the destination fails,
+destination's confirmation, deleting each as soon as it is confirmed, and gives back what
+it did not send (at half the claim's lease at the latest). Delivery is at least once: a
+relay that dies between a publish and its delete leaves its claim to lapse, and another
+relay sends that event again (same event id). While the destination fails,
 the relay backs off (exponentially, with jitter, up to `MAX_BACKOFF`); the failure is logged
 when it starts or changes, and counted every time, and its recovery is logged once. An event
 the destination refuses for good (`PublishFailed.permanent`) is parked at once, logged and
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from datetime import datetime
 
 from jobsup.events.publishers import Publisher, PublishFailed
@@ -24,13 +26,15 @@ from jobsup.store.outbox import Outbox
 
 POLL = 0.2  # seconds between looks when the outbox was empty
 BATCH = 200
-LEASE = 60.0  # seconds a claim holds events: longer than a batch takes to publish
+LEASE = 60.0  # seconds a claim holds events; a batch stops publishing at half of it
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 15.0
 
 
 class Relay:
-    def __init__(self, outbox: Outbox, publisher: Publisher, owner: str, *, batch: int = BATCH) -> None:
-        self.outbox, self.publisher, self.owner, self.batch = outbox, publisher, owner, batch
+    def __init__(
+        self, outbox: Outbox, publisher: Publisher, owner: str, *, batch: int = BATCH, lease: float = LEASE
+    ) -> None:
+        self.outbox, self.publisher, self.owner, self.batch, self.lease = outbox, publisher, owner, batch, lease
         self.backoff = 0.0  # seconds to wait after the last failure; 0 while delivering
         self.failing: str | None = None  # the failure last logged
         self.stopping = threading.Event()
@@ -50,8 +54,9 @@ class Relay:
         while not self.stopping.is_set():
             try:
                 delivered = self.run_once()
-            except Exception as exc:  # a database error: logged, counted, and tried again
+            except Exception as exc:  # a database error (or a publisher's bug): logged, counted, backed off
                 emit("relay.failed", exc=exc, error=f"{type(exc).__name__}: {exc}")
+                self.backoff = min(MAX_BACKOFF, max(FIRST_BACKOFF, self.backoff * 2))
                 delivered = 0
             if self.backoff:
                 self.stopping.wait(self.backoff * random.uniform(0.8, 1.0))
@@ -61,14 +66,19 @@ class Relay:
     def run_once(self, now: datetime | None = None) -> int:
         """One batch: claim, publish in order, delete what went out, give back the rest.
         Returns how many were delivered."""
-        pending = self.outbox.claim(self.owner, limit=self.batch, lease=LEASE, now=now)
+        pending = self.outbox.claim(self.owner, limit=self.batch, lease=self.lease, now=now)
         if not pending:
             self.publisher.idle()
             return 0
         done: list[int] = []
         tried = 0  # how many of `pending` went out, or were given back as failed
+        # A slow destination must not keep the batch past its lease, when another relay would
+        # take and send it all again: what is left then is given back.
+        stop_at = time.monotonic() + self.lease / 2
         try:
             for each in pending:
+                if time.monotonic() > stop_at:
+                    break
                 try:
                     self.publisher.publish(each)
                 except PublishFailed as exc:
@@ -85,12 +95,13 @@ class Relay:
                         error=str(exc),
                     )
                     continue
+                # Deleted as soon as confirmed, so a relay dying later sends none of it again.
+                self.outbox.delivered([each.id])
                 done.append(each.id)
                 tried += 1
             else:
                 self._recovered()
         finally:
-            self.outbox.delivered(self.owner, done)
             self.outbox.release(self.owner, [each.id for each in pending[tried:]])
         if done:
             emit("events.delivered", publisher=self.publisher.kind, count=len(done))

@@ -331,7 +331,7 @@ def test_the_relay_orders_each_objects_events_and_events_of_no_job_never_stall(
         ("queue.paused", None, "queue:other"),
     ]
     assert relays.claim("r2", limit=100, lease=60) == []
-    relays.delivered("r1", [p.id for p in first if p.subject == "queue:mail"])
+    relays.delivered([p.id for p in first if p.subject == "queue:mail"])
     assert [(p.type, p.subject) for p in relays.claim("r2", limit=100, lease=60)] == [("queue.resumed", "queue:mail")]
     with client.database.read() as conn:  # a row has a job or a subject, never both
         both = select(func.count()).where(outbox.c.job_id.isnot(None), outbox.c.subject.isnot(None))

@@ -7,8 +7,11 @@ one turn at a time, against the real database.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,13 +21,15 @@ import pytest
 from sqlalchemy import select
 
 import jobsup
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, ConfigurationError
 from jobsup.events.publishers import publisher_for
+from jobsup.observe import events as observed
+from jobsup.settings import Settings
 from jobsup.store.outbox import Outbox
 from jobsup.store.schema import outbox
 from jobsup.supervisor.relay import Relay
 
-from helpers import run_jobsup
+from helpers import run_jobsup, wait_until
 from webhelpers import OPERATOR, READER, web
 
 SECRET = "s3cret-for-the-parked-tests"
@@ -62,6 +67,14 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     yield state, f"http://127.0.0.1:{server.server_port}/hook"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def seen() -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    subscriber = observed.subscribe(lambda kind, fields: found.append((kind, dict(fields))))
+    yield found
+    observed.unsubscribe(subscriber)
 
 
 def _relay(client: jobsup.Client, url: str) -> Relay:
@@ -192,3 +205,100 @@ def test_the_api_lists_retries_and_discards_parked_events_as_the_web_user(
         assert http.get(f"{API}/events/parked", headers=READER).json() == []
     actors = {entry.actor for entry in client.audit(action="events.")}
     assert len(actors) == 1 and actors.pop().startswith("web:token-")
+
+
+class Slow:
+    """A destination that takes `seconds` to confirm each event (a slow receiver, by design
+    of the test: the relay must stop at half its lease, whatever the receiver does)."""
+
+    kind = where = "slow"
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.sent = seconds, []
+
+    def publish(self, pending: Any) -> None:
+        time.sleep(self.seconds)
+        self.sent.append(pending.id)
+
+    def idle(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.usefixtures("events_on")
+def test_a_slow_destination_keeps_no_batch_past_its_lease_and_each_event_is_deleted_once_sent(
+    client: jobsup.Client,
+) -> None:
+    for _ in range(10):
+        client.enqueue("work", {})
+    slow = Slow(0.3)
+    relay = Relay(Outbox(client.database), slow, "relay-slow", lease=2.0)
+    sent = relay.run_once()
+    assert 1 <= sent < 10 and sent == len(slow.sent)  # stopped at 1 s of its 2 s claim
+    left = Outbox(client.database)
+    assert left.depth()[0] == 10 - sent  # those sent are gone already
+    assert len(left.claim("relay-other", limit=100, lease=60)) == 10 - sent  # the rest given back
+
+
+@pytest.mark.usefixtures("events_on")
+def test_an_event_sent_after_its_claim_lapsed_is_deleted_from_under_the_next_claim(client: jobsup.Client) -> None:
+    client.enqueue("work", {})
+    box = Outbox(client.database)
+    (first,) = box.claim("relay-a", limit=10, lease=0.01)
+    wait_until(lambda: box.claim("relay-b", limit=10, lease=60), timeout=10, what="relay-b taking the lapsed claim")
+    box.delivered([first.id])  # relay-a confirmed it late: relay-b need not send it again
+    assert box.depth()[0] == 0
+
+
+@pytest.mark.usefixtures("events_on")
+def test_a_receiver_answering_garbage_is_a_counted_failure_with_backoff(
+    client: jobsup.Client, seen: list[tuple[str, dict[str, Any]]]
+) -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def answer_garbage() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"not http at all\r\n\r\n")
+
+    threading.Thread(target=answer_garbage, daemon=True).start()
+    client.enqueue("work", {})
+    try:
+        relay = _relay(client, f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+        assert relay.run_once() == 0 and relay.backoff > 0
+    finally:
+        listener.close()
+    (failed,) = [fields for kind, fields in seen if kind == "events.publish_failed"]
+    assert "gave no HTTP answer" in failed["error"] and client.parked_events() == []
+
+
+def test_a_webhook_url_with_a_password_or_a_zero_timeout_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"carries a user or password.*events_secret") as raised:
+        Settings(events_publisher="https://ops:hunter2@hooks.example.com/x", events_secret=SECRET)
+    assert "hunter2" not in str(raised.value)
+    with pytest.raises(ConfigurationError, match=r"events_timeout \(0s\) must be above zero"):
+        Settings(events_timeout=0)
+
+
+@pytest.mark.rabbitmq
+@pytest.mark.usefixtures("events_on")
+def test_an_event_whose_routing_key_amqp_cannot_carry_is_parked_and_the_others_delivered(
+    client: jobsup.Client, exchange: Any
+) -> None:
+    long_queue = "q" * 200
+    parked_job = client.enqueue("work", {}, queue=long_queue)
+    other = client.enqueue("work", {})
+    url = exchange.url().replace("?", "?routing_key=jobsup.{queue}.{queue}.{type}&", 1)
+    relay = Relay(Outbox(client.database), publisher_for(url), "relay-test")
+    try:
+        assert relay.run_once() == 1 and relay.backoff == 0
+    finally:
+        relay.stop()
+    wait_until(lambda: exchange.drain(), timeout=10, what="the other job's event")
+    assert [e["job"] for e in exchange.drain()] == [other]
+    (parked,) = client.parked_events()
+    assert parked["job_id"] == parked_job and "routing key" in parked["last_error"]

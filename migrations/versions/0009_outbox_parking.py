@@ -33,4 +33,4 @@ def downgrade() -> None:
     with op.batch_alter_table("jobsup_outbox") as batch:
         batch.drop_column("parked_at")
         batch.drop_column("last_error")
-        batch.drop_column("attempts")
+        batch.drop_column("attempts", mssql_drop_default=True)  # SQL Server: its default is a constraint

@@ -157,15 +157,14 @@ class Outbox:
 
     @cached_property
     def _delete(self) -> Any:
-        return delete(outbox).where(
-            outbox.c.id.in_(bindparam("p_ids", expanding=True)), outbox.c.locked_by == bindparam("p_owner")
-        )
+        return delete(outbox).where(outbox.c.id.in_(bindparam("p_ids", expanding=True)))
 
-    def delivered(self, owner: str, ids: Sequence[int]) -> None:
-        """Delete the events `owner` delivered (those still its own)."""
+    def delivered(self, ids: Sequence[int]) -> None:
+        """Delete delivered events, whoever holds them now: one whose claim lapsed while it
+        was being sent need not go out again."""
         if ids:
             with self.db.statement("outbox") as conn:
-                conn.execute(self._delete, {"p_ids": list(ids), "p_owner": owner})
+                conn.execute(self._delete, {"p_ids": list(ids)})
 
     @cached_property
     def _release(self) -> Any:

@@ -61,6 +61,11 @@ def check(url: str, secret: str = "") -> str:
         )
     if kind == "webhook" and not secret:
         raise ConfigurationError("events_secret: a webhook publisher signs every request; set a secret")
+    if kind == "webhook" and (parts.username or parts.password):
+        raise ConfigurationError(
+            f"events_publisher: {_shown(url)!r} carries a user or password, which a webhook does not send; "
+            "the receiver checks the events_secret signature instead"
+        )
     if kind == "amqp":
         from jobsup.events.publishers.amqp import parse
 

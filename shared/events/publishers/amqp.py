@@ -6,6 +6,9 @@ connection is dropped and the next publish connects again, so a broker restart c
 retry, not the relay. The message is the event's JSON; its id is also the AMQP message id
 (deduplicate by it), its type the AMQP type.
 
+A routing key longer than AMQP's 255 bytes (a long queue or job name in the pattern) is
+that event's own failure: it is parked (see `jobsup.store.outbox`), not retried.
+
 Messages go to the exchange without `mandatory`: an event no queue is bound for is dropped
 by the broker, as any exchange's unrouted message is. Bind a queue before events flow.
 """
@@ -22,6 +25,7 @@ from jobsup.events.publishers import PublishFailed
 from jobsup.store.outbox import Pending
 
 OWN_OPTIONS = ("exchange", "routing_key")
+MAX_ROUTING_KEY = 255  # bytes: an AMQP short string
 
 
 @dataclass(frozen=True)
@@ -67,14 +71,20 @@ class AmqpPublisher:
         import pika
         from pika.exceptions import AMQPError
 
+        payload = _fields(pending)
+        key = self.target.routing_key.format(
+            type=pending.type, queue=payload.get("queue", ""), name=payload.get("name", "")
+        )
+        if len(key.encode()) > MAX_ROUTING_KEY:  # this event's own queue or name made it too long
+            raise PublishFailed(
+                f"the routing key of event {pending.id} is {len(key.encode())} bytes; AMQP allows {MAX_ROUTING_KEY}",
+                permanent=True,
+            )
         try:
             channel = self._connected()
-            payload = _fields(pending)
             channel.basic_publish(
                 exchange=self.target.exchange,
-                routing_key=self.target.routing_key.format(
-                    type=pending.type, queue=payload.get("queue", ""), name=payload.get("name", "")
-                ),
+                routing_key=key,
                 body=pending.payload.encode(),
                 properties=pika.BasicProperties(
                     content_type="application/json",

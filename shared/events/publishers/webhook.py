@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import time
 import urllib.error
 import urllib.request
@@ -66,6 +67,8 @@ class WebhookPublisher:
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise PublishFailed(f"cannot reach the webhook {self.where} ({reason})") from None
+        except http.client.HTTPException as exc:  # an answer that is not HTTP: the receiver's fault
+            raise PublishFailed(f"the webhook {self.where} gave no HTTP answer ({type(exc).__name__})") from None
         if not 200 <= status < 300:
             raise PublishFailed(f"the webhook {self.where} answered {status}")
 
