@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import pytest
+from sqlalchemy import select
 
 import jobsup
 from jobsup.errors import BadInput
@@ -20,6 +21,7 @@ from jobsup.events.publishers import publisher_for
 from jobsup.observe import events as observed
 from jobsup.store.outbox import Outbox
 from jobsup.store.rows import FAILED, Outcome
+from jobsup.store.schema import job
 from jobsup.supervisor.relay import Relay
 
 from helpers import claim_one, wait_until
@@ -84,7 +86,7 @@ def test_a_hook_that_hangs_on_every_event_leaves_the_pool_bounded_and_serving(
     pool = hooks._Pool(os.getpid())  # a pool of its own: the process's may serve other tests
     pool.start()
     release, served = threading.Event(), []
-    hang = hooks.Registered(lambda event: release.wait(), timeout=0.2)
+    hang = hooks.Registered(lambda event: release.wait(), timeout=3)  # none times out while filling
     later = hooks.Registered(lambda event: served.append(event["id"]), timeout=5)
     try:
         for n in range(30):
@@ -160,3 +162,23 @@ def test_a_webhook_is_signed_and_a_500_is_retried_and_counted(
     assert got["verified"] and got["event"]["job"] == job_id and got["id"] == got["event"]["id"]
     failed = [fields for kind, fields in seen if kind == "events.publish_failed"]
     assert len(failed) == 1 and "answered 500" in failed[0]["error"] and failed[0]["publisher"] == "webhook"
+
+
+def test_a_hook_never_hears_an_enqueue_whose_savepoint_was_rolled_back(client: jobsup.Client, seen: list[Any]) -> None:
+    heard: list[int] = []
+    jobsup.on("job.enqueued")(lambda event: heard.append(event["job"]))
+    with client.database.engine.connect() as conn, conn.begin():
+        kept = client.enqueue("work", {}, connection=conn)
+        outer = conn.begin_nested()
+        inner = conn.begin_nested()
+        client.enqueue("work", {}, connection=conn)  # inside both savepoints
+        inner.commit()
+        outer.rollback()  # takes the inner savepoint's work with it
+        again = conn.begin_nested()
+        after = client.enqueue("work", {}, connection=conn)
+        again.commit()
+    wait_until(lambda: len(heard) >= 2, timeout=10, what=lambda: str(heard))
+    with client.database.read() as conn:
+        assert sorted(conn.execute(select(job.c.id)).scalars()) == [kept, after]
+    # The hooks of one commit run on a pool: any order, but only the committed jobs.
+    assert sorted(heard) == [kept, after]

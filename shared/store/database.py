@@ -100,10 +100,10 @@ def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
     `Database.transaction`) that is once the COMMIT has returned.
 
     On the caller's connection it is SQLAlchemy's `commit` event, which Core only has just
-    before the driver's COMMIT: a COMMIT that then fails, or a savepoint the caller rolls
-    back around the enqueue, still runs it (announcements and wakeups only; the row is the
-    record). One pair of listeners per connection serves every callback, so a long-lived
-    connection does not collect listeners."""
+    before the driver's COMMIT: a COMMIT that then fails still runs it (announcements and
+    wakeups only; the row is the record). A callback registered inside a savepoint the
+    caller rolls back is dropped with it. One set of listeners per connection serves every
+    callback, so a long-lived connection does not collect listeners."""
     if not conn.in_transaction():
         callback()
         return
@@ -116,11 +116,27 @@ def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
         waiting = _after_commit[conn] = []
         event.listen(conn, "commit", _committed)
         event.listen(conn, "rollback", _rolled_back)
-    waiting.append(callback)
+        event.listen(conn, "rollback_savepoint", _rolled_back_to)
+    waiting.append((_savepoints(conn), callback))
 
 
-# Callbacks waiting for each connection's commit (the connection's own, so they go with it).
-_after_commit: weakref.WeakKeyDictionary[Connection, list[Callable[[], object]]] = weakref.WeakKeyDictionary()
+def _savepoints(conn: Connection) -> frozenset[str]:
+    """The names of the savepoints open on `conn`, innermost first. SQLAlchemy keeps the
+    chain on each NestedTransaction (`_savepoint`, `_previous_nested`) and names a
+    connection's savepoints uniquely, so a rollback to one names the callbacks it drops."""
+    names = set()
+    nested = conn.get_nested_transaction()
+    while nested is not None:
+        names.add(getattr(nested, "_savepoint", None))
+        nested = getattr(nested, "_previous_nested", None)
+    return frozenset(name for name in names if name)
+
+
+# Callbacks waiting for each connection's commit (the connection's own, so they go with it),
+# each with the savepoints open when it was registered.
+_after_commit: weakref.WeakKeyDictionary[Connection, list[tuple[frozenset[str], Callable[[], object]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def runs_after_commit(conn: Connection) -> bool:
@@ -158,12 +174,16 @@ def _quietly(callback: Callable[[], object]) -> None:
 
 def _committed(conn: Connection) -> None:
     callbacks, _after_commit[conn] = _after_commit.get(conn, []), []
-    for callback in callbacks:
+    for _, callback in callbacks:
         callback()
 
 
 def _rolled_back(conn: Connection) -> None:
     _after_commit[conn] = []
+
+
+def _rolled_back_to(conn: Connection, name: str, context: object) -> None:
+    _after_commit[conn] = [(inside, callback) for inside, callback in _after_commit.get(conn, []) if name not in inside]
 
 
 def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:
