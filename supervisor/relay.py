@@ -48,6 +48,8 @@ class Relay:
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(timeout)
+            if self.thread.is_alive():  # mid-publish: its client is not ours to close from here
+                return
         self.publisher.close()
 
     def _relay_forever(self) -> None:

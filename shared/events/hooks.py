@@ -16,6 +16,7 @@ publisher are for events that must arrive).
 
 from __future__ import annotations
 
+import copy
 import os
 import queue
 import threading
@@ -72,7 +73,7 @@ def dispatch(events: list[dict[str, Any]]) -> None:
     """Queue each event for its hooks (called after the commit)."""
     for each in events:
         for registered in _hooks.get(each["type"], ()):
-            _pool().submit(registered, each)
+            _pool().submit(registered, copy.deepcopy(each))  # one hook's change is not the next one's
 
 
 @dataclass
