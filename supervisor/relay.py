@@ -28,6 +28,7 @@ POLL = 0.2  # seconds between looks when the outbox was empty
 BATCH = 200
 LEASE = 60.0  # seconds a claim holds events; a batch stops publishing at half of it
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 15.0
+FAILURES_IN_A_ROW = 3  # transient failures in one batch before the relay backs off
 
 
 class Relay:
@@ -74,34 +75,34 @@ class Relay:
             return 0
         done: list[int] = []
         tried = 0  # how many of `pending` went out, or were given back as failed
+        failing = 0  # transient failures in a row: past FAILURES_IN_A_ROW the destination is down
         # A slow destination must not keep the batch past its lease, when another relay would
         # take and send it all again: what is left then is given back.
         stop_at = time.monotonic() + self.lease / 2
         try:
             for each in pending:
-                if time.monotonic() > stop_at:
+                if time.monotonic() > stop_at or failing >= FAILURES_IN_A_ROW:
                     break
                 try:
                     self.publisher.publish(each)
                 except PublishFailed as exc:
                     self.outbox.failed(self.owner, each.id, str(exc), park=exc.permanent, now=now)
                     tried += 1
-                    if not exc.permanent:  # the destination's failure: the rest would fail too
+                    if exc.permanent:
+                        kind = self.publisher.kind
+                        emit("events.parked", publisher=kind, event=each.type, outbox_id=each.id, error=str(exc))
+                    else:
+                        # The next head is another object's: one event failing for its own
+                        # reasons must not hold up the rest, and a destination that is down
+                        # fails them all within a few tries.
+                        failing += 1
                         self._failed(str(exc))
-                        break
-                    emit(
-                        "events.parked",
-                        publisher=self.publisher.kind,
-                        event=each.type,
-                        outbox_id=each.id,
-                        error=str(exc),
-                    )
                     continue
                 # Deleted as soon as confirmed, so a relay dying later sends none of it again.
                 self.outbox.delivered([each.id])
                 done.append(each.id)
-                tried += 1
-            else:
+                tried, failing = tried + 1, 0
+            if done:
                 self._recovered()
         finally:
             self.outbox.release(self.owner, [each.id for each in pending[tried:]])

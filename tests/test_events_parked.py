@@ -43,6 +43,7 @@ class Receiver:
 
     status: int = 204
     refuse: set[str] = field(default_factory=set)
+    fail: set[str] = field(default_factory=set)  # answered 500, as if the receiver were down
     got: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -53,7 +54,7 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             event = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            status = 422 if event["id"] in state.refuse else state.status
+            status = 422 if event["id"] in state.refuse else 500 if event["id"] in state.fail else state.status
             if status == 204:
                 state.got.append(event)
             self.send_response(status)
@@ -302,3 +303,23 @@ def test_an_event_whose_routing_key_amqp_cannot_carry_is_parked_and_the_others_d
     assert [e["job"] for e in exchange.drain()] == [other]
     (parked,) = client.parked_events()
     assert parked["job_id"] == parked_job and "routing key" in parked["last_error"]
+
+
+@pytest.mark.usefixtures("events_on")
+def test_one_event_failing_on_its_own_does_not_hold_up_the_others(
+    client: jobsup.Client, receiver: tuple[Receiver, str]
+) -> None:
+    state, url = receiver
+    stuck = client.enqueue("work", {})
+    others = [client.enqueue("work", {}) for _ in range(5)]
+    state.fail.add(_first_event_of(client, stuck))
+    relay = _relay(client, url)
+    assert relay.run_once() == 5 and relay.backoff == 0
+    assert sorted(e["job"] for e in state.got) == others
+    state.status = 503  # now the receiver is down for every event: a few tries, then backoff
+    for _ in range(5):
+        client.enqueue("work", {})
+    assert relay.run_once() == 0 and relay.backoff > 0
+    with client.database.read() as conn:
+        tries = sorted(conn.execute(select(outbox.c.attempts)).scalars())
+    assert tries == [0, 0, 0, 1, 1, 2]  # the stuck one twice, two others once, three untried
