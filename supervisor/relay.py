@@ -3,7 +3,7 @@ configured publisher, safe on every instance at once.
 
 Each turn claims a batch of deliverable events (`jobsup.store.outbox`: the head event of
 each job, so a job's events go out in order), publishes them one by one with the
-destination's confirmation, deleting each as soon as it is confirmed, and gives back what
+destination's confirmation, deleting them as they are confirmed (20 at a time), and gives back what
 it did not send (at half the claim's lease at the latest). Delivery is at least once: a
 relay that dies between a publish and its delete leaves its claim to lapse, and another
 relay sends that event again (same event id). While the destination fails,
@@ -28,6 +28,7 @@ POLL = 0.2  # seconds between looks when the outbox was empty
 BATCH = 200
 LEASE = 60.0  # seconds a claim holds events; a batch stops publishing at half of it
 FIRST_BACKOFF, MAX_BACKOFF = 0.5, 15.0
+DELETE_EVERY = 20  # confirmed events deleted together (one statement each 20, not each one)
 FAILURES_IN_A_ROW = 3  # transient failures in one batch before the relay backs off
 
 
@@ -98,13 +99,14 @@ class Relay:
                         failing += 1
                         self._failed(str(exc))
                     continue
-                # Deleted as soon as confirmed, so a relay dying later sends none of it again.
-                self.outbox.delivered([each.id])
                 done.append(each.id)
                 tried, failing = tried + 1, 0
+                if len(done) % DELETE_EVERY == 0:  # soon after confirmed: a lapse resends few
+                    self.outbox.delivered(done[-DELETE_EVERY:])
             if done:
                 self._recovered()
         finally:
+            self.outbox.delivered(done[len(done) - len(done) % DELETE_EVERY :])
             self.outbox.release(self.owner, [each.id for each in pending[tried:]])
         if done:
             emit("events.delivered", publisher=self.publisher.kind, count=len(done))
