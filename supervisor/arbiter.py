@@ -147,8 +147,9 @@ class Arbiter:
             settings.events_publisher, secret=settings.events_secret, timeout=settings.events_timeout
         )
         record.enable()
-        self.relay = Relay(Outbox(self.db), publisher, self.id)
-        return [OutboxGauges(Outbox(self.db))]
+        outbox = Outbox(self.db)
+        self.relay = Relay(outbox, publisher, self.id)
+        return [OutboxGauges(outbox)]
 
     def warn_incompatible(self) -> None:
         """Jobs waiting with payloads this deploy's parameters no longer fit: said at start,

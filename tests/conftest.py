@@ -113,6 +113,19 @@ def events_on() -> Iterator[None]:
 
 
 @pytest.fixture
+def seen() -> Iterator[list[tuple[str, dict[str, object]]]]:
+    """Every jobsup event (`jobsup.observe.events`) this process emits during the test."""
+    from jobsup.events import hooks
+    from jobsup.observe import events as observed
+
+    found: list[tuple[str, dict[str, object]]] = []
+    subscriber = observed.subscribe(lambda kind, fields: found.append((kind, dict(fields))))
+    yield found
+    observed.unsubscribe(subscriber)
+    hooks.clear()
+
+
+@pytest.fixture
 def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
     path = tmp_path / "jobsup.db"
     shutil.copy(sqlite_template, path)

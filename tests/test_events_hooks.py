@@ -7,7 +7,6 @@ import hmac
 import json
 import os
 import threading
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -18,22 +17,12 @@ import jobsup
 from jobsup.errors import BadInput
 from jobsup.events import hooks
 from jobsup.events.publishers import publisher_for
-from jobsup.observe import events as observed
 from jobsup.store.outbox import Outbox
 from jobsup.store.rows import FAILED, Outcome
 from jobsup.store.schema import job
 from jobsup.supervisor.relay import Relay
 
 from helpers import claim_one, wait_until
-
-
-@pytest.fixture
-def seen() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    found: list[tuple[str, dict[str, Any]]] = []
-    subscriber = observed.subscribe(lambda kind, fields: found.append((kind, dict(fields))))
-    yield found
-    observed.unsubscribe(subscriber)
-    hooks.clear()
 
 
 def _dead_letter(client: jobsup.Client) -> int:

@@ -23,7 +23,6 @@ from sqlalchemy import select
 import jobsup
 from jobsup.errors import BadInput, ConfigurationError
 from jobsup.events.publishers import publisher_for
-from jobsup.observe import events as observed
 from jobsup.settings import Settings
 from jobsup.store.outbox import Outbox
 from jobsup.store.schema import outbox
@@ -68,14 +67,6 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
     yield state, f"http://127.0.0.1:{server.server_port}/hook"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture
-def seen() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    found: list[tuple[str, dict[str, Any]]] = []
-    subscriber = observed.subscribe(lambda kind, fields: found.append((kind, dict(fields))))
-    yield found
-    observed.unsubscribe(subscriber)
 
 
 def _relay(client: jobsup.Client, url: str) -> Relay:
