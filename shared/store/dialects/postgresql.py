@@ -16,7 +16,10 @@ Quirks and limits:
 - Idle workers LISTEN on their own queue's channel (``jobsup:<queue>``), so an enqueue
   wakes only the workers of its queue. The LISTEN connection gets the same connect timeout,
   keepalives and TCP user timeout as every other connection, so a dead or half-open one
-  fails within about 30 s and is replaced.
+  fails within about 30 s and is replaced. It connects to `listen_url` when that is set.
+- Behind a transaction-mode pooler (PgBouncer) every connection is told so when it opens,
+  and then prepares no statements on the server; idle workers LISTEN on `listen_url` or
+  poll (`jobsup.store.dialects.pooler`).
 - The reference clock is the server's `now()`, so clock skew between hosts cannot make one
   host think another's lease has lapsed.
 - Partial indexes are only used when the planner sees the literal status; jobsup inlines it.
@@ -67,6 +70,7 @@ from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, RowValueFence
+from jobsup.store.dialects.pooler import listen_route, wakeup_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import (
     GIVEN,
@@ -111,24 +115,27 @@ def channel(queue: str) -> str:
 
 
 class NotifyListener:
-    """A dedicated autocommit connection LISTENing on one queue's channel.
+    """A dedicated autocommit connection LISTENing on one queue's channel, to `url`
+    (`listen_url`) or else the database's own URL.
 
-    Behind a transaction-mode pooler (PgBouncer) notifications never arrive; workers then
-    find work by polling, so nothing is lost, only latency."""
+    Through a transaction-mode pooler (PgBouncer) notifications never arrive; that is why
+    `listen_route` sends workers elsewhere, or lets them poll."""
 
     early = False  # NOTIFY is delivered after the commit
 
-    def __init__(self, db: Any, queue: str) -> None:
+    def __init__(self, db: Any, queue: str, url: URL | None = None) -> None:
         import psycopg
         from psycopg import sql
 
-        args, kwargs = db.engine.dialect.create_connect_args(db.url)
+        url = db.url if url is None else url
+        args, kwargs = db.engine.dialect.create_connect_args(url)
         with db.errors():
             try:
                 self.conn = psycopg.connect(*args, **{**kwargs, **CONNECT_ARGS}, autocommit=True)
                 self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(queue))))
             except psycopg.Error as exc:
-                raise DatabaseUnavailable(f"cannot LISTEN on {db.safe_url}: {exc}") from None
+                where = url.render_as_string(hide_password=True)
+                raise DatabaseUnavailable(f"cannot LISTEN on {where}: {exc}") from None
 
     def fileno(self) -> int:
         return int(self.conn.fileno())
@@ -162,17 +169,21 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def create_engine(self, url: URL) -> Engine:
-        return create_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+        return watch(create_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS))
 
     def create_async_engine(self, url: URL) -> AsyncEngine:
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        return create_async_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+        engine = create_async_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+        watch(engine.sync_engine)
+        return engine
 
     def single_statement_engine(self, engine: Engine) -> Engine:
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
-        return create_engine(
-            engine.url, isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS
+        return watch(
+            create_engine(
+                engine.url, isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS
+            )
         )
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
@@ -298,8 +309,12 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
     def notify_statement(self) -> Select[Any]:
         return select(func.pg_notify(bindparam("p_channel"), ""))
 
-    def listener(self, db: Any, queue: str) -> NotifyListener:
-        return NotifyListener(db, queue)
+    def listener(self, db: Any, queue: str) -> NotifyListener | None:
+        route = listen_route(db)
+        return None if route is None else NotifyListener(db, queue, route)
+
+    def wakeup_warning(self, db: Any) -> str | None:
+        return wakeup_warning(db)
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # Skipping: FOR NO KEY UPDATE, so that two checks lock two different siblings (a
