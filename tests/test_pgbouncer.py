@@ -161,6 +161,23 @@ def test_the_listen_connection_goes_to_listen_url(postgres_url: str, pooled_url:
         db.dispose()
 
 
+def test_start_checks_that_listen_url_hears_the_database(postgres_url: str, pooled_url: str, pg_server: str) -> None:
+    """A listen_url on the server itself hears an enqueue's NOTIFY sent through PgBouncer; one
+    through PgBouncer, or on another database, does not, and start says so."""
+    other = str(make_url(postgres_url).set(database="postgres"))
+    expected = {postgres_url: None, pooled_url: "did not hear a notification", other: "did not hear a notification"}
+    for listen_url, warning in expected.items():
+        db = Database(pooled_url, listen_url=listen_url)
+        try:
+            said = db.dialect.wakeup_warning(db)
+        finally:
+            db.dispose()
+        if warning is None:
+            assert said is None
+        else:
+            assert said is not None and warning in said and said.startswith("listen_url ")
+
+
 @pytest.mark.parametrize("listen_url", ["", "off"])
 def test_no_listen_behind_pgbouncer_without_listen_url_nor_when_off(
     pooled_url: str, postgres_url: str, listen_url: str

@@ -120,7 +120,7 @@ def listen_route(db: Any) -> URL | None:
     return _routes[db]
 
 
-def wakeup_warning(db: Any) -> str | None:
+def polling_warning(db: Any) -> str | None:
     """What to tell the operator at start when idle workers will poll for want of a
     `listen_url` (None otherwise)."""
     if getattr(db, "listen_url", "") or not pooled(db):
@@ -131,4 +131,13 @@ def wakeup_warning(db: Any) -> str | None:
         "poll_interval later). Set listen_url (JOBSUP_LISTEN_URL, --listen-url) to the PostgreSQL "
         "server's own address, postgresql://USER@HOST:5432/DB, to wake them at once, or listen_url=off "
         "to poll without this warning"
+    )
+
+
+def unheard_warning(db: Any, route: URL, reason: str) -> str:
+    """`listen_url` is set, but a notification sent through the database URL did not reach it."""
+    return (
+        f"listen_url {route.render_as_string(hide_password=True)} {reason}: idle workers poll instead (nothing "
+        f"is lost, only latency). Point listen_url at the PostgreSQL server behind {db.safe_url}, directly "
+        "(not through a pooler in transaction mode) and on the same database, or set it to off"
     )

@@ -70,7 +70,7 @@ from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, RowValueFence
-from jobsup.store.dialects.pooler import listen_route, wakeup_warning, watch
+from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import (
     GIVEN,
@@ -104,6 +104,9 @@ _UNDEFINED_TABLE = "42P01"
 INSERT_CHUNK = 5000  # jobs per INSERT: arrays this long bind in well under a millisecond per 1,000 jobs
 _INSERT_MANY: dict[frozenset[str], str] = {}  # the bulk insert's text per shape of varying columns
 _CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer channel names are truncated by the server
+# `jobsup start` checks a listen_url by sending this channel a notification (no queue can be
+# named so: queue names have no spaces) and waiting this long for it.
+PROBE_QUEUE, PROBE_WAIT = "listen probe", 3.0
 
 
 def channel(queue: str) -> str:
@@ -314,7 +317,26 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
         return None if route is None else NotifyListener(db, queue, route)
 
     def wakeup_warning(self, db: Any) -> str | None:
-        return wakeup_warning(db)
+        route = listen_route(db)
+        if route is None:
+            return polling_warning(db)
+        if not db.listen_url:
+            return None
+        # A listen_url of the operator's: check that it hears what the database URL sends.
+        try:
+            listener = NotifyListener(db, PROBE_QUEUE, route)
+        except DatabaseError as exc:
+            return unheard_warning(db, route, f"cannot be reached ({exc})")
+        try:
+            with db.statement() as conn:
+                conn.execute(self.notify_statement, {"p_channel": channel(PROBE_QUEUE)})
+            if not list(listener.conn.notifies(timeout=PROBE_WAIT, stop_after=1)):
+                return unheard_warning(
+                    db, route, f"did not hear a notification sent through the database URL within {PROBE_WAIT:g}s"
+                )
+        finally:
+            listener.close()
+        return None
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # Skipping: FOR NO KEY UPDATE, so that two checks lock two different siblings (a
