@@ -18,9 +18,14 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 import jobsup
+from jobsup.settings import QueueConfig, Settings
 from jobsup.store import Database
 from jobsup.store.dialects.pooler import listen_route, pooled
 from jobsup.store.rows import SUCCEEDED, Outcome
+from jobsup.worker.loop import Worker
+from jobsup.worker.slot import SlotTable
+from jobsup.worker.spec import WorkerSpec
+from jobsup.worker.stop import StopRequest
 
 from harness import TESTS, Supervisor
 from helpers import wait_until
@@ -188,6 +193,24 @@ def test_no_listen_behind_pgbouncer_without_listen_url_nor_when_off(
             assert db.dialect.listener(db, "default") is None
         finally:
             db.dispose()
+
+
+@pytest.mark.parametrize(("poll_interval", "unwoken"), [(None, 1.0), (0.3, 0.3)])
+def test_a_worker_nothing_can_wake_polls_every_second_unless_told(
+    pooled_url: str, poll_interval: float | None, unwoken: float
+) -> None:
+    settings = Settings(database_url=pooled_url, poll_interval=poll_interval, queues={"default": QueueConfig()})
+    spec = WorkerSpec(settings, "default", 1, "test-host:default#1:unwoken", os.getppid())
+    slot = SlotTable(1, 1).slot(0)
+    slot.reset()
+    db = Database(pooled_url, role="worker")
+    try:
+        worker = Worker(spec, db, StopRequest(), slot, None)
+        assert worker.listen() is None
+        assert worker.unwoken_poll == unwoken
+        assert worker.poll_interval == (5.0 if poll_interval is None else poll_interval)  # with LISTEN
+    finally:
+        db.dispose()
 
 
 @pytest.mark.slow

@@ -323,6 +323,8 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
         if not db.listen_url:
             return None
         # A listen_url of the operator's: check that it hears what the database URL sends.
+        import psycopg
+
         try:
             listener = NotifyListener(db, PROBE_QUEUE, route)
         except DatabaseError as exc:
@@ -330,12 +332,15 @@ class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
         try:
             with db.statement() as conn:
                 conn.execute(self.notify_statement, {"p_channel": channel(PROBE_QUEUE)})
-            if not list(listener.conn.notifies(timeout=PROBE_WAIT, stop_after=1)):
-                return unheard_warning(
-                    db, route, f"did not hear a notification sent through the database URL within {PROBE_WAIT:g}s"
-                )
+            heard = bool(list(listener.conn.notifies(timeout=PROBE_WAIT, stop_after=1)))
+        except (DatabaseError, psycopg.Error) as exc:
+            return unheard_warning(db, route, f"could not be checked ({exc})")
         finally:
             listener.close()
+        if not heard:
+            return unheard_warning(
+                db, route, f"did not hear a notification sent through the database URL within {PROBE_WAIT:g}s"
+            )
         return None
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
