@@ -251,7 +251,7 @@ def test_the_competing_instances_test_passes_through_pgbouncer(bouncer: PgBounce
         text=True,
         timeout=600,
     )
-    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-2000:]
+    assert result.returncode == 0, f"{result.stdout[-6000:]}{result.stderr[-2000:]}\npgbouncer: {bouncer.log()}"
     assert "1 passed" in result.stdout, result.stdout[-2000:]
     # The competitors really came through this pgbouncer (it logs each login).
     assert "login attempt: db=jobsup_run_" in (bouncer.folder / "pgbouncer.log").read_text(errors="replace")
