@@ -95,8 +95,7 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
 def pooled(db: Any) -> bool:
     """Whether `db`'s connections go through a pooler (one checkout; no round trip once the
     pool holds a connection)."""
-    with db.read() as conn:
-        conn.exec_driver_sql("SELECT 1")  # connect, if the pool had nothing
+    with db.read() as conn:  # checking out connects, if the pool had nothing
         return bool(conn.info.get(POOLED))
 
 
