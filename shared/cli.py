@@ -74,6 +74,7 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
 @click.option("--lease", help="How long a claim holds a job without renewal (default 5m).")
 @click.option("--heartbeat", help="How often a running job's lease is renewed (default 1m).")
 @click.option("--poll-interval", help="Idle wait between claims (default 1s; PostgreSQL 5s, woken by NOTIFY).")
+@click.option("--listen-url", help="PostgreSQL: where idle workers LISTEN (a direct server URL behind PgBouncer; off).")
 @click.option("--maintenance-interval", help="How often leases are swept and rows pruned (default 15s).")
 @click.option("--shutdown-grace", help="How long a running job may finish on shutdown (default 20s).")
 @click.option("--claim-batch", help="Jobs a worker claims at once and runs one by one (default 1).")

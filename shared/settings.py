@@ -54,6 +54,10 @@ class QueueConfig:
 @dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_URL
+    # Where idle workers LISTEN on PostgreSQL: empty for the database URL (none behind a
+    # pooler such as PgBouncer, where notifications never arrive: they poll), a direct
+    # postgresql:// URL of the server, or "off" to poll.
+    listen_url: str = ""
     lease: float = 300.0
     heartbeat: float = 60.0
     # None: the dialect's own (1 s on SQLite; 5 s on PostgreSQL, where LISTEN/NOTIFY wakes workers)
@@ -106,6 +110,10 @@ class Settings:
             raise ConfigurationError(f"metrics_port must be 0-65535 (or -1 for none), not {self.metrics_port}")
         if self.log_format not in ("text", "json"):
             raise ConfigurationError(f"log_format must be text or json, not {self.log_format!r}")
+        if self.listen_url:
+            from jobsup.store.dialects.pooler import check_listen_url
+
+            check_listen_url(self.listen_url)
         if self.faults:
             from jobsup.store.faults import parse
 
@@ -237,6 +245,9 @@ def _coerce(key: str, value: Any) -> Any:
         return tuple(value)
     if key in ("migrate", "housekeeping"):
         return _flag(value, key)
+    if key == "listen_url":
+        # `listen_url = false` in TOML, or OFF, mean off too
+        return "off" if value is False or str(value).strip().lower() == "off" else str(value).strip()
     return str(value)
 
 

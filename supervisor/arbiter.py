@@ -96,13 +96,16 @@ class Arbiter:
         self.import_apps()
         keyring()  # a malformed JOBSUP_ENCRYPTION_KEYS stops the start, not each sealed job later
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
-        self.db = Database(self.settings.database_url, role="supervisor")
+        self.db = Database(self.settings.database_url, role="supervisor", listen_url=self.settings.listen_url)
         self.store = Store(self.db)
         if self.settings.migrate:
             migrate.upgrade(self.db)
         else:
             self.store.schema_check()
         self.warn_incompatible()
+        warning = self.db.dialect.wakeup_warning(self.db)
+        if warning is not None:
+            emit("supervisor.polling", reason=warning)
         self.store.definitions.publish(registered_types(), instance=self.id)
         housekeeping: list[Step] = [
             PruneProcesses(self.store, self.heartbeat_every),

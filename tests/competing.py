@@ -51,6 +51,14 @@ RELEASE = "UPDATE jobsup_job SET run_at = now() WHERE queue = :queue AND status 
 SUPERVISOR_WORKERS = 2  # each supervisor runs this many workers on the competition queue
 
 
+def competitor_url(name: str) -> str:
+    """The URL the competitors (the xdist workers' claims, the supervisors) use: the server's,
+    or a pooler's port in front of it (JOBSUP_TEST_COMPETING_PORT; see test_pgbouncer.py).
+    Setting up and checking always go to the server itself."""
+    port = os.environ.get("JOBSUP_TEST_COMPETING_PORT")
+    return pg_url(name).replace(":5432/", f":{port}/") if port else pg_url(name)
+
+
 def database_name(run_id: str) -> str:
     return f"jobsup_run_{run_id[:16]}"
 
@@ -141,7 +149,7 @@ def _runs_on(pid: int, name: str) -> bool:
 
 def _participate(name: str, records: Path) -> None:
     _join(name, records)
-    client = Client(pg_url(name))
+    client = Client(competitor_url(name))
     engine = client.database.engine
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO competition_participant (worker) VALUES (:w)"), {"w": worker_name()})
@@ -199,7 +207,7 @@ def _start_supervisors(name: str, records: Path) -> None:
     db = Database(pg_url(name))
     for n in range(SUPERVISORS):
         supervisor = Supervisor(
-            pg_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}={SUPERVISOR_WORKERS}"
+            competitor_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}={SUPERVISOR_WORKERS}"
         )
         with db.engine.begin() as conn:
             conn.execute(text("INSERT INTO competition_supervisor (pid) VALUES (:pid)"), {"pid": supervisor.pid})

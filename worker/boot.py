@@ -66,7 +66,7 @@ def boot(
         db.dispose(close=False)
     setproctitle(f"jobsup: worker {spec.label} booting")
     # 4. Our own engine, created after the fork, and proof of life for the lease sweep.
-    db = Database(spec.settings.database_url, role="worker")
+    db = Database(spec.settings.database_url, role="worker", listen_url=spec.settings.listen_url)
     owner_lock = db.dialect.hold_owner(db, spec.worker_id)
     slot.reset()
     worker = Worker(spec, db, stop, slot, owner_lock)

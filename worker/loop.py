@@ -44,6 +44,9 @@ LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim 
 # as long each time up to RELOOK_UNTIL: on SQLite an enqueue in the caller's own transaction
 # pokes just before its COMMIT (SQLAlchemy Core has no later event).
 RELOOK_AFTER, RELOOK_UNTIL = 0.02, 1.0
+# A worker nothing can wake (PostgreSQL behind a pooler without listen_url, listen_url=off)
+# looks at least this often, unless poll_interval is set.
+UNWOKEN_POLL = 1.0
 
 
 class Worker:
@@ -56,6 +59,7 @@ class Worker:
         self.settings = spec.settings
         given = self.settings.poll_interval
         self.poll_interval = db.dialect.default_poll_interval if given is None else given
+        self.unwoken_poll = min(self.poll_interval, UNWOKEN_POLL) if given is None else given
         self.batch = self.settings.claim_batch_of(spec.queue)
         # Where a batch's outcomes are written. One job at a time on a database of many
         # writers: handed to the settler, so the next claim overlaps the write (its round trip
@@ -157,7 +161,7 @@ class Worker:
             self.title("idle")
         listener = self.listen()
         fds = [self.stop.read_fd, *also] + ([listener.fileno()] if listener is not None else [])
-        wait = self.idle_backoff or self.poll_interval
+        wait = self.idle_backoff or (self.poll_interval if listener is not None else self.unwoken_poll)
         if self.relook is not None and not self.idle_backoff:
             wait, self.relook = min(wait, self.relook), (self.relook * 2 if self.relook < RELOOK_UNTIL else None)
         select.select(fds, [], [], wait)

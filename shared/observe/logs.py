@@ -27,6 +27,7 @@ _WARNINGS = {
     "recurring.invalid",
     "recurring.behind",
     "definitions.incompatible",
+    "supervisor.polling",
     "breaker.opened",
     "sla.breached",
     "hook.timed_out",

@@ -25,6 +25,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
 from jobsup.store import faults
 from jobsup.store.dialects import Dialect, dialect_for, normalise_url
+from jobsup.store.dialects.pooler import check_listen_with
 from jobsup.store.faults import OPERATION, OPERATIONS
 
 DEFAULT_URL = "sqlite:///jobsup.db"
@@ -33,9 +34,15 @@ DEFAULT_URL = "sqlite:///jobsup.db"
 class Database:
     """An engine for one jobsup database, and the dialect that knows its quirks."""
 
-    def __init__(self, url: str | URL = DEFAULT_URL, *, role: str | None = None) -> None:
-        """`role` (``worker``, ``supervisor``) arms the fault injection configured for it."""
+    # Where idle workers LISTEN (the `listen_url` setting): empty for the database URL.
+    listen_url = ""
+
+    def __init__(self, url: str | URL = DEFAULT_URL, *, role: str | None = None, listen_url: str = "") -> None:
+        """`role` (``worker``, ``supervisor``) arms the fault injection configured for it;
+        `listen_url` is the setting, for a PostgreSQL database behind a pooler."""
         self.url = normalise_url(url)
+        check_listen_with(self.url, listen_url)
+        self.listen_url = listen_url
         self.dialect: Dialect = dialect_for(self.url)
         self.engine = self.dialect.create_engine(self.url)
         # Single statements and reads; on PostgreSQL and SQL Server an autocommit engine of

@@ -141,6 +141,11 @@ class Dialect(Protocol):
         """A connection that idle workers of `queue` wait on to be woken by `after_enqueue`,
         or None (they poll)."""
 
+    def wakeup_warning(self, db: Any) -> str | None:
+        """Said once at `jobsup start` when idle workers cannot be woken as this database
+        normally would (PostgreSQL behind a pooler without `listen_url`, or a `listen_url`
+        that does not hear the database's notifications): they poll."""
+
     def hold_owner(self, db: Any, owner: str) -> OwnerLock | None:
         """Mark `owner` alive for as long as this process lives, where the lease sweep needs
         to know (SQLite); None elsewhere."""

@@ -141,6 +141,9 @@ class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowI
     def listener(self, db: Any, queue: str) -> None:
         return None
 
+    def wakeup_warning(self, db: Any) -> str | None:
+        return None  # idle workers always poll here, as documented
+
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # The update lock is held to the end of the transaction (a shared one would not be).
         # Waiting: a plain read, which under locking READ COMMITTED waits for a writer to end;

@@ -16,7 +16,10 @@ Quirks and limits:
 - Idle workers LISTEN on their own queue's channel (``jobsup:<queue>``), so an enqueue
   wakes only the workers of its queue. The LISTEN connection gets the same connect timeout,
   keepalives and TCP user timeout as every other connection, so a dead or half-open one
-  fails within about 30 s and is replaced.
+  fails within about 30 s and is replaced. It connects to `listen_url` when that is set.
+- Behind a transaction-mode pooler (PgBouncer) every connection is told so when it opens,
+  and then prepares no statements on the server; idle workers LISTEN on `listen_url` or
+  poll (`jobsup.store.dialects.pooler`).
 - The reference clock is the server's `now()`, so clock skew between hosts cannot make one
   host think another's lease has lapsed.
 - Partial indexes are only used when the planner sees the literal status; jobsup inlines it.
@@ -67,6 +70,7 @@ from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NativeReturning, NoOwnerLocks, RowByRowInsert, RowValueFence
+from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import (
     GIVEN,
@@ -100,6 +104,9 @@ _UNDEFINED_TABLE = "42P01"
 INSERT_CHUNK = 5000  # jobs per INSERT: arrays this long bind in well under a millisecond per 1,000 jobs
 _INSERT_MANY: dict[frozenset[str], str] = {}  # the bulk insert's text per shape of varying columns
 _CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer channel names are truncated by the server
+# `jobsup start` checks a listen_url by sending this channel a notification (no queue can be
+# named so: queue names have no spaces) and waiting this long for it.
+PROBE_QUEUE, PROBE_WAIT = "listen probe", 3.0
 
 
 def channel(queue: str) -> str:
@@ -111,24 +118,27 @@ def channel(queue: str) -> str:
 
 
 class NotifyListener:
-    """A dedicated autocommit connection LISTENing on one queue's channel.
+    """A dedicated autocommit connection LISTENing on one queue's channel, to `url`
+    (`listen_url`) or else the database's own URL.
 
-    Behind a transaction-mode pooler (PgBouncer) notifications never arrive; workers then
-    find work by polling, so nothing is lost, only latency."""
+    Through a transaction-mode pooler (PgBouncer) notifications never arrive; that is why
+    `listen_route` sends workers elsewhere, or lets them poll."""
 
     early = False  # NOTIFY is delivered after the commit
 
-    def __init__(self, db: Any, queue: str) -> None:
+    def __init__(self, db: Any, queue: str, url: URL | None = None) -> None:
         import psycopg
         from psycopg import sql
 
-        args, kwargs = db.engine.dialect.create_connect_args(db.url)
+        url = db.url if url is None else url
+        args, kwargs = db.engine.dialect.create_connect_args(url)
         with db.errors():
             try:
                 self.conn = psycopg.connect(*args, **{**kwargs, **CONNECT_ARGS}, autocommit=True)
                 self.conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(queue))))
             except psycopg.Error as exc:
-                raise DatabaseUnavailable(f"cannot LISTEN on {db.safe_url}: {exc}") from None
+                where = url.render_as_string(hide_password=True)
+                raise DatabaseUnavailable(f"cannot LISTEN on {where}: {exc}") from None
 
     def fileno(self) -> int:
         return int(self.conn.fileno())
@@ -162,17 +172,21 @@ class PostgreSQLDialect(NativeReturning, RowValueFence, NoOwnerLocks, RowByRowIn
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def create_engine(self, url: URL) -> Engine:
-        return create_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+        return watch(create_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS))
 
     def create_async_engine(self, url: URL) -> AsyncEngine:
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        return create_async_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+        engine = create_async_engine(url, pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS)
+        watch(engine.sync_engine)
+        return engine
 
     def single_statement_engine(self, engine: Engine) -> Engine:
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
-        return create_engine(
-            engine.url, isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS
+        return watch(
+            create_engine(
+                engine.url, isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS
+            )
         )
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
@@ -298,8 +312,36 @@ class PostgreSQLDialect(NativeReturning, RowValueFence, NoOwnerLocks, RowByRowIn
     def notify_statement(self) -> Select[Any]:
         return select(func.pg_notify(bindparam("p_channel"), ""))
 
-    def listener(self, db: Any, queue: str) -> NotifyListener:
-        return NotifyListener(db, queue)
+    def listener(self, db: Any, queue: str) -> NotifyListener | None:
+        route = listen_route(db)
+        return None if route is None else NotifyListener(db, queue, route)
+
+    def wakeup_warning(self, db: Any) -> str | None:
+        route = listen_route(db)
+        if route is None:
+            return polling_warning(db)
+        if not db.listen_url:
+            return None
+        # A listen_url of the operator's: check that it hears what the database URL sends.
+        import psycopg
+
+        try:
+            listener = NotifyListener(db, PROBE_QUEUE, route)
+        except DatabaseError as exc:
+            return unheard_warning(db, route, f"cannot be reached ({exc})")
+        try:
+            with db.statement() as conn:
+                conn.execute(self.notify_statement, {"p_channel": channel(PROBE_QUEUE)})
+            heard = bool(list(listener.conn.notifies(timeout=PROBE_WAIT, stop_after=1)))
+        except (DatabaseError, psycopg.Error) as exc:
+            return unheard_warning(db, route, f"could not be checked ({exc})")
+        finally:
+            listener.close()
+        if not heard:
+            return unheard_warning(
+                db, route, f"did not hear a notification sent through the database URL within {PROBE_WAIT:g}s"
+            )
+        return None
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # Skipping: FOR NO KEY UPDATE, so that two checks lock two different siblings (a

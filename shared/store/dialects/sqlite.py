@@ -293,6 +293,9 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
         except OSError as exc:
             raise DatabaseUnavailable(f"cannot wait for wakeups in {folder}: {exc}") from None
 
+    def wakeup_warning(self, db: Any) -> str | None:
+        return None
+
     def hold_owner(self, db: Any, owner: str) -> OwnerFile | None:
         folder = owners_folder(db.url)
         if folder is None:
