@@ -250,7 +250,8 @@ def test_the_statements_of_workflows_and_batches_compile_for_sql_server(db: Offl
     from offline import MSSQL
 
     t = transitions(db)
-    for statement in (t.sql.dependents_of, t.sql.unblock, t.sql.promote, t.sql.cancel_blocked, t.sql.reopen):
+    updates = (t.sql.unblock, t.sql.promote, t.sql.cancel_blocked, t.sql.reopen)
+    for statement in (t.sql.dependents_of, *(update.statement for update in updates)):
         assert str(statement.compile(dialect=MSSQL))
     assert "NOT (EXISTS (SELECT" in str(t.batches.finishable.compile(dialect=MSSQL))
     # The fan-in's look inside a settle skips and locks; the look after it waits.

@@ -47,7 +47,7 @@ class Batches:
             .values(total=batch.c.total + count)
             .returning(batch.c.id)
         )
-        return conn.execute(stmt).first() is not None
+        return bool(self.dialect.returning(stmt).run(conn, {}))
 
     def close(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
         stmt = (
@@ -56,7 +56,7 @@ class Batches:
             .values(closed_at=self.dialect.clock())
             .returning(batch.c.id)
         )
-        return conn.execute(stmt, dict(clock)).first() is not None
+        return bool(self.dialect.returning(stmt).run(conn, dict(clock)))
 
     def mark_cancelled(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
         clock_now = self.dialect.clock()
@@ -66,7 +66,7 @@ class Batches:
             .values(cancelled_at=clock_now, closed_at=func.coalesce(batch.c.closed_at, clock_now))
             .returning(batch.c.id)
         )
-        return conn.execute(stmt, dict(clock)).first() is not None
+        return bool(self.dialect.returning(stmt).run(conn, dict(clock)))
 
     def finish(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> Finished | None:
         """The compare-and-set of firing: a closed, unfinished batch becomes finished, and
@@ -78,9 +78,10 @@ class Batches:
             .values(finished_at=self.dialect.clock())
             .returning(batch.c.callbacks, batch.c.name, batch.c.cancelled_at)
         )
-        row = conn.execute(stmt, dict(clock)).first()
-        if row is None:
+        rows = self.dialect.returning(stmt).run(conn, dict(clock))
+        if not rows:
             return None
+        row = rows[0]
         try:
             callbacks = json.loads(row.callbacks)
         except ValueError:

@@ -104,7 +104,7 @@ def _succeeded(conn: Connection, t: Any, name: str, job_id: int, params: Any) ->
 
     def reset(matches: Any) -> bool:
         stmt = update(breaker).where(breaker.c.name == name, matches).values(values).returning(breaker.c.name)
-        return conn.execute(stmt, _clock_params(t, params)).first() is not None
+        return bool(t.dialect.returning(stmt).run(conn, _clock_params(t, params)))
 
     closed = reset(probe)
     if not closed and not reset(counted):
@@ -128,16 +128,18 @@ def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, param
             pass  # another settle inserted it first
     # Count first: the UPDATE locks the row, so two failures settling at once are counted one
     # after the other, and the one that reaches the threshold sees it.
-    counted = conn.execute(
+    count = (
         update(breaker)
         .where(breaker.c.name == name, breaker.c.state == _state(CLOSED))
         .values(failures=breaker.c.failures + 1)
         .returning(breaker.c.failures)
-    ).scalar()
+    )
+    counts = t.dialect.returning(count).run(conn, {})
+    counted = counts[0].failures if counts else None
     opens = and_(breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id == job_id)
     if counted is not None and counted >= policy.failures:
         opens = or_(opens, and_(breaker.c.state == _state(CLOSED), breaker.c.failures >= policy.failures))
-    opened = conn.execute(
+    opens_now = (
         update(breaker)
         .where(breaker.c.name == name, opens)
         .values(
@@ -148,9 +150,9 @@ def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, param
             changed_by=SYSTEM,
             changed_at=clock,
         )
-        .returning(breaker.c.name),
-        clock_params,
-    ).all()
+        .returning(breaker.c.name)
+    )
+    opened = t.dialect.returning(opens_now).run(conn, clock_params)
     if opened:
         announce(conn, "breaker.opened", subject=f"breaker:{name}", name=name, failed_job=job_id, reset=policy.reset)
         after_commit(conn, lambda: emit("breaker.opened", name=name, job=job_id, reset=policy.reset))
@@ -187,7 +189,7 @@ class Breakers:
                 .where(due)
                 .values(state=HALF_OPEN, probe_job_id=None, changed_by=SYSTEM, changed_at=clock)
             )
-            changed += conn.execute(stmt.returning(breaker.c.name), params).scalars().all()
+            changed += [row.name for row in self.dialect.returning(stmt.returning(breaker.c.name)).run(conn, params)]
             waiting = conn.execute(
                 select(breaker.c.name, breaker.c.probe_job_id).where(breaker.c.state == _state(HALF_OPEN))
             ).all()

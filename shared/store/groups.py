@@ -83,7 +83,7 @@ class Groups:
                     waiting = sum(dep in redo for dep in deps.get(row.id, ())) or None
                     status = PENDING if waiting is None else WAITING
                     params = {**clock, "p_job": row.id, "p_status": status, "p_waiting_on": waiting}
-                    for again in conn.execute(self.t.sql.reopen, params).all():
+                    for again in self.t.sql.reopen.run(conn, params):
                         queues.add(again.queue)
                         retry_at = again.run_at.isoformat() if status == PENDING else None
                         announce(conn, "job.retrying", retry_at=retry_at, **job_fields(again))

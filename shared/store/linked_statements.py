@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Delete, Integer, Select, Update, bindparam, delete, func, select, update
 
+from jobsup.store.chain import Returning
 from jobsup.store.claim import status_is
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, WAITING, job, job_attempt, job_dependency
 
@@ -118,11 +119,11 @@ class LinkedStatements:
         )
 
     @cached_property
-    def unblock(self) -> Update:
+    def unblock(self) -> Returning:
         """A waiting step counts `p_done` more of its dependencies finished, `p_failed` of them
         without succeeding. The row lock serialises the steps' counts, so exactly one
         transition sees its count reach zero."""
-        return (
+        return self.dialect.returning(
             update(job)
             .where(job.c.id == bindparam("p_job"), status_is(WAITING))
             .values(
@@ -149,9 +150,9 @@ class LinkedStatements:
         )
 
     @cached_property
-    def promote(self) -> Update:
+    def promote(self) -> Returning:
         """waiting -> pending: every dependency has finished."""
-        return (
+        return self.dialect.returning(
             update(job)
             .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
             .values(status=PENDING, updated_at=self.dialect.clock())
@@ -159,11 +160,11 @@ class LinkedStatements:
         )
 
     @cached_property
-    def cancel_blocked(self) -> Update:
+    def cancel_blocked(self) -> Returning:
         """waiting -> cancelled: a dependency failed and the step's policy is to cancel. A
         waiting step never started, so it has no attempt to close."""
         clock = self.dialect.clock()
-        return (
+        return self.dialect.returning(
             update(job)
             .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
             .values(status=CANCELLED, finished_at=clock, updated_at=clock, last_error=bindparam("p_error"))
@@ -171,13 +172,13 @@ class LinkedStatements:
         )
 
     @cached_property
-    def reopen(self) -> Update:
+    def reopen(self) -> Returning:
         """A failed or cancelled step of a finished workflow runs again (`p_waiting_on` None:
         now; else once that many dependencies have finished), with its own budget of attempts
         again, as a dead-letter retry gives."""
         clock = self.dialect.clock()
         budget = func.coalesce(job.c.budget, job.c.max_attempts)
-        return (
+        return self.dialect.returning(
             update(job)
             .where(job.c.id == bindparam("p_job"), job.c.status.in_((DEAD_LETTERED, CANCELLED)))
             .values(

@@ -137,7 +137,8 @@ def unblock_dependents(conn: Connection, t: Transitions, rows: Sequence[Any], cl
     for dependent in sorted(done):
         deps = done[dependent]
         params = {**clock, "p_job": dependent, "p_done": len(deps), "p_failed": sum(d in failed for d in deps)}
-        counted = conn.execute(t.sql.unblock, params).first()
+        counts = t.sql.unblock.run(conn, params)
+        counted = counts[0] if counts else None
         if counted is None or counted.waiting_on > 0:
             continue  # no longer waiting (cancelled by an operator), or more to wait for
         if counted.failed_deps and (counted.on_failure or "cancel") == "cancel":
@@ -145,12 +146,12 @@ def unblock_dependents(conn: Connection, t: Transitions, rows: Sequence[Any], cl
         else:
             ready.append(dependent)
     if ready:
-        promoted = conn.execute(t.sql.promote, {**clock, "p_ids": ready}).all()
+        promoted = t.sql.promote.run(conn, {**clock, "p_ids": ready})
         t.dialect.after_enqueue(conn, {row.queue for row in promoted})
     if not blocked:
         return []
     reason = "cancelled: a step it depends on did not succeed"
-    cancelled = list(conn.execute(t.sql.cancel_blocked, {**clock, "p_ids": blocked, "p_error": reason}).all())
+    cancelled = list(t.sql.cancel_blocked.run(conn, {**clock, "p_ids": blocked, "p_error": reason}))
     for row in cancelled:  # not through the cancel transition, whose steps would cascade again
         announce(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
     return cancelled

@@ -73,7 +73,7 @@ class SlaMarks:
                 if not ids:
                     break
                 with self.t.db.transaction("sla") as conn:
-                    rows = conn.execute(self.t.sql.sla_mark, {**clock, "p_ids": ids}).all()
+                    rows = self.t.sql.sla_mark.run(conn, {**clock, "p_ids": ids})
                     for row in rows:
                         announce(conn, "sla.breached", job=row.id, name=row.name, queue=row.queue, kind=kind)
                 for row in rows:

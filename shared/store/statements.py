@@ -30,7 +30,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobsup.store.chain import Chain, Sequential
+from jobsup.store.chain import Chain, Returning, Sequential
 from jobsup.store.claim import status_is
 from jobsup.store.dialects import Dialect
 from jobsup.store.insert import values_statement
@@ -123,8 +123,8 @@ class Statements(LinkedStatements):
     # -- the worker's lease and settle -------------------------------------------------------
 
     @cached_property
-    def renew(self) -> Update:
-        return (
+    def renew(self) -> Returning:
+        return self.dialect.returning(
             update(job)
             .where(self.fence)
             .values(lease_expires_at=self.dialect.clock("lease"), updated_at=self.dialect.clock())
@@ -259,7 +259,7 @@ class Statements(LinkedStatements):
             )
             .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
         )
-        return Sequential.of(first, self.close_attempts)
+        return Sequential.of(self.dialect.returning(first), self.close_attempts)
 
     @cached_property
     def cancel(self) -> Chain:
@@ -274,12 +274,12 @@ class Statements(LinkedStatements):
         return self._cancel(job.c.batch_id == bindparam("p_batch"))
 
     @cached_property
-    def retry(self) -> Update:
+    def retry(self) -> Returning:
         """Dead-lettered back to pending. Attempt numbers never go back: the job gets its
         own budget of attempts again (its first max_attempts) on top of those it used."""
         clock = self.dialect.clock()
         budget = func.coalesce(job.c.budget, job.c.max_attempts)
-        return (
+        return self.dialect.returning(
             update(job)
             .where(job.c.id == bindparam("p_job"), status_is(DEAD_LETTERED))
             .values(
@@ -296,9 +296,9 @@ class Statements(LinkedStatements):
         )
 
     @cached_property
-    def sla_mark(self) -> Update:
+    def sla_mark(self) -> Returning:
         """Mark the jobs `p_ids` past an SLA deadline, those not marked yet: the
         compare-and-set that counts each job's breach once, however many instances look."""
         marked = job.c.id.in_(bindparam("p_ids", expanding=True)), job.c.sla_breached_at.is_(None)
         stmt = update(job).where(*marked).values(sla_breached_at=self.dialect.clock())
-        return stmt.returning(job.c.id, job.c.name, job.c.queue)
+        return self.dialect.returning(stmt.returning(job.c.id, job.c.name, job.c.queue))

@@ -157,8 +157,9 @@ class Transitions:
         if not leases:
             return set()
         params = {**self.dialect.clock_params(now, lease=lease), **self.sql.fence_params(leases)}
-        with self.db.statement("renew") as conn:
-            return set(conn.execute(self.sql.renew, params).scalars())
+        renew = self.sql.renew
+        with (self.db.statement if renew.single else self.db.transaction)("renew") as conn:
+            return {row[0] for row in renew.run(conn, params)}
 
     # -- settle: running -> succeeded | pending | dead_lettered -----------------------------------
 
@@ -292,7 +293,7 @@ class Transitions:
             params = {**self.dialect.clock_params(now), "p_job": job_id}
             try:
                 with self.db.transaction("dead_letters") as conn:
-                    rows = conn.execute(self.sql.retry, params).all()
+                    rows = self.sql.retry.run(conn, params)
                     if rows:
                         steps.run(conn, steps.Change("retry", rows, params, self))
             except ConstraintViolation:

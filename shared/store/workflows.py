@@ -61,7 +61,8 @@ class Workflows:
             .values(finished_at=self.dialect.clock())
             .returning(workflow.c.name, workflow.c.cancelled_at)
         )
-        return conn.execute(stmt, dict(clock)).first()
+        rows = self.dialect.returning(stmt).run(conn, dict(clock))
+        return rows[0] if rows else None
 
     @cached_property
     def unfinished_step(self) -> Select[Any]:

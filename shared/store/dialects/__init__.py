@@ -2,9 +2,10 @@
 
 Everything that truly differs between SQLite, PostgreSQL, MariaDB/MySQL and SQL Server lives in one module
 per database behind the `Dialect` protocol: how an engine is set up, the reference clock,
-the claim statement, how two dependent writes are made atomic, how idle workers are woken,
-how a lease owner is known alive, the migration lock, and how driver errors read. Every other
-statement is written once, dialect-neutral, in `jobsup.store`.
+the claim statement, how an update reads back the rows it changed, how two dependent writes
+are made atomic, how idle workers are woken, how a lease owner is known alive, the migration
+lock, and how driver errors read. Every other statement is written once, dialect-neutral, in
+`jobsup.store`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
-from jobsup.store.chain import Chain
+from jobsup.store.chain import Chain, Returning
 from jobsup.store.rows import Lease, NewJob
 
 SUPPORTED_URLS = (
@@ -119,6 +120,12 @@ class Dialect(Protocol):
         under `p_owner`'s lease, count the attempt and open its attempt row, and run `after`
         on the claimed rows, all or nothing. Returns the claimed rows `after` kept (it may
         put some back): `CLAIM_COLUMNS`, then the due time, in claim order."""
+
+    def returning(self, stmt: Update) -> Returning:
+        """Prepare, once, the compare-and-set `stmt` (an UPDATE with RETURNING of one table,
+        whose WHERE names the state it expects): the database's own statement where it has
+        one, else an emulation that needs a transaction (`Returning.single` is then False;
+        see `jobsup.store.dialects.returning`)."""
 
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         """Prepare, once, a compare-and-set `first` (an UPDATE with RETURNING whose first

@@ -9,17 +9,24 @@ from typing import Any
 from sqlalchemy import BigInteger, ColumnElement, Connection, Insert, Integer, Update, bindparam, tuple_
 from sqlalchemy.types import TupleType
 
-from jobsup.store.chain import Chain, Sequential
+from jobsup.store.chain import Chain, Native, Returning, Sequential
 from jobsup.store.insert import insert_rows, values_statement
 from jobsup.store.rows import Lease, NewJob
 from jobsup.store.schema import job
+
+
+class NativeReturning:
+    """UPDATE ... RETURNING as the database's own one statement (RETURNING, or OUTPUT on SQL Server)."""
+
+    def returning(self, stmt: Update) -> Returning:
+        return Native(stmt)
 
 
 class SequentialChain:
     """Two dependent writes as two statements in one transaction (no data-modifying CTEs)."""
 
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
-        return Sequential.of(first, then)
+        return Sequential.of(self.returning(first), then)  # type: ignore[attr-defined]
 
 
 class RowValueFence:

@@ -63,6 +63,7 @@ from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated, Un
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, RowValueFence, SequentialChain
+from jobsup.store.dialects.returning import EmulatedReturning
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import row_params, values_insert
 from jobsup.store.rows import NewJob
@@ -138,7 +139,7 @@ def _configure(engine: Engine) -> Engine:
     return engine
 
 
-class MariaDBDialect(SequentialChain, RowValueFence, NoOwnerLocks, RowByRowInsert):
+class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerLocks, RowByRowInsert):
     name = "mariadb"
     atomic_insert_rows = 1  # its statement() is autocommit, and a bulk insert may be several statements
     read_options: Mapping[str, Any] = {}

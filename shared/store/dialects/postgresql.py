@@ -66,7 +66,7 @@ from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, RowValueFence
+from jobsup.store.dialects.common import NativeReturning, NoOwnerLocks, RowByRowInsert, RowValueFence
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import (
     GIVEN,
@@ -151,7 +151,7 @@ class NotifyListener:
         return not self.conn.closed
 
 
-class PostgreSQLDialect(RowValueFence, NoOwnerLocks, RowByRowInsert):
+class PostgreSQLDialect(NativeReturning, RowValueFence, NoOwnerLocks, RowByRowInsert):
     name = "postgresql"
     atomic_insert_rows = INSERT_CHUNK
     read_options: Mapping[str, Any] = {}
