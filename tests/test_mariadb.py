@@ -42,26 +42,40 @@ def test_a_missing_pymysql_names_the_mariadb_extra() -> None:
     assert "secret" not in out
 
 
-@pytest.mark.parametrize(
-    "version", ["10.6.0-MariaDB", "10.11.19-MariaDB-0+deb12u1", "11.4.2-MariaDB", "8.0.1", "8.4.0", "9.0.1"]
-)
-def test_servers_with_skip_locked_are_accepted(version: str) -> None:
+@pytest.mark.parametrize("version", ["10.6.0-MariaDB", "10.11.19-MariaDB-0+deb12u1", "11.4.2-MariaDB"])
+def test_mariadb_with_skip_locked_is_accepted(version: str) -> None:
     check_version(version)
 
 
 @pytest.mark.parametrize(
     ("version", "named"),
     [
-        ("10.5.23-MariaDB-1:10.5.23+maria~ubu2004", "MariaDB 10.5.23 is too old"),
-        ("5.5.5-10.3.39-MariaDB", "MariaDB 10.3.39 is too old"),  # the old replication prefix
-        ("8.0.0-dmr", "MySQL 8.0.0 is too old"),
-        ("5.7.44-log", "MySQL 5.7.44 is too old"),
+        ("10.5.23-MariaDB-1:10.5.23+maria~ubu2004", "MariaDB 10.5.23 is too old for jobsup"),
+        ("5.5.5-10.3.39-MariaDB", "MariaDB 10.3.39 is too old for jobsup"),  # the old replication prefix
     ],
 )
-def test_servers_without_skip_locked_are_refused_naming_the_version(version: str, named: str) -> None:
+def test_mariadb_without_skip_locked_is_refused_naming_the_version(version: str, named: str) -> None:
     with pytest.raises(jobsup.UnsupportedDatabase, match=named) as refused:
         check_version(version)
-    assert "MariaDB 10.6 or MySQL 8.0.1 or later" in str(refused.value)
+    assert str(refused.value).endswith("upgrade to MariaDB 10.6 or later")
+
+
+@pytest.mark.parametrize(("version", "named"), [("8.0.0-dmr", "MySQL 8.0.0"), ("8.4.0", "MySQL 8.4.0")])
+def test_mysql_is_refused_naming_the_version_and_the_reason(version: str, named: str) -> None:
+    with pytest.raises(jobsup.UnsupportedDatabase, match=f"{named} is not supported") as refused:
+        check_version(version)
+    assert "needs MariaDB 10.6 or later" in str(refused.value)
+    assert "left to right" in str(refused.value)
+
+
+@pytest.mark.mariadb
+def test_every_connection_assigns_simultaneously_and_strictly(mariadb_url: str) -> None:
+    client = jobsup.Client(mariadb_url)
+    for connections in (client.database.read, client.database.transaction):
+        with connections() as conn:
+            modes = conn.execute(text("SELECT @@SESSION.sql_mode")).scalar_one().split(",")
+        assert {"SIMULTANEOUS_ASSIGNMENT", "STRICT_TRANS_TABLES"} <= set(modes)
+    client.close()
 
 
 @pytest.mark.mariadb

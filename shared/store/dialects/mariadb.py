@@ -1,6 +1,11 @@
-"""MariaDB (10.6 or later) and MySQL (8.0.1 or later) through PyMySQL.
+"""MariaDB (10.6 or later) through PyMySQL, as ``mariadb://`` (or ``mysql://``) URLs.
 
 Quirks and limits:
+- MySQL servers are refused (`check_version`): MySQL evaluates an UPDATE's SET assignments
+  left to right, each seeing the columns assigned before it, where jobsup's compare-and-sets
+  are written for standard SQL (every assignment reads the row as it was). MariaDB does it
+  the standard way in its SIMULTANEOUS_ASSIGNMENT mode, which every connection turns on,
+  with STRICT_TRANS_TABLES (a value too long is refused, never cut).
 - No partial indexes: the conditions of the other dialects' filtered indexes are dropped
   here, so the claim index leads with the status instead (status, queue, priority DESC,
   run_at, id), as does the lease index, and the live-only unique key is a unique index on
@@ -10,8 +15,8 @@ Quirks and limits:
   SELECTed ... FOR UPDATE SKIP LOCKED in claim order, an UPDATE of those ids, a SELECT of
   what the claim returns, and the attempt rows' INSERT. The other compare-and-sets run
   through the store's emulation of RETURNING (a locking SELECT, the UPDATE, a SELECT).
-- SKIP LOCKED came with MariaDB 10.6 and MySQL 8.0.1: an older server is refused when the
-  engine first connects (`check_version`), naming its version.
+- SKIP LOCKED came with MariaDB 10.6: an older server is refused when a connection is
+  made (`check_version`), naming its version.
 - jobsup's transactions run READ COMMITTED, so the claim and the compare-and-sets lock the
   rows they touch and no gaps between them (REPEATABLE READ, the default, would make
   claimers wait on each other's next-key locks). Single statements run in autocommit.
@@ -65,12 +70,9 @@ from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, RowValueFence, SequentialChain
 from jobsup.store.dialects.returning import EmulatedReturning
 from jobsup.store.dialects.types import UTCDateTime
-from jobsup.store.insert import row_params, values_insert
-from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
 
 MINIMUM_MARIADB = (10, 6)
-MINIMUM_MYSQL = (8, 0, 1)
 MIGRATION_LOCK = "jobsup_migrate"
 MIGRATION_LOCK_WAIT = 600  # seconds: longer than any jobsup upgrade has taken
 _LOCK_HELD = "jobsup_migration_lock"  # in a pooled connection's info while it holds the lock
@@ -79,9 +81,13 @@ _LOCK_HELD = "jobsup_migration_lock"  # in a pooled connection's info while it h
 CONNECT_ARGS = {
     "connect_timeout": 10,
     "charset": "utf8mb4",
-    # Pooled connections are recycled hourly; the server must not drop them sooner.
-    "init_command": "SET SESSION wait_timeout = GREATEST(@@SESSION.wait_timeout, 7200)",
 }
+# Run on each new connection once the server is known to be a MariaDB jobsup supports.
+# Pooled connections are recycled hourly: the server must not drop them sooner.
+SESSION = (
+    "SET SESSION wait_timeout = GREATEST(@@SESSION.wait_timeout, 7200), "
+    "sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'SIMULTANEOUS_ASSIGNMENT', 'STRICT_TRANS_TABLES')"
+)
 POOL = {"pool_size": 4, "max_overflow": 4, "pool_recycle": 3600}
 _KEEPALIVE = (
     (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
@@ -97,19 +103,21 @@ _UNAVAILABLE = {1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
 
 
 def check_version(version: str) -> None:
-    """Refuse a server without FOR UPDATE SKIP LOCKED, naming its version (`SELECT VERSION()`)."""
+    """Refuse a server jobsup cannot run on, naming its version (`SELECT VERSION()`)."""
     found = re.match(r"(?:5\.5\.5-)?(\d+)\.(\d+)\.(\d+)", version)
     if found is None:
         raise UnsupportedDatabase(f"cannot read the database server's version {version!r}")
-    number = tuple(int(part) for part in found.groups())
-    mariadb = "mariadb" in version.lower()
-    minimum = MINIMUM_MARIADB if mariadb else MINIMUM_MYSQL
-    if number < minimum:
-        kind = "MariaDB" if mariadb else "MySQL"
+    number = ".".join(found.groups())
+    minimum = ".".join(map(str, MINIMUM_MARIADB))
+    if "mariadb" not in version.lower():
         raise UnsupportedDatabase(
-            f"{kind} {'.'.join(map(str, number))} is too old for jobsup, which needs FOR UPDATE SKIP LOCKED: "
-            f"upgrade to MariaDB {'.'.join(map(str, MINIMUM_MARIADB))} or MySQL {'.'.join(map(str, MINIMUM_MYSQL))} "
-            "or later"
+            f"MySQL {number} is not supported: jobsup needs MariaDB {minimum} or later (MySQL evaluates an "
+            "UPDATE's assignments left to right, and before 8.0.1 has no FOR UPDATE SKIP LOCKED)"
+        )
+    if tuple(int(part) for part in found.groups()) < MINIMUM_MARIADB:
+        raise UnsupportedDatabase(
+            f"MariaDB {number} is too old for jobsup, which needs FOR UPDATE SKIP LOCKED: "
+            f"upgrade to MariaDB {minimum} or later"
         )
 
 
@@ -121,13 +129,12 @@ def _configure(engine: Engine) -> Engine:
             for level, option, value in _KEEPALIVE:
                 sock.setsockopt(level, option, value)
 
-    @event.listens_for(engine, "first_connect")
-    def first_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("SELECT VERSION()")
         (version,) = cursor.fetchone()
-        cursor.close()
         check_version(str(version))
+        cursor.execute(SESSION)
+        cursor.close()
 
     @event.listens_for(engine, "checkin")
     def checkin(dbapi_connection: Any, record: Any) -> None:
@@ -219,19 +226,6 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             if after is not None:
                 rows = after(conn, rows)
         return rows
-
-    def insert_jobs(
-        self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]
-    ) -> tuple[list[int], set[str]]:
-        if conn.dialect.insert_returning:  # MariaDB 10.5+: INSERT ... RETURNING
-            return RowByRowInsert.insert_jobs(self, conn, jobs, clock)
-        # MySQL: one row per statement, its id from the driver.
-        ids = [conn.execute(self.insert_one, row_params(new, clock)).inserted_primary_key[0] for new in jobs]
-        return [int(job_id) for job_id in ids], set()
-
-    @cached_property
-    def insert_one(self) -> Insert:
-        return values_insert(self.clock())
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Nothing to send: idle workers poll."""
