@@ -54,6 +54,21 @@ MARIADB_SUITE = {
     "test_migrations",
     "test_explain",
     "test_mariadb",
+    "test_workflows",
+    "test_concurrency_keys",
+    "test_rate_limits",
+    "test_breakers",
+    "test_pauses",
+    "test_recurring",
+    "test_definitions",
+    "test_calendars",
+    "test_odd_rows",
+    "test_bulk_enqueue",
+    "test_concurrency",
+    "test_job_logs",
+    "test_audit",
+    "test_sla",
+    "test_events_announced",
 }
 
 

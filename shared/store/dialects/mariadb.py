@@ -5,7 +5,8 @@ Quirks and limits:
   left to right, each seeing the columns assigned before it, where jobsup's compare-and-sets
   are written for standard SQL (every assignment reads the row as it was). MariaDB does it
   the standard way in its SIMULTANEOUS_ASSIGNMENT mode, which every connection turns on,
-  with STRICT_TRANS_TABLES (a value too long is refused, never cut).
+  with STRICT_TRANS_TABLES (a value too long is refused, never cut) and NO_AUTO_VALUE_ON_ZERO
+  (a row written with id 0 keeps it).
 - No partial indexes: the conditions of the other dialects' filtered indexes are dropped
   here, so the claim index leads with the status instead (status, queue, priority DESC,
   run_at, id), as does the lease index, and the live-only unique key is a unique index on
@@ -86,7 +87,8 @@ CONNECT_ARGS = {
 # Pooled connections are recycled hourly: the server must not drop them sooner.
 SESSION = (
     "SET SESSION wait_timeout = GREATEST(@@SESSION.wait_timeout, 7200), "
-    "sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'SIMULTANEOUS_ASSIGNMENT', 'STRICT_TRANS_TABLES')"
+    "sql_mode = CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'SIMULTANEOUS_ASSIGNMENT', 'STRICT_TRANS_TABLES', "
+    "'NO_AUTO_VALUE_ON_ZERO')"
 )
 POOL = {"pool_size": 4, "max_overflow": 4, "pool_recycle": 3600}
 _KEEPALIVE = (

@@ -81,4 +81,4 @@ LongText = (
     .with_variant(mysql.LONGTEXT(charset="utf8mb4", collation="utf8mb4_bin"), *MYSQL_NAMES)
 )
 # A number of seconds: MySQL's FLOAT is single precision (0.1 s would read back as 0.10000000149).
-Seconds = Float().with_variant(mysql.DOUBLE(), *MYSQL_NAMES)
+Seconds = Float().with_variant(mysql.DOUBLE(asdecimal=False), *MYSQL_NAMES)
