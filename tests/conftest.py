@@ -46,7 +46,8 @@ from helpers import (
     pg_url,
 )
 
-# The test modules whose `url` tests also run on MariaDB (see the module docstring).
+# The test modules (or single tests, as module::test) whose `url` tests also run on MariaDB
+# (see the module docstring).
 MARIADB_SUITE = {
     "test_store",
     "test_hardening_store",
@@ -69,6 +70,11 @@ MARIADB_SUITE = {
     "test_audit",
     "test_sla",
     "test_events_announced",
+    # Real `jobsup start` supervisors: a few, each of them seconds.
+    "test_processes::test_kill_9_a_worker_and_its_job_comes_back_at_once",
+    "test_processes::test_sigterm_lets_short_jobs_finish_and_releases_long_ones",
+    "test_processes::test_a_brief_outage_during_settle_loses_neither_success_nor_failure",
+    "test_processes::test_lease_loss_stops_the_job_before_another_instance_runs_it",
 }
 
 
@@ -82,7 +88,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_mariadb = callspec is not None and callspec.params.get("url") == "mariadb"
-        outside = item.module is not None and item.module.__name__.rpartition(".")[2] not in MARIADB_SUITE
+        module = item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+        outside = not {module, f"{module}::{getattr(item, 'originalname', item.name)}"} & MARIADB_SUITE
         (dropped if on_mariadb and outside else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -105,3 +105,17 @@ def test_a_finished_jobs_unique_key_leaves_the_generated_column(mariadb_url: str
     assert gone is None
     assert client.enqueue("works", unique_key="k1") != first
     client.close()
+
+
+@pytest.mark.mariadb
+def test_the_gate_refuses_the_real_server_before_any_statement(
+    mariadb_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check runs on every new connection: pretend the minimum is above this server's."""
+    from jobsup.store.dialects import mariadb
+
+    monkeypatch.setattr(mariadb, "MINIMUM_MARIADB", (99, 0))
+    client = jobsup.Client(mariadb_url)
+    with pytest.raises(jobsup.UnsupportedDatabase, match=r"MariaDB 1\d\.\d+\.\d+ is too old .* MariaDB 99\.0 or later"):
+        client.list_jobs()
+    client.close()
