@@ -9,9 +9,10 @@ Quirks and limits:
   (a row written with id 0 keeps it).
 - No partial indexes: the conditions of the other dialects' filtered indexes are dropped
   here, so the claim index leads with the status instead (status, queue, priority DESC,
-  run_at, id), as does the lease index, and the live-only unique key is a unique index on
-  a generated column that is NULL for jobs no longer live (`jobsup.migrations` 0001). Finished
-  rows sit in these indexes, in another status range than the claim seeks.
+  run_at, id), as do the lease index and the index of jobs waiting for a concurrency slot,
+  and the live-only unique key is a unique index on a generated column that is NULL for
+  jobs no longer live (migrations 0001 and 0006; `mariadb_schema` is that shape as a
+  model). Finished rows sit in these indexes, in another status range than the claim seeks.
 - No UPDATE ... RETURNING: the claim is a transaction of four statements: the candidates
   SELECTed ... FOR UPDATE SKIP LOCKED in claim order, an UPDATE of those ids, a SELECT of
   what the claim returns, and the attempt rows' INSERT. The other compare-and-sets run
