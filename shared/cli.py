@@ -48,7 +48,7 @@ def db() -> None:
 @click.option("--sql", is_flag=True, help="Print the DDL instead of applying it (no database needed).")
 @click.option(
     "--dialect",
-    type=click.Choice(["sqlite", "postgresql", "mssql"]),
+    type=click.Choice(["sqlite", "postgresql", "mssql", "mariadb", "mysql"]),
     help="With --sql: the database to write DDL for (default: the URL's).",
 )
 @with_target

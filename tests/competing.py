@@ -1,5 +1,6 @@
 """Competing instances: two `jobsup start` supervisors and the xdist workers of one test
-run process one set of jobs on one PostgreSQL database.
+run process one set of jobs on one database: one competition on PostgreSQL and one on
+MariaDB, side by side (each xdist worker competes in both at once, from two threads).
 
 At session start every xdist worker (or the lone process without xdist) joins a database
 named from the run id. The first creates it, seeds the jobs and starts two supervisors
@@ -17,8 +18,11 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -31,40 +35,110 @@ from jobsup.store import migrate
 from jobsup.store.database import Database
 from jobsup.store.rows import SUCCEEDED, Outcome
 
-from helpers import alive, create_pg_database, drop_pg_database, pg_error, pg_url
+from helpers import (
+    alive,
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+    mariadb_database_url,
+    mariadb_error,
+    pg_error,
+    pg_url,
+)
 
 JOBS = 2000
 QUEUE = "competition"
 BARRIER_SECONDS = 60.0
 
-_TABLES = """
-CREATE TABLE IF NOT EXISTS competition_participant (
-    worker text PRIMARY KEY, claimed int, error text, finished boolean NOT NULL DEFAULT false);
-CREATE TABLE IF NOT EXISTS competition_claim (job_id bigint NOT NULL, worker text NOT NULL);
-CREATE TABLE IF NOT EXISTS competition_supervisor (pid int PRIMARY KEY);
-"""
+_TABLES = (
+    "CREATE TABLE IF NOT EXISTS competition_participant ("
+    " worker varchar(100) PRIMARY KEY, claimed int, error text, finished boolean NOT NULL DEFAULT false)",
+    "CREATE TABLE IF NOT EXISTS competition_claim (job_id bigint NOT NULL, worker varchar(100) NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS competition_supervisor (pid int PRIMARY KEY)",
+)
 SUPERVISORS = 2
 # The jobs are seeded not yet due, and made due once every competitor is up, so that none
 # gets a head start.
 HELD_BACK = datetime(2100, 1, 1, tzinfo=UTC)
-RELEASE = "UPDATE jobsup_job SET run_at = now() WHERE queue = :queue AND status = 'pending' AND run_at > now()"
+RELEASE = "UPDATE jobsup_job SET run_at = {now} WHERE queue = :queue AND status = 'pending' AND run_at > {now}"
 SUPERVISOR_WORKERS = 2  # each supervisor runs this many workers on the competition queue
+_MIGRATING = threading.Lock()
 
 
-def competitor_url(name: str) -> str:
+@dataclass(frozen=True)
+class Backend:
+    """One server the competition runs on, and the few statements that differ there."""
+
+    name: str
+    prefix: str  # of the run's database name
+    url: Callable[[str], str]
+    error: Callable[[], str | None]
+    create: Callable[[str], None]
+    drop: Callable[[str], None]
+    admin_database: str
+    lock: str  # takes and releases a named lock: :n
+    unlock: str
+    exists: str  # a database named :n
+    now: str  # the database clock in jobsup's stored form (UTC)
+    record_error: str  # upsert of (:w, :e) into competition_participant
+    skip_variable: str
+
+    def available(self) -> bool:
+        return os.environ.get(self.skip_variable) != "skip" and not self.error()
+
+
+def competitor_url(backend: Backend, name: str) -> str:
     """The URL the competitors (the xdist workers' claims, the supervisors) use: the server's,
-    or a pooler's port in front of it (JOBSUP_TEST_COMPETING_PORT; see test_pgbouncer.py).
-    Setting up and checking always go to the server itself."""
+    or on PostgreSQL a pooler's port in front of it (JOBSUP_TEST_COMPETING_PORT; see
+    test_pgbouncer.py). Setting up and checking always go to the server itself."""
     port = os.environ.get("JOBSUP_TEST_COMPETING_PORT")
-    return pg_url(name).replace(":5432/", f":{port}/") if port else pg_url(name)
+    url = backend.url(name)
+    return url.replace(":5432/", f":{port}/") if port and backend.name == "postgresql" else url
 
 
-def database_name(run_id: str) -> str:
-    return f"jobsup_run_{run_id[:16]}"
+BACKENDS = {
+    "postgresql": Backend(
+        "postgresql",
+        "jobsup_run_",
+        pg_url,
+        pg_error,
+        create_pg_database,
+        drop_pg_database,
+        "postgres",
+        "SELECT pg_advisory_lock(hashtext(:n))",
+        "SELECT pg_advisory_unlock(hashtext(:n))",
+        "SELECT 1 FROM pg_database WHERE datname = :n",
+        "now()",
+        "INSERT INTO competition_participant (worker, error, finished) VALUES (:w, :e, true) "
+        "ON CONFLICT (worker) DO UPDATE SET error = :e, finished = true",
+        "JOBSUP_TEST_POSTGRES",
+    ),
+    "mariadb": Backend(
+        "mariadb",
+        "jobsup_mrun_",
+        mariadb_database_url,
+        mariadb_error,
+        create_mariadb_database,
+        drop_mariadb_database,
+        "mysql",
+        "SELECT GET_LOCK(:n, 120)",
+        "SELECT RELEASE_LOCK(:n)",
+        "SELECT 1 FROM information_schema.schemata WHERE schema_name = :n",
+        "UTC_TIMESTAMP(6)",
+        "INSERT INTO competition_participant (worker, error, finished) VALUES (:w, :e, true) "
+        "ON DUPLICATE KEY UPDATE error = :e, finished = true",
+        "JOBSUP_TEST_MARIADB",
+    ),
+}
 
 
-def record_dir(run_id: str) -> Path:
-    return Path(tempfile.gettempdir()) / database_name(run_id)
+def database_name(run_id: str, backend: Backend = BACKENDS["postgresql"]) -> str:
+    return f"{backend.prefix}{run_id[:16]}"
+
+
+def record_dir(run_id: str, backend: Backend = BACKENDS["postgresql"]) -> Path:
+    return Path(tempfile.gettempdir()) / database_name(run_id, backend)
 
 
 def worker_name() -> str:
@@ -94,27 +168,42 @@ def on_configure(config: pytest.Config) -> None:
 
 
 def on_session_start(config: pytest.Config) -> None:
-    if _is_controller(config) or os.environ.get("JOBSUP_TEST_POSTGRES") == "skip" or pg_error():
+    if _is_controller(config):
         return
-    name = database_name(run_id(config))
+    competitions = [
+        threading.Thread(target=_compete, args=(backend, config), name=f"competition-{backend.name}")
+        for backend in BACKENDS.values()
+        if backend.available()
+    ]
+    for competition in competitions:
+        competition.start()
+    for competition in competitions:
+        competition.join()
+
+
+def _compete(backend: Backend, config: pytest.Config) -> None:
+    name = database_name(run_id(config), backend)
     try:
-        _participate(name, record_dir(run_id(config)))
+        _participate(backend, name, record_dir(run_id(config), backend))
     except Exception as exc:  # recorded for the test to report; a hook must not crash the worker
-        _record_error(name, f"{type(exc).__name__}: {exc}")
+        _record_error(backend, name, f"{type(exc).__name__}: {exc}")
 
 
 def on_session_finish(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput") and not pg_error():
-        name = database_name(run_id(config))
-        stop_supervisors(name)
-        drop_pg_database(name)
-        shutil.rmtree(record_dir(run_id(config)), ignore_errors=True)
+    if hasattr(config, "workerinput"):
+        return
+    for backend in BACKENDS.values():
+        if not backend.error():
+            name = database_name(run_id(config), backend)
+            stop_supervisors(name, backend)
+            backend.drop(name)
+            shutil.rmtree(record_dir(run_id(config), backend), ignore_errors=True)
 
 
-def supervisor_pids(name: str) -> list[int]:
+def supervisor_pids(name: str, backend: Backend = BACKENDS["postgresql"]) -> list[int]:
     from sqlalchemy import create_engine
 
-    engine = create_engine(pg_url(name))
+    engine = create_engine(backend.url(name))
     try:
         with engine.connect() as conn:
             return list(conn.execute(text("SELECT pid FROM competition_supervisor")).scalars())
@@ -124,11 +213,11 @@ def supervisor_pids(name: str) -> list[int]:
         engine.dispose()
 
 
-def stop_supervisors(name: str) -> None:
+def stop_supervisors(name: str, backend: Backend = BACKENDS["postgresql"]) -> None:
     """SIGTERM the run's supervisors and wait (bounded) until they are gone. Only processes
     still running on the run's database: a supervisor stopped earlier may have left its pid
     to another test's process by now."""
-    pids = [pid for pid in supervisor_pids(name) if _runs_on(pid, name)]
+    pids = [pid for pid in supervisor_pids(name, backend) if _runs_on(pid, name)]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -147,13 +236,13 @@ def _runs_on(pid: int, name: str) -> bool:
         return False
 
 
-def _participate(name: str, records: Path) -> None:
-    _join(name, records)
-    client = Client(competitor_url(name))
+def _participate(backend: Backend, name: str, records: Path) -> None:
+    _join(backend, name, records)
+    client = Client(competitor_url(backend, name))
     engine = client.database.engine
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO competition_participant (worker) VALUES (:w)"), {"w": worker_name()})
-    _barrier(engine)
+    _barrier(backend, engine)
     claimed = 0
     while batch := client.store.transitions.claim(QUEUE, f"xdist-{worker_name()}", limit=5, lease=300.0):
         with engine.begin() as conn:
@@ -171,50 +260,56 @@ def _participate(name: str, records: Path) -> None:
     client.close()
 
 
-def _join(name: str, records: Path) -> None:
+def _join(backend: Backend, name: str, records: Path) -> None:
     """Create, migrate and seed the run's database and start the supervisors, once,
     whichever worker comes first."""
     from sqlalchemy import create_engine
 
-    admin = create_engine(pg_url("postgres"), isolation_level="AUTOCOMMIT")
+    admin = create_engine(backend.url(backend.admin_database), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text("SELECT pg_advisory_lock(hashtext(:n))"), {"n": name})
+        conn.execute(text(backend.lock), {"n": name})
         try:
-            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).first()
+            exists = conn.execute(text(backend.exists), {"n": name}).first()
             if not exists:
-                create_pg_database(name)
-                db = Database(pg_url(name))
-                migrate.upgrade(db)
+                backend.create(name)
+                db = Database(backend.url(name))
+                with _MIGRATING:  # Alembic's context is one per process, not per thread
+                    migrate.upgrade(db)
                 with db.engine.begin() as run:
-                    run.exec_driver_sql(_TABLES)
+                    for statement in _TABLES:
+                        run.exec_driver_sql(statement)
                 db.dispose()
-                client = Client(pg_url(name))
+                client = Client(backend.url(name))
                 held_back = [
                     {"name": "compete", "payload": n, "queue": QUEUE, "run_at": HELD_BACK} for n in range(JOBS)
                 ]
                 client.enqueue_many(held_back)
                 client.close()
-                _start_supervisors(name, records)
+                _start_supervisors(backend, name, records)
         finally:
-            conn.execute(text("SELECT pg_advisory_unlock(hashtext(:n))"), {"n": name})
+            conn.execute(text(backend.unlock), {"n": name})
     admin.dispose()
 
 
-def _start_supervisors(name: str, records: Path) -> None:
+def _start_supervisors(backend: Backend, name: str, records: Path) -> None:
     from harness import Supervisor
 
     records.mkdir(parents=True, exist_ok=True)
-    db = Database(pg_url(name))
+    db = Database(backend.url(name))
     for n in range(SUPERVISORS):
         supervisor = Supervisor(
-            competitor_url(name), records, records / f"supervisor-{n}.log", "--queue", f"{QUEUE}={SUPERVISOR_WORKERS}"
+            competitor_url(backend, name),
+            records,
+            records / f"supervisor-{n}.log",
+            "--queue",
+            f"{QUEUE}={SUPERVISOR_WORKERS}",
         )
         with db.engine.begin() as conn:
             conn.execute(text("INSERT INTO competition_supervisor (pid) VALUES (:pid)"), {"pid": supervisor.pid})
     db.dispose()
 
 
-def _barrier(engine: Any) -> None:
+def _barrier(backend: Backend, engine: Any) -> None:
     """Wait until every xdist worker has joined and the supervisors' workers are up, so that
     every competitor claims from the start; a barrier that times out is an error (the
     checking test then names it), never a silent head start."""
@@ -227,7 +322,7 @@ def _barrier(engine: Any) -> None:
         if joined >= worker_count() and workers >= SUPERVISORS * SUPERVISOR_WORKERS:
             # Everyone is up: make the jobs due for all competitors at once.
             with engine.begin() as conn:
-                conn.execute(text(RELEASE), {"queue": QUEUE})
+                conn.execute(text(RELEASE.format(now=backend.now)), {"queue": QUEUE})
             return
         time.sleep(0.02)
     raise TimeoutError(
@@ -236,17 +331,11 @@ def _barrier(engine: Any) -> None:
     )
 
 
-def _record_error(name: str, error: str) -> None:
+def _record_error(backend: Backend, name: str, error: str) -> None:
     try:
-        client = Client(pg_url(name))
+        client = Client(backend.url(name))
         with client.database.engine.begin() as conn:
-            conn.execute(
-                text(
-                    "INSERT INTO competition_participant (worker, error, finished) VALUES (:w, :e, true) "
-                    "ON CONFLICT (worker) DO UPDATE SET error = :e, finished = true"
-                ),
-                {"w": worker_name(), "e": error},
-            )
+            conn.execute(text(backend.record_error), {"w": worker_name(), "e": error})
         client.close()
     except Exception:
         pass  # the checking test then times out waiting for this worker, naming it

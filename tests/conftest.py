@@ -1,9 +1,15 @@
-"""Real databases for the tests: SQLite files, and PostgreSQL on 127.0.0.1:5432.
+"""Real databases for the tests: SQLite files, PostgreSQL on 127.0.0.1:5432, and MariaDB on
+127.0.0.1:3306.
 
-PostgreSQL tests never skip silently: when the server is unreachable they fail with a
-message, unless JOBSUP_TEST_POSTGRES=skip says to leave them out (then they are reported
-as skipped, with that reason). Each test session (each xdist worker) gets its own fresh
-PostgreSQL database; each test starts from empty tables.
+PostgreSQL and MariaDB tests never skip silently: when the server is unreachable they fail
+with a message, unless JOBSUP_TEST_POSTGRES=skip (JOBSUP_TEST_MARIADB=skip) says to leave
+them out (then they are reported as skipped, with that reason). Each test session (each
+xdist worker) gets its own fresh database on each server; each test starts from empty tables.
+
+The `url` fixture runs a test on every dialect: SQLite and PostgreSQL everywhere, MariaDB in
+the modules of `MARIADB_SUITE` (the store's conformance tests and a few process tests; the
+other tests exercise no SQL of their own, and running them all three times would cost
+minutes of suite time for nothing the conformance tests do not already cover).
 """
 
 from __future__ import annotations
@@ -27,11 +33,67 @@ import competing
 import harness
 import jobapps  # noqa: F401 - registers the job types the tests enqueue
 from harness import Supervisor
-from helpers import PG_ADMIN_URL, create_pg_database, drop_pg_database, pg_error, pg_url
+from helpers import (
+    MARIADB_ADMIN_URL,
+    PG_ADMIN_URL,
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+    mariadb_database_url,
+    mariadb_error,
+    pg_error,
+    pg_url,
+)
+
+# The test modules (or single tests, as module::test) whose `url` tests also run on MariaDB
+# (see the module docstring).
+MARIADB_SUITE = {
+    "test_store",
+    "test_hardening_store",
+    "test_claim_concurrency",
+    "test_migrations",
+    "test_explain",
+    "test_mariadb",
+    "test_workflows",
+    "test_concurrency_keys",
+    "test_rate_limits",
+    "test_breakers",
+    "test_pauses",
+    "test_recurring",
+    "test_definitions",
+    "test_calendars",
+    "test_odd_rows",
+    "test_bulk_enqueue",
+    "test_concurrency",
+    "test_job_logs",
+    "test_audit",
+    "test_sla",
+    "test_events_announced",
+    # Real `jobsup start` supervisors: a few, each of them seconds.
+    "test_processes::test_kill_9_a_worker_and_its_job_comes_back_at_once",
+    "test_processes::test_sigterm_lets_short_jobs_finish_and_releases_long_ones",
+    "test_processes::test_a_brief_outage_during_settle_loses_neither_success_nor_failure",
+    "test_processes::test_lease_loss_stops_the_job_before_another_instance_runs_it",
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
     competing.on_configure(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the MariaDB runs of `url` tests outside `MARIADB_SUITE`."""
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_mariadb = callspec is not None and callspec.params.get("url") == "mariadb"
+        module = item.module.__name__.rpartition(".")[2] if item.module is not None else ""
+        outside = not {module, f"{module}::{getattr(item, 'originalname', item.name)}"} & MARIADB_SUITE
+        (dropped if on_mariadb and outside else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -71,6 +133,33 @@ def pg_session_url(pg_server: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def mariadb_server() -> str:
+    if os.environ.get("JOBSUP_TEST_MARIADB") == "skip":
+        pytest.skip("MariaDB tests switched off by JOBSUP_TEST_MARIADB=skip")
+    error = mariadb_error()
+    if error:
+        pytest.fail(
+            f"MariaDB is not reachable at {MARIADB_ADMIN_URL} ({error}); start it, "
+            "or set JOBSUP_TEST_MARIADB=skip to leave the MariaDB tests out",
+            pytrace=False,
+        )
+    return MARIADB_ADMIN_URL
+
+
+@pytest.fixture(scope="session")
+def mariadb_session_url(mariadb_server: str) -> Iterator[str]:
+    """A fresh, migrated MariaDB database for this session (this xdist worker)."""
+    name = f"jobsup_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    create_mariadb_database(name)
+    url = mariadb_database_url(name)
+    db = Database(url)
+    migrate.upgrade(db)
+    db.dispose()
+    yield url
+    drop_mariadb_database(name)
+
+
+@pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A migrated SQLite file that each test copies (cheaper than migrating every time)."""
     path = tmp_path_factory.mktemp("template") / "jobsup.db"
@@ -85,6 +174,15 @@ def _truncate(url: str) -> None:
     names = ", ".join(table.name for table in metadata.sorted_tables)
     with db.transaction() as conn:
         conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY"))
+    db.dispose()
+
+
+def _empty(url: str) -> None:
+    """MariaDB's TRUNCATE recreates each table (slow, and one at a time): DELETE instead."""
+    db = Database(url)
+    with db.transaction() as conn:
+        for table in metadata.sorted_tables:
+            conn.execute(table.delete())
     db.dispose()
 
 
@@ -138,7 +236,19 @@ def postgres_url(pg_session_url: str) -> str:
     return pg_session_url
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture
+def mariadb_url(mariadb_session_url: str) -> str:
+    _empty(mariadb_session_url)
+    return mariadb_session_url
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
 def url(request: pytest.FixtureRequest) -> str:
     """An empty, migrated jobsup database of each kind."""
     return str(request.getfixturevalue(f"{request.param.replace('postgresql', 'postgres')}_url"))

@@ -52,6 +52,41 @@ def drop_pg_database(name: str) -> None:
     _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+MARIADB_ADMIN_URL = "mariadb+pymysql://root@127.0.0.1:3306/mysql"
+
+
+def mariadb_database_url(name: str) -> str:
+    return f"mariadb+pymysql://root@127.0.0.1:3306/{name}"
+
+
+def mariadb_error() -> str | None:
+    """Why MariaDB cannot be used, or None when it can."""
+    try:
+        engine = create_engine(MARIADB_ADMIN_URL, connect_args={"connect_timeout": 5})
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+        engine.dispose()
+    except Exception as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
+def _mariadb_admin(sql: str) -> None:
+    engine = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(sql))
+    engine.dispose()
+
+
+def create_mariadb_database(name: str) -> None:
+    _mariadb_admin(f"DROP DATABASE IF EXISTS `{name}`")
+    _mariadb_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+
+
+def drop_mariadb_database(name: str) -> None:
+    _mariadb_admin(f"DROP DATABASE IF EXISTS `{name}`")
+
+
 def wait_until(
     predicate: Callable[[], T], *, timeout: float, interval: float = 0.05, what: str | Callable[[], str] = ""
 ) -> T:

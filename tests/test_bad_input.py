@@ -86,7 +86,8 @@ def test_bad_enqueue_arguments_write_nothing(sqlite_url: str) -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("mysql://root@127.0.0.1/app", "unsupported database URL scheme 'mysql'; use sqlite"),
+        ("oracle://scott@127.0.0.1/app", "unsupported database URL scheme 'oracle'; use sqlite"),
+        ("mysql+mysqldb://root@127.0.0.1/app", "driver 'mysqldb' is not supported for mysql"),
         ("postgresql+psycopg2://x@h/db", "driver 'psycopg2' is not supported for postgresql"),
         ("not a url", "is not a database URL"),
     ],

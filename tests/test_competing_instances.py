@@ -1,6 +1,6 @@
 """Two `jobsup start` supervisors and the xdist workers of this run, each a separate
-process, processed one set of jobs from session start (see competing.py). Run with
-`pytest -n 4` for four competing xdist instances besides the supervisors."""
+process, processed one set of jobs from session start (see competing.py), on PostgreSQL and
+on MariaDB. Run with `pytest -n 4` for four competing xdist instances besides the supervisors."""
 
 from __future__ import annotations
 
@@ -8,13 +8,18 @@ import pytest
 from sqlalchemy import create_engine, text
 
 import competing
-from helpers import pg_url, wait_until
-
-pytestmark = pytest.mark.postgres
+from helpers import wait_until
 
 
-def test_every_job_claimed_exactly_once_across_xdist_workers(pg_server: str, request: pytest.FixtureRequest) -> None:
-    engine = create_engine(pg_url(competing.database_name(competing.run_id(request.config))))
+@pytest.mark.parametrize(
+    "server",
+    [pytest.param("postgresql", marks=pytest.mark.postgres), pytest.param("mariadb", marks=pytest.mark.mariadb)],
+)
+def test_every_job_claimed_exactly_once_across_xdist_workers(server: str, request: pytest.FixtureRequest) -> None:
+    request.getfixturevalue({"postgresql": "pg_server", "mariadb": "mariadb_server"}[server])  # fails if it is down
+    backend = competing.BACKENDS[server]
+    name = competing.database_name(competing.run_id(request.config), backend)
+    engine = create_engine(backend.url(name))
     expected = competing.worker_count()
 
     def finished() -> list[tuple[str, int | None, str | None]]:
@@ -32,9 +37,8 @@ def test_every_job_claimed_exactly_once_across_xdist_workers(pg_server: str, req
             return conn.execute(text(live)).scalar_one() == 0
 
     wait_until(drained, timeout=120, what="the supervisors to finish the jobs")
-    name = competing.database_name(competing.run_id(request.config))
-    competing.stop_supervisors(name)
-    records = competing.record_dir(competing.run_id(request.config))
+    competing.stop_supervisors(name, backend)
+    records = competing.record_dir(competing.run_id(request.config), backend)
     ran_by_supervisors = [
         int(path.name) for path in records.iterdir() if path.name.isdigit() for _ in path.read_text().splitlines()
     ]

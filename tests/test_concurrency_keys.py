@@ -131,10 +131,14 @@ def test_the_hand_over_finds_the_next_waiting_job_through_its_index(client: jobs
     client.enqueue_many([{"name": "one-per-customer", "concurrency_key": f"k{n % 20}"} for n in range(1000)])
     statement = client.store.transitions.sql.next_for_key.params(p_key="one-per-customer:k7")
     with client.database.transaction() as conn:
-        conn.execute(text("ANALYZE"))
+        conn.execute(text("ANALYZE TABLE jobsup_job" if url.startswith("mariadb") else "ANALYZE"))
     sql = str(statement.compile(client.database.engine, compile_kwargs={"literal_binds": True}))
     with client.database.read() as conn:
-        if url.startswith("sqlite"):
+        if url.startswith("mariadb"):  # no partial index there: one led by the status
+            rows = [dict(row._mapping) for row in conn.execute(text("EXPLAIN " + sql))]
+            assert [row["key"] for row in rows if row["table"] == "jobsup_job"] == ["jobsup_job_concurrency_waiting"]
+            assert not any("filesort" in (row["Extra"] or "") for row in rows), rows
+        elif url.startswith("sqlite"):
             plan = " | ".join(row[3] for row in conn.execute(text("EXPLAIN QUERY PLAN " + sql)))
             assert "USING INDEX jobsup_job_concurrency_waiting" in plan and "TEMP B-TREE" not in plan, plan
         else:

@@ -75,3 +75,27 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
     assert not any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes), json.dumps(plan, indent=1)
     # EXPLAIN did not run it: the real statement claims 10.
     assert len(db.dialect.claim(db, params, None)) == 10
+
+
+@pytest.mark.mariadb
+def test_mariadb_claim_uses_the_claim_index_without_sorting(mariadb_url: str) -> None:
+    db = Database(mariadb_url)
+    # MariaDB's sequence engine: seq_1_to_N is a table of the numbers 1..N.
+    fill(db, f"(SELECT seq AS n FROM seq_1_to_{FINISHED + PENDING}) AS numbers", "'2020-01-01'")
+    with db.read() as conn:
+        conn.execute(text("ANALYZE TABLE jobsup_job"))
+    stmt = db.dialect.candidates_statement  # type: ignore[attr-defined]
+    params = claim_params(db.dialect, queue="default", owner="w", limit=10, lease=60.0, now=None)
+    sql = str(stmt.params(params).compile(db.engine, compile_kwargs={"literal_binds": True}))
+    with db.read() as conn:
+        rows = [dict(row._mapping) for row in conn.execute(text("EXPLAIN " + sql))]
+    # The candidates are the locking SELECT (the claim's UPDATE is then by primary key): it
+    # must seek the claim index (its leading status and queue) and never sort.
+    job_rows = [row for row in rows if row["table"] == "jobsup_job"]
+    assert [row["key"] for row in job_rows] == ["jobsup_job_claim"], rows
+    # A seek on (status, queue) that reads the pending rows, not the finished ones.
+    assert job_rows[0]["type"] in ("ref", "range"), rows
+    assert int(job_rows[0]["rows"]) <= 2 * PENDING, rows
+    assert not any("filesort" in (row["Extra"] or "") for row in rows), rows
+    # EXPLAIN did not run it: the real claim takes 10.
+    assert len(db.dialect.claim(db, params, None)) == 10

@@ -15,9 +15,17 @@ from sqlalchemy import inspect, text
 import jobsup
 from jobsup.store import migrate
 from jobsup.store.database import Database
+from jobsup.store.dialects import mariadb_schema
 from jobsup.store.schema import SCHEMA_REVISION, VERSION_TABLE, metadata
 
-from helpers import create_pg_database, drop_pg_database, pg_url
+from helpers import (
+    create_mariadb_database,
+    create_pg_database,
+    drop_mariadb_database,
+    drop_pg_database,
+    mariadb_database_url,
+    pg_url,
+)
 
 
 def test_schema_revision_constant_is_the_migrations_head() -> None:
@@ -25,6 +33,8 @@ def test_schema_revision_constant_is_the_migrations_head() -> None:
 
 
 def _drift(db: Database) -> list[object]:
+    # MariaDB has no partial indexes: its migrations make the model's MariaDB shape.
+    model = mariadb_schema.model() if db.dialect.name == "mariadb" else metadata
     with db.engine.connect() as conn:
         context = MigrationContext.configure(
             conn,
@@ -33,7 +43,7 @@ def _drift(db: Database) -> list[object]:
                 "include_name": lambda name, kind, parent: name != VERSION_TABLE,
             },
         )
-        return list(compare_metadata(context, metadata))
+        return list(compare_metadata(context, model))
 
 
 def test_migrations_produce_exactly_the_metadata_schema(url: str) -> None:
@@ -92,6 +102,37 @@ def test_offline_sql_has_the_filtered_claim_index(dialect: str) -> None:
     assert "CREATE UNIQUE INDEX jobsup_job_unique_key" in ddl
     assert f"INSERT INTO {VERSION_TABLE} (version_num)" in ddl
     assert f"version_num='{SCHEMA_REVISION}'" in ddl  # the last revision's step
+
+
+@pytest.mark.mariadb
+def test_concurrent_upgrades_of_a_fresh_mariadb_database(mariadb_server: str, tmp_path: Path) -> None:
+    name = f"jobsup_fresh_{tmp_path.name[-20:].replace('-', '_')}".lower()
+    create_mariadb_database(name)
+    try:
+        _upgrade_concurrently(mariadb_database_url(name))
+        db = Database(mariadb_database_url(name))
+        assert _drift(db) == []
+        with db.read() as conn:
+            assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [SCHEMA_REVISION]
+            # The migration lock went with the connection back to the pool: it is free.
+            assert conn.execute(text("SELECT IS_FREE_LOCK('jobsup_migrate')")).scalar() == 1
+        db.dispose()
+    finally:
+        drop_mariadb_database(name)
+
+
+@pytest.mark.parametrize("dialect", ["mariadb", "mysql"])
+def test_offline_mariadb_sql_has_the_claim_index_and_the_live_key_column(dialect: str) -> None:
+    out = io.StringIO()
+    migrate.upgrade_sql(dialect, out)
+    ddl = out.getvalue()
+    assert "run_at DATETIME(6) NOT NULL" in ddl
+    assert "payload LONGTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL" in ddl
+    assert "CREATE INDEX jobsup_job_claim ON jobsup_job (status, queue, priority DESC, run_at, id)" in ddl
+    assert "GENERATED ALWAYS AS (CASE WHEN status IN ('pending', 'running') THEN unique_key END) STORED" in ddl
+    assert "CREATE UNIQUE INDEX jobsup_job_unique_key ON jobsup_job (live_unique_key)" in ddl
+    assert not [line for line in ddl.splitlines() if line.startswith("CREATE") and " WHERE " in line]
+    assert f"version_num='{SCHEMA_REVISION}'" in ddl
 
 
 def test_missing_schema_names_the_upgrade_command(tmp_path: Path) -> None:

@@ -146,6 +146,9 @@ def test_resume_wakes_the_idle_workers_of_its_queue(client: jobsup.Client) -> No
     client.pause_queue("mail")
     db = client.database
     waiting, other = db.dialect.listener(db, "mail"), db.dialect.listener(db, "default")
+    if db.dialect.name == "mariadb":
+        assert waiting is None and other is None  # no wakeups there: its idle workers poll
+        return
     assert waiting is not None and other is not None
     try:
         for listener in (waiting, other):

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, Name, Seconds, UTCDateTime
 
 revision = "0001"
 down_revision = None
@@ -20,7 +20,7 @@ branch_labels = None
 depends_on = None
 
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-NAME = sa.Unicode(200)
+NAME = Name(200)
 
 
 def _where(condition: str) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def job_columns() -> list[sa.Column[Any]]:
         sa.Column("queue", NAME, nullable=False),
         sa.Column("priority", sa.Integer, nullable=False),
         sa.Column("payload", LongText, nullable=False),
-        sa.Column("status", sa.Unicode(20), nullable=False),
+        sa.Column("status", Name(20), nullable=False),
         sa.Column("run_at", UTCDateTime, nullable=False),
         sa.Column("attempts", sa.Integer, nullable=False),
         sa.Column("max_attempts", sa.Integer, nullable=False),
@@ -47,7 +47,7 @@ def job_columns() -> list[sa.Column[Any]]:
         sa.Column("actor", NAME),
         sa.Column("recurring_name", NAME),
         sa.Column("scheduled_slot", UTCDateTime),
-        sa.Column("timeout", sa.Float),
+        sa.Column("timeout", Seconds),
         sa.Column("created_at", UTCDateTime, nullable=False),
         sa.Column("updated_at", UTCDateTime, nullable=False),
         sa.Column("finished_at", UTCDateTime),
@@ -57,6 +57,9 @@ def job_columns() -> list[sa.Column[Any]]:
 
 def create_job_indexes() -> None:
     """The job table's indexes as this revision made them (0003 makes them again)."""
+    if op.get_context().dialect.name in ("mysql", "mariadb"):
+        create_mariadb_job_indexes()
+        return
     op.create_index(
         "jobsup_job_claim",
         "jobsup_job",
@@ -86,6 +89,22 @@ def create_job_indexes() -> None:
     )
 
 
+def create_mariadb_job_indexes() -> None:
+    """MariaDB and MySQL have no partial indexes (the conditions above would be dropped): the
+    claim and lease indexes lead with the status instead, and the live-only unique key is a
+    unique index on a generated column that is NULL once the job is no longer live (NULLs
+    never collide), so a finished job's key can be enqueued again."""
+    op.add_column("jobsup_job", sa.Column("live_unique_key", NAME, sa.Computed(LIVE_UNIQUE_KEY, persisted=True)))
+    op.create_index("jobsup_job_claim", "jobsup_job", ["status", "queue", sa.text("priority DESC"), "run_at", "id"])
+    op.create_index("jobsup_job_lease", "jobsup_job", ["status", "lease_expires_at"])
+    op.create_index("jobsup_job_unique_key", "jobsup_job", ["live_unique_key"], unique=True)
+    op.create_index("jobsup_job_recurring_slot", "jobsup_job", ["recurring_name", "scheduled_slot"], unique=True)
+    op.create_index("jobsup_job_finished", "jobsup_job", ["status", "finished_at"])
+
+
+LIVE_UNIQUE_KEY = "CASE WHEN status IN ('pending', 'running') THEN unique_key END"
+
+
 def upgrade() -> None:
     op.create_table("jobsup_job", *job_columns())
     create_job_indexes()
@@ -98,7 +117,7 @@ def upgrade() -> None:
         sa.Column("owner", NAME, nullable=False),
         sa.Column("started_at", UTCDateTime, nullable=False),
         sa.Column("finished_at", UTCDateTime),
-        sa.Column("outcome", sa.Unicode(20)),
+        sa.Column("outcome", Name(20)),
         sa.Column("error", LongText),
     )
     op.create_index("jobsup_job_attempt_job", "jobsup_job_attempt", ["job_id", "attempt"])
@@ -107,8 +126,8 @@ def upgrade() -> None:
         "jobsup_recurring_job",
         sa.Column("name", NAME, primary_key=True),
         sa.Column("job_name", NAME, nullable=False),
-        sa.Column("cron", sa.Unicode(100), nullable=False),
-        sa.Column("timezone", sa.Unicode(64), nullable=False),
+        sa.Column("cron", Name(100), nullable=False),
+        sa.Column("timezone", Name(64), nullable=False),
         sa.Column("payload", LongText, nullable=False),
         sa.Column("queue", NAME, nullable=False),
         sa.Column("priority", sa.Integer, nullable=False),
@@ -121,9 +140,9 @@ def upgrade() -> None:
 
     op.create_table(
         "jobsup_process",
-        sa.Column("id", sa.Unicode(64), primary_key=True),
-        sa.Column("kind", sa.Unicode(20), nullable=False),
-        sa.Column("supervisor_id", sa.Unicode(64)),
+        sa.Column("id", Name(64), primary_key=True),
+        sa.Column("kind", Name(20), nullable=False),
+        sa.Column("supervisor_id", Name(64)),
         sa.Column("queue", NAME),
         sa.Column("host", NAME, nullable=False),
         sa.Column("pid", sa.Integer, nullable=False),

@@ -22,14 +22,14 @@ import importlib
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, Name, Seconds, UTCDateTime
 
 revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
 
-NAME = sa.Unicode(200)
+NAME = Name(200)
 
 
 def upgrade() -> None:
@@ -39,7 +39,7 @@ def upgrade() -> None:
         sa.Column("queue", NAME, nullable=False),
         sa.Column("priority", sa.Integer, nullable=False),
         sa.Column("max_attempts", sa.Integer, nullable=False),
-        sa.Column("timeout", sa.Float),
+        sa.Column("timeout", Seconds),
         sa.Column("retry_policy", LongText, nullable=False),
         sa.Column("declared_by", NAME, nullable=False),
         sa.Column("declared_at", UTCDateTime, nullable=False),

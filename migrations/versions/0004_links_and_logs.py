@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, Name, UTCDateTime
 
 revision = "0004"
 down_revision = "0003"
@@ -25,7 +25,7 @@ branch_labels = None
 depends_on = None
 
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-NAME = sa.Unicode(200)
+NAME = Name(200)
 
 JOB_COLUMNS = (
     ("workflow_id", sa.BigInteger),
@@ -34,7 +34,7 @@ JOB_COLUMNS = (
     ("parent_id", sa.BigInteger),
     ("waiting_on", sa.Integer),
     ("failed_deps", sa.Integer),
-    ("on_failure", sa.Unicode(10)),
+    ("on_failure", Name(10)),
     ("triggers", LongText),
 )
 
@@ -80,7 +80,7 @@ def upgrade() -> None:
         sa.Column("job_id", sa.BigInteger, nullable=False),
         sa.Column("attempt", sa.Integer, nullable=False),
         sa.Column("logged_at", UTCDateTime, nullable=False),
-        sa.Column("level", sa.Unicode(10), nullable=False),
+        sa.Column("level", Name(10), nullable=False),
         sa.Column("message", LongText, nullable=False),
     )
     op.create_index("jobsup_job_workflow", "jobsup_job", ["workflow_id"], **_where("workflow_id IS NOT NULL"))

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, Name, UTCDateTime
 
 revision = "0005"
 down_revision = "0004"
@@ -27,7 +27,7 @@ branch_labels = None
 depends_on = None
 
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-NAME = sa.Unicode(200)
+NAME = Name(200)
 
 
 def _where(condition: str) -> dict[str, Any]:
@@ -37,19 +37,19 @@ def _where(condition: str) -> dict[str, Any]:
 
 def upgrade() -> None:
     op.add_column("jobsup_job_definition", sa.Column("params", LongText))
-    op.add_column("jobsup_job", sa.Column("key_id", sa.Unicode(64)))
-    op.add_column("jobsup_recurring_job", sa.Column("key_id", sa.Unicode(64)))
+    op.add_column("jobsup_job", sa.Column("key_id", Name(64)))
+    op.add_column("jobsup_recurring_job", sa.Column("key_id", Name(64)))
     op.create_index("jobsup_job_sealed", "jobsup_job", ["id"], **_where("key_id IS NOT NULL"))
     op.create_table(
         "jobsup_audit",
         sa.Column("id", ID, sa.Identity(), primary_key=True),
         sa.Column("at", UTCDateTime, nullable=False),
         sa.Column("actor", NAME, nullable=False),
-        sa.Column("action", sa.Unicode(64), nullable=False),
+        sa.Column("action", Name(64), nullable=False),
         sa.Column("target", NAME),
         sa.Column("job_count", sa.Integer),
         sa.Column("job_ids", LongText),
-        sa.Column("outcome", sa.Unicode(20), nullable=False),
+        sa.Column("outcome", Name(20), nullable=False),
         sa.Column("detail", LongText),
         sqlite_autoincrement=True,
     )

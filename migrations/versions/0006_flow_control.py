@@ -25,14 +25,14 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, Name, Seconds, UTCDateTime
 
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-NAME = sa.Unicode(200)
+NAME = Name(200)
 
 JOB_COLUMNS = (
     ("concurrency_key", NAME),
@@ -42,10 +42,10 @@ JOB_COLUMNS = (
     ("sla_breached_at", UTCDateTime),
 )
 RECURRING_COLUMNS = (
-    ("overlap", sa.Unicode(10)),
+    ("overlap", Name(10)),
     ("calendar", NAME),
-    ("calendar_mode", sa.Unicode(20)),
-    ("calendar_policy", sa.Unicode(20)),
+    ("calendar_mode", Name(20)),
+    ("calendar_policy", Name(20)),
     ("skipped", sa.Integer),
     ("last_skipped_at", UTCDateTime),
 )
@@ -70,13 +70,13 @@ def upgrade() -> None:
     op.create_table(
         "jobsup_rate_limit",
         sa.Column("key", NAME, primary_key=True),
-        sa.Column("tokens", sa.Float, nullable=False),
+        sa.Column("tokens", Seconds, nullable=False),
         sa.Column("refilled_at", UTCDateTime, nullable=False),
     )
     op.create_table(
         "jobsup_breaker",
         sa.Column("name", NAME, primary_key=True),
-        sa.Column("state", sa.Unicode(20), nullable=False),
+        sa.Column("state", Name(20), nullable=False),
         sa.Column("failures", sa.Integer, nullable=False),
         sa.Column("opened_at", UTCDateTime),
         sa.Column("reopen_at", UTCDateTime),
@@ -87,15 +87,17 @@ def upgrade() -> None:
     op.create_table(
         "jobsup_calendar",
         sa.Column("name", NAME, primary_key=True),
-        sa.Column("timezone", sa.Unicode(64), nullable=False),
+        sa.Column("timezone", Name(64), nullable=False),
         sa.Column("rules", LongText, nullable=False),
         sa.Column("created_at", UTCDateTime, nullable=False),
         sa.Column("updated_at", UTCDateTime, nullable=False),
     )
+    # MariaDB/MySQL drop the condition: the status leads instead, as in their claim index.
+    leading = ["status"] if op.get_context().dialect.name in ("mysql", "mariadb") else []
     op.create_index(
         "jobsup_job_concurrency_waiting",
         "jobsup_job",
-        ["concurrency_key", sa.text("priority DESC"), "run_at", "id"],
+        [*leading, "concurrency_key", sa.text("priority DESC"), "run_at", "id"],
         **_where("status = 'waiting' AND concurrency_key IS NOT NULL"),
     )
     op.create_index(

@@ -18,14 +18,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import UTCDateTime
+from jobsup.store.dialects.types import Name, Seconds, UTCDateTime
 
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
 
-NAME = sa.Unicode(200)
+NAME = Name(200)
 
 
 def upgrade() -> None:
@@ -52,6 +52,6 @@ def downgrade() -> None:
     op.create_table(
         "jobsup_rate_limit",
         sa.Column("key", NAME, primary_key=True),
-        sa.Column("tokens", sa.Float, nullable=False),
+        sa.Column("tokens", Seconds, nullable=False),
         sa.Column("refilled_at", UTCDateTime, nullable=False),
     )

@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, Name, UTCDateTime
 
 revision = "0008"
 down_revision = "0007"
@@ -32,7 +32,7 @@ branch_labels = None
 depends_on = None
 
 ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-NAME = sa.Unicode(200)
+NAME = Name(200)
 
 
 def _where(condition: str) -> dict[str, Any]:
@@ -41,13 +41,13 @@ def _where(condition: str) -> dict[str, Any]:
 
 
 def upgrade() -> None:
-    op.add_column("jobsup_job", sa.Column("traceparent", sa.Unicode(55)))
+    op.add_column("jobsup_job", sa.Column("traceparent", Name(55)))
     op.create_table(
         "jobsup_outbox",
         sa.Column("id", ID, sa.Identity(), primary_key=True),
         sa.Column("job_id", sa.BigInteger),
-        sa.Column("subject", sa.Unicode(220)),
-        sa.Column("type", sa.Unicode(40), nullable=False),
+        sa.Column("subject", Name(220)),
+        sa.Column("type", Name(40), nullable=False),
         sa.Column("payload", LongText, nullable=False),
         sa.Column("created_at", UTCDateTime, nullable=False),
         sa.Column("locked_by", NAME),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from jobsup.store.dialects.types import UTCDateTime
+from jobsup.store.dialects.types import Name, UTCDateTime
 
 revision = "0009"
 down_revision = "0008"
@@ -25,7 +25,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("jobsup_outbox", sa.Column("attempts", sa.Integer, nullable=False, server_default="0"))
-    op.add_column("jobsup_outbox", sa.Column("last_error", sa.Unicode(500)))
+    op.add_column("jobsup_outbox", sa.Column("last_error", Name(500)))
     op.add_column("jobsup_outbox", sa.Column("parked_at", UTCDateTime))
 
 

@@ -19,7 +19,7 @@ from jobsup.errors import SchemaOutdated
 from jobsup.store.database import Database
 from jobsup.store.schema import SCHEMA_REVISION, VERSION_TABLE
 
-DIALECT_NAMES = ("sqlite", "postgresql", "mssql")
+DIALECT_NAMES = ("sqlite", "postgresql", "mssql", "mariadb", "mysql")
 
 
 def _config(output: TextIO | None = None) -> Config:

@@ -14,17 +14,15 @@ from sqlalchemy import (
     Boolean,
     Column,
     ColumnElement,
-    Float,
     Identity,
     Index,
     Integer,
     MetaData,
     Table,
-    Unicode,
     literal_column,
 )
 
-from jobsup.store.dialects.types import LongText, UTCDateTime
+from jobsup.store.dialects.types import LongText, Name, Seconds, UTCDateTime
 
 # Job statuses and attempt outcomes, as stored.
 WAITING, PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED = (
@@ -49,7 +47,7 @@ metadata = MetaData()
 
 # SQLite only auto-assigns ids to an INTEGER PRIMARY KEY (the rowid), not to BIGINT.
 _ID = BigInteger().with_variant(Integer(), "sqlite")
-_NAME = Unicode(200)
+_NAME = Name(200)
 
 job = Table(
     "jobsup_job",
@@ -59,7 +57,7 @@ job = Table(
     Column("queue", _NAME, nullable=False),
     Column("priority", Integer, nullable=False),
     Column("payload", LongText, nullable=False),
-    Column("status", Unicode(20), nullable=False),
+    Column("status", Name(20), nullable=False),
     Column("run_at", UTCDateTime, nullable=False),
     Column("attempts", Integer, nullable=False),
     Column("max_attempts", Integer, nullable=False),
@@ -70,7 +68,7 @@ job = Table(
     Column("actor", _NAME),
     Column("recurring_name", _NAME),
     Column("scheduled_slot", UTCDateTime),
-    Column("timeout", Float),
+    Column("timeout", Seconds),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime),
@@ -87,9 +85,9 @@ job = Table(
     Column("parent_id", BigInteger),
     Column("waiting_on", Integer),
     Column("failed_deps", Integer),
-    Column("on_failure", Unicode(10)),
+    Column("on_failure", Name(10)),
     Column("triggers", LongText),  # JSON: [{"job", "on", "payload", "queue"}]
-    Column("key_id", Unicode(64)),  # the key its sensitive values are sealed with (`jobsup.secrets`)
+    Column("key_id", Name(64)),  # the key its sensitive values are sealed with (`jobsup.secrets`)
     # Flow control (`jobsup.store.limits`): null for a job that uses none of it.
     Column("concurrency_key", _NAME),
     Column("concurrency_limit", Integer),  # copied from the job type's policy at enqueue
@@ -97,7 +95,7 @@ job = Table(
     Column("sla_finish_by", UTCDateTime),
     Column("sla_breached_at", UTCDateTime),
     Column("rate_turn", UTCDateTime),  # the start time a rate window gave a job it put back
-    Column("traceparent", Unicode(55)),  # the enqueuer's W3C trace context (`jobsup.observe.tracing`)
+    Column("traceparent", Name(55)),  # the enqueuer's W3C trace context (`jobsup.observe.tracing`)
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -113,7 +111,7 @@ job_attempt = Table(
     Column("owner", _NAME, nullable=False),
     Column("started_at", UTCDateTime, nullable=False),
     Column("finished_at", UTCDateTime),
-    Column("outcome", Unicode(20)),
+    Column("outcome", Name(20)),
     Column("error", LongText),
 )
 
@@ -122,8 +120,8 @@ recurring_job = Table(
     metadata,
     Column("name", _NAME, primary_key=True),
     Column("job_name", _NAME, nullable=False),
-    Column("cron", Unicode(100), nullable=False),
-    Column("timezone", Unicode(64), nullable=False),
+    Column("cron", Name(100), nullable=False),
+    Column("timezone", Name(64), nullable=False),
     Column("payload", LongText, nullable=False),
     Column("queue", _NAME, nullable=False),
     Column("priority", Integer, nullable=False),
@@ -132,11 +130,11 @@ recurring_job = Table(
     Column("last_fired_at", UTCDateTime),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
-    Column("key_id", Unicode(64)),  # the key its payload's sensitive values are sealed with
-    Column("overlap", Unicode(10)),  # skip | allow | queue; null: allow
+    Column("key_id", Name(64)),  # the key its payload's sensitive values are sealed with
+    Column("overlap", Name(10)),  # skip | allow | queue; null: allow
     Column("calendar", _NAME),
-    Column("calendar_mode", Unicode(20)),  # blackout | allowed
-    Column("calendar_policy", Unicode(20)),  # skip | defer_to_end
+    Column("calendar_mode", Name(20)),  # blackout | allowed
+    Column("calendar_policy", Name(20)),  # skip | defer_to_end
     Column("skipped", Integer),  # slots not fired (overlap, calendar)
     Column("last_skipped_at", UTCDateTime),
 )
@@ -150,7 +148,7 @@ job_definition = Table(
     Column("queue", _NAME, nullable=False),
     Column("priority", Integer, nullable=False),
     Column("max_attempts", Integer, nullable=False),
-    Column("timeout", Float),
+    Column("timeout", Seconds),
     Column("retry_policy", LongText, nullable=False),  # JSON, see `RetryPolicy.describe`
     Column("declared_by", _NAME, nullable=False),  # the instance whose declaration this is
     Column("declared_at", UTCDateTime, nullable=False),
@@ -203,7 +201,7 @@ job_log = Table(
     Column("job_id", BigInteger, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("logged_at", UTCDateTime, nullable=False),
-    Column("level", Unicode(10), nullable=False),
+    Column("level", Name(10), nullable=False),
     Column("message", LongText, nullable=False),
 )
 
@@ -214,11 +212,11 @@ audit = Table(
     Column("id", _ID, Identity(), primary_key=True),
     Column("at", UTCDateTime, nullable=False),
     Column("actor", _NAME, nullable=False),
-    Column("action", Unicode(64), nullable=False),
+    Column("action", Name(64), nullable=False),
     Column("target", _NAME),  # a queue, a schedule, a job type: what the action named
     Column("job_count", Integer),
     Column("job_ids", LongText),  # JSON: the first ids of the jobs it touched
-    Column("outcome", Unicode(20), nullable=False),
+    Column("outcome", Name(20), nullable=False),
     Column("detail", LongText),  # JSON
     sqlite_autoincrement=True,
 )
@@ -263,7 +261,7 @@ breaker = Table(
     "jobsup_breaker",
     metadata,
     Column("name", _NAME, primary_key=True),  # the job type
-    Column("state", Unicode(20), nullable=False),  # closed | open | half_open
+    Column("state", Name(20), nullable=False),  # closed | open | half_open
     Column("failures", Integer, nullable=False),  # consecutive
     Column("opened_at", UTCDateTime),
     Column("reopen_at", UTCDateTime),  # when an open breaker lets one probe through
@@ -276,7 +274,7 @@ calendar = Table(
     "jobsup_calendar",
     metadata,
     Column("name", _NAME, primary_key=True),
-    Column("timezone", Unicode(64), nullable=False),
+    Column("timezone", Name(64), nullable=False),
     Column("rules", LongText, nullable=False),  # JSON
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -290,14 +288,14 @@ outbox = Table(
     metadata,
     Column("id", _ID, Identity(), primary_key=True),
     Column("job_id", BigInteger),  # null: an event of no job (a breaker, a queue)
-    Column("subject", Unicode(220)),  # an event of no job: its object (`breaker:NAME`), which orders it
-    Column("type", Unicode(40), nullable=False),
+    Column("subject", Name(220)),  # an event of no job: its object (`breaker:NAME`), which orders it
+    Column("type", Name(40), nullable=False),
     Column("payload", LongText, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("locked_by", _NAME),
     Column("locked_until", UTCDateTime),
     Column("attempts", Integer, nullable=False, server_default="0"),  # failed tries to deliver it
-    Column("last_error", Unicode(500)),
+    Column("last_error", Name(500)),
     Column("parked_at", UTCDateTime),  # refused for good: no relay takes it (jobsup events)
     sqlite_autoincrement=True,
 )
@@ -305,9 +303,9 @@ outbox = Table(
 process = Table(
     "jobsup_process",
     metadata,
-    Column("id", Unicode(64), primary_key=True),
-    Column("kind", Unicode(20), nullable=False),
-    Column("supervisor_id", Unicode(64)),
+    Column("id", Name(64), primary_key=True),
+    Column("kind", Name(20), nullable=False),
+    Column("supervisor_id", Name(64)),
     Column("queue", _NAME),
     Column("host", _NAME, nullable=False),
     Column("pid", Integer, nullable=False),

@@ -1,4 +1,5 @@
-"""Claim+settle throughput and claim latency of the jobsup store, on SQLite (WAL) and PostgreSQL.
+"""Claim+settle throughput and claim latency of the jobsup store, on SQLite (WAL), PostgreSQL
+and MariaDB.
 
 What it measures:
 
@@ -26,8 +27,9 @@ the format the store writes. Run from the repository root::
     .venv/bin/python tests/benchmarks/claim_throughput.py
     .venv/bin/python tests/benchmarks/claim_throughput.py --databases postgresql --processes 4 --batches 1
 
-PostgreSQL must be on 127.0.0.1:5432 (user postgres, trust auth); the script creates and
-drops its own databases (jobsup_bench_*). Progress goes to stderr, the results to stdout.
+PostgreSQL must be on 127.0.0.1:5432 (user postgres, trust auth) and MariaDB on
+127.0.0.1:3306 (root, no password); the script creates and drops its own databases
+(jobsup_bench_*). MariaDB has no pg_limit-like ceiling here. Progress goes to stderr, the results to stdout.
 """
 
 from __future__ import annotations
@@ -47,7 +49,20 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import CTE, create_engine, delete, func, insert, literal, literal_column, select, text, true
+from sqlalchemy import (
+    CTE,
+    TableClause,
+    create_engine,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    table,
+    text,
+    true,
+)
 
 from jobsup.jobtypes import JobType
 from jobsup.store import Database, Store, migrate
@@ -61,6 +76,7 @@ QUEUE = "default"
 LEASE = 300.0
 NOOP = build(JobType("noop", queue=QUEUE), None, {"priority": 0, "max_attempts": 5})
 PG_SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
+MARIADB_SERVER = "mariadb+pymysql://root@127.0.0.1:3306"
 PG_LIMIT = Path(__file__).resolve().parents[3] / "shared" / "bench" / "pg_limit.sh"
 TARGET_RATIO = 0.5  # of pg_limit, with 4 processes at batch 1 and 10
 TARGET_LATENCY_RATIO = 1.5  # 1M finished rows versus an empty table
@@ -130,9 +146,34 @@ def postgresql_target(label: str) -> Iterator[Target]:
         admin.dispose()
 
 
+@contextmanager
+def mariadb_target(label: str) -> Iterator[Target]:
+    name = f"jobsup_bench_{os.getpid()}_{label}"
+    admin = create_engine(f"{MARIADB_SERVER}/mysql", isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        conn.execute(text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    try:
+        target = Target(
+            name="mariadb",
+            url=f"{MARIADB_SERVER}/{name}",
+            jobs_per_second=lambda processes, batch: min(processes, 2) * (1000 + 150 * batch),
+            empty_tables=("DELETE FROM jobsup_job_attempt", "DELETE FROM jobsup_job"),
+            after_load=("ANALYZE TABLE jobsup_job", "ANALYZE TABLE jobsup_job_attempt"),
+            ceiling=None,
+        )
+        migrate_fresh(target.url)
+        yield target
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+        admin.dispose()
+
+
 TARGETS: dict[str, Callable[[str], AbstractContextManager[Target]]] = {
     "sqlite": sqlite_target,
     "postgresql": postgresql_target,
+    "mariadb": mariadb_target,
 }
 
 
@@ -177,7 +218,7 @@ def copy_job(db: Database, count: int, *, finished: bool) -> None:
     rows = (
         select(*columns.values())
         .select_from(template)
-        .join(numbers_to(count), true())
+        .join(numbers_to(count) if db.dialect.name != "mariadb" else sequence_to(count), true())
         .where(template.c.id == template_id)
     )
     with db.transaction() as conn:
@@ -199,8 +240,13 @@ def copied_columns(template: Any, *, finished: bool) -> dict[str, Any]:
     return columns
 
 
+def sequence_to(count: int) -> TableClause:
+    """1..count from MariaDB's sequence engine (its recursive CTEs stop at max_recursive_iterations)."""
+    return table(f"seq_1_to_{count}")
+
+
 def numbers_to(count: int) -> CTE:
-    """1..count as a recursive CTE, which SQLite (no generate_series) and PostgreSQL share."""
+    """1..count as a recursive CTE, which SQLite (no generate_series), PostgreSQL and MariaDB share."""
     numbers = select(literal_column("1").label("i")).cte("numbers", recursive=True)
     return numbers.union_all(select(numbers.c.i + 1).where(numbers.c.i < count))
 

@@ -1,6 +1,6 @@
 """The one seam for database differences.
 
-Everything that truly differs between SQLite, PostgreSQL and SQL Server lives in one module
+Everything that truly differs between SQLite, PostgreSQL, MariaDB/MySQL and SQL Server lives in one module
 per database behind the `Dialect` protocol: how an engine is set up, the reference clock,
 the claim statement, how an update reads back the rows it changed, how two dependent writes
 are made atomic, how idle workers are woken, how a lease owner is known alive, the migration
@@ -24,7 +24,10 @@ from jobsup.errors import DatabaseError, DriverMissing, UnsupportedDatabase
 from jobsup.store.chain import Chain, Returning
 from jobsup.store.rows import Lease, NewJob
 
-SUPPORTED_URLS = "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
+SUPPORTED_URLS = (
+    "sqlite:///PATH, postgresql+psycopg://USER@HOST/DB, mariadb+pymysql://USER:PASSWORD@HOST/DB, "
+    "mysql+pymysql://USER:PASSWORD@HOST/DB, mssql+pyodbc://USER:PASSWORD@DSN"
+)
 
 
 class Connections(Protocol):
@@ -182,6 +185,10 @@ def dialect_for(url: URL) -> Dialect:
         from jobsup.store.dialects.mssql import SQLServerDialect
 
         return SQLServerDialect()
+    if backend in ("mariadb", "mysql"):
+        from jobsup.store.dialects.mariadb import MariaDBDialect
+
+        return MariaDBDialect()
     raise UnsupportedDatabase(f"unsupported database URL scheme {url.drivername!r}; use {SUPPORTED_URLS}")
 
 
@@ -190,6 +197,14 @@ _DRIVERS = {
     "sqlite": ("pysqlite", None),
     "postgresql": ("psycopg", None),
     "mssql": ("pyodbc", "mssql"),
+    # MariaDB and MySQL share a dialect; SQLAlchemy's mariadb:// refuses a MySQL server, so
+    # each scheme keeps its name.
+    "mariadb": ("pymysql", "mariadb"),
+    "mysql": ("pymysql", "mariadb"),
+}
+# What to install besides the extra, per database.
+_SYSTEM_NEEDS = {
+    "mssql": ", and install the system's ODBC driver manager (unixODBC) and Microsoft's ODBC Driver for SQL Server",
 }
 # Schemes people write for these databases that SQLAlchemy itself does not accept.
 _ALIASES = {"postgres": "postgresql"}
@@ -222,8 +237,7 @@ def normalise_url(url: str | URL) -> URL:
         except ImportError as exc:
             raise DriverMissing(
                 f"{backend} needs the {wanted} driver, which did not import ({exc}): "
-                f"pip install 'jobsup[{extra}]', and install the system's ODBC driver manager "
-                "(unixODBC) and Microsoft's ODBC Driver for SQL Server"
+                f"pip install 'jobsup[{extra}]'{_SYSTEM_NEEDS.get(backend, '')}"
             ) from None
     return parsed
 
