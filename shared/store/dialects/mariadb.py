@@ -236,6 +236,9 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     def listener(self, db: Any, queue: str) -> None:
         return None
 
+    def wakeup_warning(self, db: Any) -> str | None:
+        return None  # idle workers always poll here, as documented
+
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         if skip_locked:
             return stmt.with_for_update(skip_locked=True)
