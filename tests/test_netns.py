@@ -91,6 +91,9 @@ def test_a_host_cut_off_past_its_lease_ends_its_jobs_in_time_and_rejoins(
         timeout=40,
         what=lambda: f"the cut host's jobs to run elsewhere: {[runs(record, job) for job in on_a]}",
     )
+    # While cut off, a reaps and restarts the workers that ended themselves (its database
+    # calls must not hold up its loop), though it cannot register them yet.
+    wait_until(lambda: supervisors["a"].output().count("worker.spawned") >= 4, timeout=20, what="a's workers restarted")
     lan.network.mend(a)  # while the reruns run: a's stale writes must change nothing
     wait_all(lan.url, len(jobs), timeout=60)
 
@@ -109,6 +112,13 @@ def test_a_host_cut_off_past_its_lease_ends_its_jobs_in_time_and_rejoins(
     wait_all(lan.url, len(jobs) + len(later), timeout=60)
     assert set(hosts_of(record, later).values()) == {"a"}
     assert_promises(lan.url, record, jobs + later)
+    # And it is listed again: its supervisor and the workers it restarted while cut off.
+    listed = wait_until(
+        lambda: {row["pid"] for row in client.workers()} >= {supervisors["a"].pid, *supervisors["a"].workers()},
+        timeout=10,
+        what=lambda: f"host a's processes listed: {[(r['kind'], r['pid']) for r in client.workers()]}",
+    )
+    assert listed
     client.close()
 
 
