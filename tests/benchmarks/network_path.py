@@ -36,6 +36,7 @@ from sqlalchemy import text
 import jobsup
 from jobsup.store.database import Database
 
+import jobapps  # noqa: F401 - registers the job types the supervisors run
 import lan as lans
 
 INDEX = 200  # the benchmark's own subnet, 10.213.200.0/24, apart from the tests'
