@@ -2,9 +2,10 @@
 
 Signal handlers only put the signal on a `queue.SimpleQueue` (reentrant, so safe inside a
 handler) and the loop does the rest: reap dead workers and close their leases, refill empty
-slots with backoff, heartbeat the process table, run maintenance and the cron tick. Workers
-whose lease renewal is overdue are killed from a thread of its own (`enforce`). The order of
-boot and of shutdown is written out once, in `boot()` and `shutdown()`.
+slots with backoff. Workers whose lease renewal is overdue are killed from a thread of its
+own (`enforce`); the process table, maintenance and the cron tick run on another
+(`chores`), so a database that does not answer never stalls the loop. The order of boot and
+of shutdown is written out once, in `boot()` and `shutdown()`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from jobsup.store.outbox import Outbox
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
 from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
+from jobsup.supervisor.chores import Chores, ProcessRows, Registration
 from jobsup.supervisor.enforce import Enforcer
 from jobsup.supervisor.flow_control import HalfOpenBreakers, MarkSlaBreaches
 from jobsup.supervisor.guard import guarded
@@ -58,7 +60,7 @@ from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.spec import WorkerSpec
 
 TICK = 0.2  # seconds between loop turns when no signal arrives
-CRON_EVERY = 1.0  # seconds between looks for due recurring schedules
+CHORES_GRACE = 2.0  # seconds a stopping supervisor waits for the chore under way
 BURIAL_GRACE = 5.0  # seconds a stopping supervisor keeps retrying its dead workers' burials
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
 
@@ -80,7 +82,8 @@ class Arbiter:
         self.immediate = False
         self.failure: JobsupError | None = None
         self.heartbeat_every = min(settings.heartbeat, settings.maintenance_interval)
-        self.next_heartbeat = self.next_maintenance = self.next_cron = 0.0
+        self.workers: tuple[Registration, ...] = ()
+        self.chores: Chores | None = None
         self.metrics_dir: str | None = None
         self.db: Database | None = None
         self.children: Children | None = None
@@ -97,6 +100,7 @@ class Arbiter:
         keyring()  # a malformed JOBSUP_ENCRYPTION_KEYS stops the start, not each sealed job later
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
         self.db = Database(self.settings.database_url, role="supervisor", listen_url=self.settings.listen_url)
+        self.db.guard_forks()
         self.store = Store(self.db)
         if self.settings.migrate:
             migrate.upgrade(self.db)
@@ -130,6 +134,15 @@ class Arbiter:
         metrics.start_series(list(self.settings.queues), [step.name for step in self.maintenance.steps])
         self.store.processes.process_register(id=self.id, kind="supervisor", host=socket.gethostname(), pid=os.getpid())
         self.children = Children(self.settings, self.fork_worker)
+        self.chores = Chores(
+            ProcessRows(self.store, self.id),
+            lambda: self.workers,
+            self.heartbeat_every,
+            self.maintenance.run_once,
+            self.settings.maintenance_interval,
+            self.cron.run_once if self.settings.housekeeping else None,
+        )
+        self.chores.start()
         Enforcer(self.children, self.settings.lease, self.settings.heartbeat).start()
         if self.relay is not None:
             self.relay.start()
@@ -214,7 +227,6 @@ class Arbiter:
                 self.burials.run_due()
                 if self.stopping is None:
                     self.spawn()
-                    self.tick()
                 elif time.monotonic() > self.stopping + self.shutdown_deadline():
                     self.kill_stragglers()
         finally:
@@ -258,17 +270,8 @@ class Arbiter:
             metrics.set_workers(self.children.counts())
         for child in spawned:
             emit("worker.spawned", worker=child.slot.label, pid=child.pid)
-            guarded(
-                "process_register",
-                lambda child=child: self.store.processes.process_register(  # type: ignore[misc]
-                    id=child.worker_id,
-                    kind="worker",
-                    host=self.children.host,
-                    pid=child.pid,
-                    supervisor_id=self.id,
-                    queue=child.slot.queue,
-                ),
-            )
+        if spawned:
+            self.publish_workers()
 
     def reap(self) -> None:
         assert self.children is not None
@@ -277,6 +280,15 @@ class Arbiter:
             self.bury(death)
         if deaths:
             metrics.set_workers(self.children.counts())
+            self.publish_workers()
+
+    def publish_workers(self) -> None:
+        """The live workers, as the chores thread registers them (a new tuple each time,
+        so that thread never reads the loop's own structures while they change)."""
+        assert self.children is not None
+        self.workers = tuple(
+            Registration(child.worker_id, child.pid, child.slot.queue) for child in self.children.alive.values()
+        )
 
     def bury(self, death: Death) -> None:
         assert self.children is not None
@@ -285,7 +297,6 @@ class Arbiter:
         emit(name, worker=child.slot.label, pid=child.pid, status=exits.describe(death.status))
         guarded("metrics", lambda: metrics.process_dead(child.pid))
         self.burials.add(burial_of(death, self.settings.lease))
-        guarded("process_deregister", lambda: self.store.processes.process_deregister([child.worker_id]))
         if death.booted:
             child.slot.ever_booted = True
         if self.stopping is not None:
@@ -299,24 +310,14 @@ class Arbiter:
         if delay:
             emit("worker.restart_delayed", worker=child.slot.label, seconds=round(delay, 1))
 
-    def tick(self) -> None:
-        now = time.monotonic()
-        if now >= self.next_heartbeat:
-            self.next_heartbeat = now + self.heartbeat_every
-            guarded("process_heartbeat", lambda: self.store.processes.process_heartbeat(self.id))
-        if now >= self.next_maintenance:
-            self.next_maintenance = now + self.settings.maintenance_interval
-            self.maintenance.run_once()
-        if now >= self.next_cron and self.settings.housekeeping:
-            self.next_cron = now + CRON_EVERY
-            guarded("recurring", self.cron.run_once)
-
     # -- shutdown --------------------------------------------------------------------------
 
     def begin_shutdown(self, reason: str) -> None:
         """Phase 1: workers stop claiming; a running job gets the shutdown grace."""
         assert self.children is not None
         self.stopping = time.monotonic()
+        if self.chores is not None:
+            self.chores.stop(wait=0)
         setproctitle(f"jobsup: supervisor {self.queue_summary()} stopping")
         emit("supervisor.stopping", reason=reason, grace=self.settings.shutdown_grace)
         self.children.signal_all(signal.SIGTERM)
@@ -352,9 +353,11 @@ class Arbiter:
                 time.sleep(0.05)
         if self.relay is not None:
             self.relay.stop()
+        if self.chores is not None:
+            self.chores.stop(wait=CHORES_GRACE)
         if self.children is not None:  # booted far enough to have burials
             self.burials.finish(BURIAL_GRACE)
-            guarded("process_deregister", lambda: self.store.processes.process_deregister([self.id]))
+            guarded("process_deregister", lambda: self.store.processes.process_deregister_all(self.id))
             emit("supervisor.stopped", pid=os.getpid())
         if self.db is not None:
             self.db.dispose()
@@ -372,7 +375,8 @@ class Arbiter:
         # be lost. The child unblocks them (and so receives any pending) once it is ready.
         assert self.db is not None
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
-        pid = os.fork()
+        with self.db.forking():  # the chores and the relay use the database from their threads
+            pid = os.fork()
         if pid == 0:
             from jobsup.worker.boot import main
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +45,20 @@ class Supervisor:
     """One `jobsup start` in its own session (so a lost host is one killpg away)."""
 
     def __init__(
-        self, url: str, record: Path, log: Path, *args: str, env: dict[str, str] | None = None, **options: str
+        self,
+        url: str,
+        record: Path,
+        log: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        prefix: Sequence[str] = (),
+        **options: str,
     ) -> None:
+        """`prefix` runs it through another command that execs it in place, such as
+        ``ip netns exec NAME`` (another host's network)."""
         settings = {**FAST, **{f"--{k.replace('_', '-')}": v for k, v in options.items()}}
         self.log_path = log
-        command = [sys.executable, "-m", "jobsup", "start", "--app", "jobapps", "--database-url", url]
+        command = [*prefix, sys.executable, "-m", "jobsup", "start", "--app", "jobapps", "--database-url", url]
         command += [part for pair in settings.items() for part in pair] + list(args)
         environment = {**os.environ, "PYTHONPATH": str(TESTS), "JOBSUP_TEST_RECORD": str(record), **(env or {})}
         environment.pop("JOBSUP_FAULTS", None)

@@ -20,6 +20,8 @@ import jobsup
 
 def record(ctx: jobsup.JobContext, what: str, **extra: Any) -> None:
     folder = Path(os.environ["JOBSUP_TEST_RECORD"])
+    if "JOBSUP_TEST_HOST" in os.environ:  # which host ran it, in the network tests
+        extra["host"] = os.environ["JOBSUP_TEST_HOST"]
     line = json.dumps({"what": what, "attempt": ctx.attempt, "pid": os.getpid(), "at": time.time(), **extra})
     with open(folder / str(ctx.job_id), "a") as file:
         file.write(line + "\n")

@@ -27,6 +27,7 @@ from jobsup.store import faults
 from jobsup.store.dialects import Dialect, dialect_for, normalise_url
 from jobsup.store.dialects.pooler import check_listen_with
 from jobsup.store.faults import OPERATION, OPERATIONS
+from jobsup.store.forkguard import ForkGuard
 
 DEFAULT_URL = "sqlite:///jobsup.db"
 
@@ -51,6 +52,31 @@ class Database:
         if role is not None:
             for engine in {self.engine, self.single}:
                 faults.install(engine, role)
+        self.fork_guard: ForkGuard | None = None
+
+    def guard_forks(self) -> None:
+        """This process forks while other threads use the database: on a database whose
+        locks live in the process (`Dialect.locks_in_process`), make `forking()` wait for them."""
+        if self.dialect.locks_in_process:
+            self.fork_guard = ForkGuard()
+
+    @contextmanager
+    def forking(self) -> Iterator[None]:
+        """Around `os.fork()`: no thread of this process is using the database meanwhile
+        (where that matters; see `guard_forks`)."""
+        if self.fork_guard is None:
+            yield
+            return
+        with self.fork_guard.forking():
+            yield
+
+    @contextmanager
+    def _in_use(self) -> Iterator[None]:
+        if self.fork_guard is None:
+            yield
+            return
+        with self.fork_guard.using():
+            yield
 
     @property
     def safe_url(self) -> str:
@@ -61,13 +87,13 @@ class Database:
     @contextmanager
     def read(self, operation: str = "read") -> Iterator[Connection]:
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
-        with self.errors(), self.single.connect() as conn:
+        with self._in_use(), self.errors(), self.single.connect() as conn:
             yield conn.execution_options(**self.dialect.read_options, **{OPERATION: operation})
 
     @contextmanager
     def statement(self, operation: str = "write") -> Iterator[Connection]:
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
-        with self.errors(), self.single.connect() as conn:
+        with self._in_use(), self.errors(), self.single.connect() as conn:
             conn = conn.execution_options(**self.dialect.statement_options, **{OPERATION: operation})
             with _committing(conn):
                 yield conn
@@ -75,7 +101,7 @@ class Database:
     @contextmanager
     def transaction(self, operation: str = "write") -> Iterator[Connection]:
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
-        with self.errors(), self.engine.connect() as conn:
+        with self._in_use(), self.errors(), self.engine.connect() as conn:
             conn = conn.execution_options(**{OPERATION: operation})
             with _committing(conn):
                 yield conn

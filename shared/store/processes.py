@@ -70,6 +70,18 @@ class ProcessTable:
         with self.db.statement("process") as conn:
             return conn.execute(stmt, self.dialect.clock_params(now)).rowcount
 
+    def process_ids(self, supervisor_id: str) -> set[str]:
+        """The ids of the supervisor's row and its workers' rows that are in the table."""
+        stmt = select(process.c.id).where(or_(process.c.id == supervisor_id, process.c.supervisor_id == supervisor_id))
+        with self.db.read("process") as conn:
+            return set(conn.execute(stmt).scalars())
+
+    def process_deregister_all(self, supervisor_id: str) -> None:
+        """Delete the supervisor's row and its workers' rows (it is stopping)."""
+        stmt = delete(process).where(or_(process.c.id == supervisor_id, process.c.supervisor_id == supervisor_id))
+        with self.db.statement("process") as conn:
+            conn.execute(stmt)
+
     def process_deregister(self, ids: Sequence[str]) -> None:
         if ids:
             with self.db.statement("process") as conn:

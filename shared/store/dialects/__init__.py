@@ -80,6 +80,11 @@ class Dialect(Protocol):
     # One writer at a time (SQLite): a worker writes its outcomes before it claims again,
     # rather than beside the claim, which would only queue the two on the write lock.
     one_writer: bool
+    # Its connections keep their locks in the process's memory (SQLite): a child forked
+    # while another thread is using one inherits a lock that nobody will release, and every
+    # write of the child then waits out the busy timeout. A forking process waits for such
+    # use to end (`Database.guard_forks`).
+    locks_in_process: bool
     # How many jobs one `insert_jobs` call writes atomically on a `statement()` connection
     # (outside a transaction block): more need a transaction.
     atomic_insert_rows: int

@@ -157,6 +157,7 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     transaction_options: Mapping[str, Any] = {}  # the engine runs READ COMMITTED already
     migration_options: Mapping[str, Any] = {}
     one_writer = False
+    locks_in_process = False
     default_poll_interval = 1.0
 
     def create_engine(self, url: URL) -> Engine:

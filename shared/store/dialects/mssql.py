@@ -60,6 +60,7 @@ class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowI
     statement_options: Mapping[str, Any] = {}
     transaction_options: Mapping[str, Any] = {}
     one_writer = False
+    locks_in_process = False
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {}
 

@@ -169,6 +169,7 @@ class PostgreSQLDialect(NativeReturning, RowValueFence, NoOwnerLocks, RowByRowIn
     transaction_options: Mapping[str, Any] = {}
     migration_options: Mapping[str, Any] = {}
     one_writer = False
+    locks_in_process = False
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 
     def create_engine(self, url: URL) -> Engine:

@@ -1,0 +1,64 @@
+"""The supervisor's chores thread: the process table follows the live workers, whatever
+the database lost meanwhile, and a fork on SQLite waits for other threads' database use."""
+
+from __future__ import annotations
+
+import threading
+
+import jobsup
+from jobsup.store.database import Database
+from jobsup.supervisor.chores import ProcessRows, Registration
+
+from helpers import wait_until
+
+
+def listed(client: jobsup.Client) -> set[str]:
+    return {row.id for row in client.store.processes.process_list()}
+
+
+def test_rows_that_were_pruned_or_never_written_come_back_and_dead_ones_go(url: str) -> None:
+    client = jobsup.Client(url)
+    rows = ProcessRows(client.store, "h:supervisor:1")
+    one, two = Registration("h:default#1:a", 11, "default"), Registration("h:default#2:b", 12, "default")
+    assert rows.sync([one, two], heartbeat=True)
+    assert listed(client) == {"h:supervisor:1", one.id, two.id}
+
+    # Another instance pruned everything while this host could not heartbeat.
+    client.store.processes.process_deregister(sorted(listed(client)))
+    assert rows.sync([one, two], heartbeat=True)
+    assert listed(client) == {"h:supervisor:1", one.id, two.id}
+
+    # Worker two died and a replacement was spawned: one change, one sync.
+    three = Registration("h:default#2:c", 13, "default")
+    assert rows.sync([one, three], heartbeat=False)
+    assert listed(client) == {"h:supervisor:1", one.id, three.id}
+    client.store.processes.process_deregister_all("h:supervisor:1")
+    assert listed(client) == set()
+    client.close()
+
+
+def test_a_fork_waits_for_a_database_use_under_way_on_sqlite(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    db.guard_forks()
+    inside, leave, forked = threading.Event(), threading.Event(), threading.Event()
+
+    def use() -> None:
+        with db.read("read"):
+            inside.set()
+            leave.wait(10)
+
+    def fork() -> None:
+        with db.forking():
+            forked.set()
+
+    user = threading.Thread(target=use)
+    user.start()
+    inside.wait(10)
+    forker = threading.Thread(target=fork)
+    forker.start()
+    assert not forked.wait(0.3), "the fork went ahead while another thread used the database"
+    leave.set()
+    wait_until(forked.is_set, timeout=10, what="the fork once the use ended")
+    user.join(10)
+    forker.join(10)
+    db.dispose()
