@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -105,58 +105,52 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     harness.stop_all()
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> str:
-    if os.environ.get("JOBSUP_TEST_POSTGRES") == "skip":
-        pytest.skip("PostgreSQL tests switched off by JOBSUP_TEST_POSTGRES=skip")
-    error = pg_error()
+def _server(name: str, admin_url: str, error_of: Callable[[], str | None], variable: str) -> str:
+    """A server's admin URL; a test that needs it fails (not skips) when it is down, unless
+    `variable` is ``skip``."""
+    if os.environ.get(variable) == "skip":
+        pytest.skip(f"{name} tests switched off by {variable}=skip")
+    error = error_of()
     if error:
         pytest.fail(
-            f"PostgreSQL is not reachable at {PG_ADMIN_URL} ({error}); start it, "
-            "or set JOBSUP_TEST_POSTGRES=skip to leave the PostgreSQL tests out",
+            f"{name} is not reachable at {admin_url} ({error}); start it, "
+            f"or set {variable}=skip to leave the {name} tests out",
             pytrace=False,
         )
-    return PG_ADMIN_URL
+    return admin_url
+
+
+def _fresh_database(
+    create: Callable[[str], None], url: Callable[[str], str], drop: Callable[[str], None]
+) -> Iterator[str]:
+    """A fresh, migrated database for this session (this xdist worker), dropped after it."""
+    name = f"jobsup_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    create(name)
+    db = Database(url(name))
+    migrate.upgrade(db)
+    db.dispose()
+    yield url(name)
+    drop(name)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> str:
+    return _server("PostgreSQL", PG_ADMIN_URL, pg_error, "JOBSUP_TEST_POSTGRES")
 
 
 @pytest.fixture(scope="session")
 def pg_session_url(pg_server: str) -> Iterator[str]:
-    """A fresh, migrated PostgreSQL database for this session (this xdist worker)."""
-    name = f"jobsup_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    create_pg_database(name)
-    url = pg_url(name)
-    db = Database(url)
-    migrate.upgrade(db)
-    db.dispose()
-    yield url
-    drop_pg_database(name)
+    yield from _fresh_database(create_pg_database, pg_url, drop_pg_database)
 
 
 @pytest.fixture(scope="session")
 def mariadb_server() -> str:
-    if os.environ.get("JOBSUP_TEST_MARIADB") == "skip":
-        pytest.skip("MariaDB tests switched off by JOBSUP_TEST_MARIADB=skip")
-    error = mariadb_error()
-    if error:
-        pytest.fail(
-            f"MariaDB is not reachable at {MARIADB_ADMIN_URL} ({error}); start it, "
-            "or set JOBSUP_TEST_MARIADB=skip to leave the MariaDB tests out",
-            pytrace=False,
-        )
-    return MARIADB_ADMIN_URL
+    return _server("MariaDB", MARIADB_ADMIN_URL, mariadb_error, "JOBSUP_TEST_MARIADB")
 
 
 @pytest.fixture(scope="session")
 def mariadb_session_url(mariadb_server: str) -> Iterator[str]:
-    """A fresh, migrated MariaDB database for this session (this xdist worker)."""
-    name = f"jobsup_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    create_mariadb_database(name)
-    url = mariadb_database_url(name)
-    db = Database(url)
-    migrate.upgrade(db)
-    db.dispose()
-    yield url
-    drop_mariadb_database(name)
+    yield from _fresh_database(create_mariadb_database, mariadb_database_url, drop_mariadb_database)
 
 
 @pytest.fixture(scope="session")

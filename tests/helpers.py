@@ -24,10 +24,10 @@ def pg_url(name: str) -> str:
     return f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
 
 
-def pg_error() -> str | None:
-    """Why PostgreSQL cannot be used, or None when it can."""
+def server_error(admin_url: str) -> str | None:
+    """Why the server behind `admin_url` cannot be used, or None when it can."""
     try:
-        engine = create_engine(PG_ADMIN_URL, connect_args={"connect_timeout": 5})
+        engine = create_engine(admin_url, connect_args={"connect_timeout": 5})
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         engine.dispose()
@@ -36,20 +36,24 @@ def pg_error() -> str | None:
     return None
 
 
-def _admin(sql: str) -> None:
-    engine = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+def _admin(admin_url: str, sql: str) -> None:
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text(sql))
     engine.dispose()
 
 
+def pg_error() -> str | None:
+    return server_error(PG_ADMIN_URL)
+
+
 def create_pg_database(name: str) -> None:
-    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    _admin(f'CREATE DATABASE "{name}"')
+    _admin(PG_ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin(PG_ADMIN_URL, f'CREATE DATABASE "{name}"')
 
 
 def drop_pg_database(name: str) -> None:
-    _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin(PG_ADMIN_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 MARIADB_ADMIN_URL = "mariadb+pymysql://root@127.0.0.1:3306/mysql"
@@ -60,31 +64,16 @@ def mariadb_database_url(name: str) -> str:
 
 
 def mariadb_error() -> str | None:
-    """Why MariaDB cannot be used, or None when it can."""
-    try:
-        engine = create_engine(MARIADB_ADMIN_URL, connect_args={"connect_timeout": 5})
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        engine.dispose()
-    except Exception as exc:
-        return str(exc).splitlines()[0]
-    return None
-
-
-def _mariadb_admin(sql: str) -> None:
-    engine = create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(sql))
-    engine.dispose()
+    return server_error(MARIADB_ADMIN_URL)
 
 
 def create_mariadb_database(name: str) -> None:
-    _mariadb_admin(f"DROP DATABASE IF EXISTS `{name}`")
-    _mariadb_admin(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+    _admin(MARIADB_ADMIN_URL, f"DROP DATABASE IF EXISTS `{name}`")
+    _admin(MARIADB_ADMIN_URL, f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
 
 
 def drop_mariadb_database(name: str) -> None:
-    _mariadb_admin(f"DROP DATABASE IF EXISTS `{name}`")
+    _admin(MARIADB_ADMIN_URL, f"DROP DATABASE IF EXISTS `{name}`")
 
 
 def wait_until(

@@ -36,11 +36,10 @@ from sqlalchemy import (
 from jobsup.errors import DatabaseError
 from jobsup.store.dialects.returning import LockedReturning
 
-from helpers import run_together, wait_until
+from helpers import create_mariadb_database, drop_mariadb_database, mariadb_database_url, run_together, wait_until
 
 pytestmark = pytest.mark.mariadb
 
-MARIADB_ADMIN_URL = "mysql+pymysql://root@127.0.0.1:3306/"
 
 metadata = MetaData()
 rows = Table(
@@ -54,43 +53,19 @@ rows = Table(
 other = Table("returning_other", metadata, Column("id", Integer, primary_key=True), Column("flag", Integer))
 
 
-def mariadb_error() -> str | None:
-    """Why MariaDB cannot be used, or None when it can."""
-    try:
-        engine = create_engine(MARIADB_ADMIN_URL, connect_args={"connect_timeout": 5})
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-        engine.dispose()
-    except Exception as exc:
-        return str(exc).splitlines()[0]
-    return None
-
-
 @pytest.fixture(scope="session")
-def mariadb_session_url() -> Iterator[str]:
-    if os.environ.get("JOBSUP_TEST_MARIADB") == "skip":
-        pytest.skip("MariaDB tests switched off by JOBSUP_TEST_MARIADB=skip")
-    error = mariadb_error()
-    if error:
-        pytest.fail(
-            f"MariaDB is not reachable at 127.0.0.1:3306 as root ({error}); start it (.ci/run's "
-            "ensure_mariadb), or set JOBSUP_TEST_MARIADB=skip to leave the MariaDB tests out",
-            pytrace=False,
-        )
+def own_database(mariadb_server: str) -> Iterator[str]:
+    """A database of this module's own (its tables are not jobsup's)."""
     name = f"jobsup_test_returning_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(MARIADB_ADMIN_URL)
-    with admin.begin() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    yield f"{MARIADB_ADMIN_URL}{name}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
-    admin.dispose()
+    create_mariadb_database(name)
+    yield mariadb_database_url(name)
+    drop_mariadb_database(name)
 
 
 @pytest.fixture
-def engine(mariadb_session_url: str) -> Iterator[Engine]:
+def engine(own_database: str) -> Iterator[Engine]:
     """The session's database with fresh tables: rows 1..`ROWS` free, at version 0."""
-    made = create_engine(mariadb_session_url)
+    made = create_engine(own_database)
     metadata.drop_all(made)
     metadata.create_all(made)
     with made.begin() as conn:
@@ -182,13 +157,13 @@ def compete(url: str, owner: str, batch: int, start: Any, out: Any) -> None:
 
 
 @pytest.mark.slow
-def test_competing_processes_never_both_take_a_row(engine: Engine, mariadb_session_url: str) -> None:
+def test_competing_processes_never_both_take_a_row(engine: Engine, own_database: str) -> None:
     """Four processes, two taking one row a statement and two seven, each in its own order."""
     context = multiprocessing.get_context("spawn")
     owners = {"p0": 1, "p1": 7, "p2": 1, "p3": 7}
     start, out = context.Barrier(len(owners)), context.Queue()
     processes = [
-        context.Process(target=compete, args=(mariadb_session_url, owner, batch, start, out))
+        context.Process(target=compete, args=(own_database, owner, batch, start, out))
         for owner, batch in owners.items()
     ]
     for process in processes:
