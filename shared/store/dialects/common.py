@@ -62,3 +62,16 @@ class NoOwnerLocks:
 
     def owners_alive(self, db: Any, owners: set[str]) -> set[str]:
         return set()
+
+
+class Polling:
+    """No notifications: an enqueue sends nothing and idle workers poll (`poll_interval`)."""
+
+    def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
+        """Nothing to send."""
+
+    def listener(self, db: Any, queue: str) -> None:
+        return None
+
+    def wakeup_warning(self, db: Any) -> str | None:
+        return None  # polling is what these databases always do, as documented

@@ -69,7 +69,7 @@ from sqlalchemy.exc import DBAPIError
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NoOwnerLocks, RowByRowInsert, RowValueFence, SequentialChain
+from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, RowValueFence, SequentialChain
 from jobsup.store.dialects.returning import EmulatedReturning
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.schema import job
@@ -149,7 +149,7 @@ def _configure(engine: Engine) -> Engine:
     return engine
 
 
-class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerLocks, RowByRowInsert):
+class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerLocks, RowByRowInsert, Polling):
     name = "mariadb"
     atomic_insert_rows = 1  # its statement() is autocommit, and a bulk insert may be several statements
     read_options: Mapping[str, Any] = {}
@@ -230,15 +230,6 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             if after is not None:
                 rows = after(conn, rows)
         return rows
-
-    def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
-        """Nothing to send: idle workers poll."""
-
-    def listener(self, db: Any, queue: str) -> None:
-        return None
-
-    def wakeup_warning(self, db: Any) -> str | None:
-        return None  # idle workers always poll here, as documented
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         if skip_locked:

@@ -45,7 +45,7 @@ from sqlalchemy.exc import DBAPIError
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NativeReturning, NoOwnerLocks, RowByRowInsert, SequentialChain
+from jobsup.store.dialects.common import NativeReturning, NoOwnerLocks, Polling, RowByRowInsert, SequentialChain
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.rows import Lease
 from jobsup.store.schema import job
@@ -53,7 +53,7 @@ from jobsup.store.schema import job
 LOCK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 
-class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowInsert):
+class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowInsert, Polling):
     name = "mssql"
     atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
     read_options: Mapping[str, Any] = {}
@@ -135,15 +135,6 @@ class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowI
             if after is not None:
                 claimed = after(conn, claimed)
         return sorted(claimed, key=lambda row: (-row.priority, row.due_at, row.id))
-
-    def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
-        """Nothing to send: idle workers poll."""
-
-    def listener(self, db: Any, queue: str) -> None:
-        return None
-
-    def wakeup_warning(self, db: Any) -> str | None:
-        return None  # idle workers always poll here, as documented
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # The update lock is held to the end of the transaction (a shared one would not be).
