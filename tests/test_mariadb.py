@@ -42,7 +42,7 @@ def test_a_missing_pymysql_names_the_mariadb_extra() -> None:
     assert "secret" not in out
 
 
-@pytest.mark.parametrize("version", ["10.6.0-MariaDB", "10.11.19-MariaDB-0+deb12u1", "11.4.2-MariaDB"])
+@pytest.mark.parametrize("version", ["10.8.0-MariaDB", "10.11.19-MariaDB-0+deb12u1", "11.4.2-MariaDB"])
 def test_mariadb_with_skip_locked_is_accepted(version: str) -> None:
     check_version(version)
 
@@ -52,19 +52,20 @@ def test_mariadb_with_skip_locked_is_accepted(version: str) -> None:
     [
         ("10.5.23-MariaDB-1:10.5.23+maria~ubu2004", "MariaDB 10.5.23 is too old for jobsup"),
         ("5.5.5-10.3.39-MariaDB", "MariaDB 10.3.39 is too old for jobsup"),  # the old replication prefix
+        ("10.6.17-MariaDB", "MariaDB 10.6.17 is too old for jobsup"),  # SKIP LOCKED, but DESC indexes read as ASC
     ],
 )
 def test_mariadb_without_skip_locked_is_refused_naming_the_version(version: str, named: str) -> None:
     with pytest.raises(jobsup.UnsupportedDatabase, match=named) as refused:
         check_version(version)
-    assert str(refused.value).endswith("upgrade to MariaDB 10.6 or later")
+    assert str(refused.value).endswith("upgrade to MariaDB 10.8 or later")
 
 
 @pytest.mark.parametrize(("version", "named"), [("8.0.0-dmr", "MySQL 8.0.0"), ("8.4.0", "MySQL 8.4.0")])
 def test_mysql_is_refused_naming_the_version_and_the_reason(version: str, named: str) -> None:
     with pytest.raises(jobsup.UnsupportedDatabase, match=f"{named} is not supported") as refused:
         check_version(version)
-    assert "needs MariaDB 10.6 or later" in str(refused.value)
+    assert "needs MariaDB 10.8 or later" in str(refused.value)
     assert "left to right" in str(refused.value)
 
 

@@ -1,4 +1,4 @@
-"""MariaDB (10.6 or later) through PyMySQL, as ``mariadb://`` (or ``mysql://``) URLs.
+"""MariaDB (10.8 or later) through PyMySQL, as ``mariadb://`` (or ``mysql://``) URLs.
 
 Quirks and limits:
 - MySQL servers are refused (`check_version`): MySQL evaluates an UPDATE's SET assignments
@@ -17,8 +17,10 @@ Quirks and limits:
   SELECTed ... FOR UPDATE SKIP LOCKED in claim order, an UPDATE of those ids, a SELECT of
   what the claim returns, and the attempt rows' INSERT. The other compare-and-sets run
   through the store's emulation of RETURNING (a locking SELECT, the UPDATE, a SELECT).
-- SKIP LOCKED came with MariaDB 10.6: an older server is refused when a connection is
-  made (`check_version`), naming its version.
+- SKIP LOCKED came with MariaDB 10.6, and descending index columns with 10.8 (before it
+  DESC in an index is parsed and ignored, so the claim's ORDER BY priority DESC would sort
+  every due pending row of the queue, locking them all, before its LIMIT): an older server
+  is refused when a connection is made (`check_version`), naming its version.
 - jobsup's transactions run READ COMMITTED, so the claim and the compare-and-sets lock the
   rows they touch and no gaps between them (REPEATABLE READ, the default, would make
   claimers wait on each other's next-key locks). Single statements run in autocommit.
@@ -74,7 +76,7 @@ from jobsup.store.dialects.returning import EmulatedReturning
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.schema import job
 
-MINIMUM_MARIADB = (10, 6)
+MINIMUM_MARIADB = (10, 8)  # SKIP LOCKED (10.6) and a descending claim index (10.8)
 MIGRATION_LOCK = "jobsup_migrate"
 MIGRATION_LOCK_WAIT = 600  # seconds: longer than any jobsup upgrade has taken
 _LOCK_HELD = "jobsup_migration_lock"  # in a pooled connection's info while it holds the lock
@@ -119,8 +121,8 @@ def check_version(version: str) -> None:
         )
     if tuple(int(part) for part in found.groups()) < MINIMUM_MARIADB:
         raise UnsupportedDatabase(
-            f"MariaDB {number} is too old for jobsup, which needs FOR UPDATE SKIP LOCKED: "
-            f"upgrade to MariaDB {minimum} or later"
+            f"MariaDB {number} is too old for jobsup, which needs FOR UPDATE SKIP LOCKED and descending "
+            f"indexes: upgrade to MariaDB {minimum} or later"
         )
 
 
