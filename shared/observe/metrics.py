@@ -16,13 +16,15 @@ name counts under `OTHER_JOB`, so a typo or a flood of odd names cannot grow the
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from functools import cache
-from typing import Any
+from typing import Any, ParamSpec
 
 from jobsup.jobtypes import is_defined
 
@@ -30,10 +32,16 @@ _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30
 OTHER_JOB = "_other"
 _FOLDED = "folded"  # the pid part of the files that hold dead workers' totals
 _fold_lock = threading.Lock()  # a scrape must not read a file half folded
+# Every write to a metric holds this, and so does every fork: prometheus-client guards its
+# values with locks of its own, and a child forked while another thread (the supervisor's
+# chores, relay or enforcer) held one would inherit it held and hang on its first write.
+_writing = threading.RLock()
+os.register_at_fork(before=_writing.acquire, after_in_parent=_writing.release, after_in_child=_writing.release)
 # prometheus-client creates a process's file and sizes it a moment later, so a scrape can
 # meet it empty (prometheus/client_python#1199), and a worker killed in that moment leaves
 # it empty for good. Until its 8-byte header exists a file holds nothing: skip it.
 _HEADER = 8
+P = ParamSpec("P")
 
 
 def _holds_values(path: str) -> bool:
@@ -60,6 +68,17 @@ def prepare_multiprocess() -> str:
 def remove_multiprocess_dir(path: str) -> None:
     if os.path.basename(path).startswith("jobsup-metrics-"):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _written(write: Callable[P, None]) -> Callable[P, None]:
+    """`write` changes metrics: it holds `_writing`, so no fork happens meanwhile."""
+
+    @functools.wraps(write)
+    def holding(*args: P.args, **kwargs: P.kwargs) -> None:
+        with _writing:
+            write(*args, **kwargs)
+
+    return holding
 
 
 @cache
@@ -165,6 +184,7 @@ _OUTCOMES = {
 }
 
 
+@_written
 def record(kind: str, fields: dict[str, Any]) -> None:
     m = _m()
     if kind in _OUTCOMES and "queue" in fields:
@@ -231,6 +251,7 @@ def declared_names() -> set[str]:
     return names
 
 
+@_written
 def start_series(queues: list[str], steps: list[str]) -> None:
     """Export zeros for the label values known at start, so rate() and alerts see a series
     before the first restart or the first maintenance error."""
@@ -242,11 +263,13 @@ def start_series(queues: list[str], steps: list[str]) -> None:
         m["maintenance_errors"].labels(step)
 
 
+@_written
 def set_workers(counts: dict[str, int]) -> None:
     for queue, count in counts.items():
         _m()["workers"].labels(queue).set(count)
 
 
+@_written
 def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float]) -> None:
     m = _m()
     for (queue, status), count in depths.items():
@@ -255,12 +278,14 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
         m["oldest"].labels(queue).set(age)
 
 
+@_written
 def set_outbox(depth: int, oldest: float, parked: int) -> None:
     _m()["outbox_depth"].set(depth)
     _m()["outbox_oldest"].set(oldest)
     _m()["outbox_parked"].set(parked)
 
 
+@_written
 def set_queues_paused(paused: dict[str, bool]) -> None:
     for queue, is_paused in paused.items():
         _m()["paused"].labels(queue).set(1 if is_paused else 0)
@@ -269,11 +294,13 @@ def set_queues_paused(paused: dict[str, bool]) -> None:
 BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values, in order
 
 
+@_written
 def set_breaker_states(states: dict[str, str]) -> None:
     for name, state in states.items():
         _m()["breaker_state"].labels(job_label(name)).set(BREAKER_STATES.index(state) if state in BREAKER_STATES else 2)
 
 
+@_written
 def process_dead(pid: int) -> None:
     """A reaped worker: drop its live gauges, fold its counters and histograms into the
     totals file, and remove its files."""
