@@ -11,6 +11,7 @@ from sqlalchemy import event, text
 
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
+from jobsup.store.statements import Statements
 
 from helpers import plan_nodes
 
@@ -99,3 +100,29 @@ def test_mariadb_claim_uses_the_claim_index_without_sorting(mariadb_url: str) ->
     assert not any("filesort" in (row["Extra"] or "") for row in rows), rows
     # EXPLAIN did not run it: the real claim takes 10.
     assert len(db.dialect.claim(db, params, None)) == 10
+
+
+@pytest.mark.mariadb
+def test_mariadb_finds_a_live_unique_key_by_its_index(mariadb_url: str) -> None:
+    """An enqueue with a unique key looks for the live job holding it: on MariaDB through the
+    generated column's unique index, not a scan of every live job (5,000 among 50,000)."""
+    db = Database(mariadb_url)
+    keyed = FILL.replace("created_at, updated_at, finished_at)", "created_at, updated_at, finished_at, unique_key)")
+    keyed = keyed.replace("{stamp}, {stamp}, {stamp}\n", "{stamp}, {stamp}, {stamp}, CONCAT('key-', n)\n")
+    with db.transaction() as conn:
+        conn.execute(
+            text(
+                keyed.format(
+                    finished=45_000, numbers="(SELECT seq AS n FROM seq_1_to_50000) AS numbers", stamp="'2020-01-01'"
+                )
+            )
+        )
+        conn.execute(text("ANALYZE TABLE jobsup_job"))
+    stmt = Statements(db.dialect).live_with_key
+    sql = str(stmt.params(p_key="key-45042").compile(db.engine, compile_kwargs={"literal_binds": True}))
+    with db.read() as conn:
+        rows = [dict(row._mapping) for row in conn.execute(text("EXPLAIN " + sql))]
+        found = conn.execute(stmt, {"p_key": "key-45042"}).scalars().all()
+    assert [row["key"] for row in rows] == ["jobsup_job_unique_key"], rows
+    assert int(rows[0]["rows"]) == 1, rows
+    assert len(found) == 1

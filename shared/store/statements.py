@@ -39,7 +39,6 @@ from jobsup.store.rows import Lease
 from jobsup.store.schema import (
     CANCELLED,
     DEAD_LETTERED,
-    LIVE_STATUSES,
     PENDING,
     RUNNING,
     SUCCEEDED,
@@ -118,7 +117,7 @@ class Statements(LinkedStatements):
 
     @cached_property
     def live_with_key(self) -> Select[Any]:
-        return select(job.c.id).where(job.c.unique_key == bindparam("p_key"), job.c.status.in_(LIVE_STATUSES))
+        return select(job.c.id).where(self.dialect.live_key_match())
 
     # -- the worker's lease and settle -------------------------------------------------------
 

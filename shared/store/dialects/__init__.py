@@ -114,6 +114,10 @@ class Dialect(Protocol):
     def seconds_between(self, start: ColumnElement[Any], end: ColumnElement[Any]) -> ColumnElement[float]:
         """`end - start` in seconds, as a number the database can sum."""
 
+    def live_key_match(self) -> ColumnElement[bool]:
+        """The live job holding the unique key bound as `p_key`, in the shape the database's
+        index of live keys answers."""
+
     def attempt_match(self) -> ColumnElement[bool]:
         """The attempt half of a lease fence: (id, attempts) among the bound leases."""
 

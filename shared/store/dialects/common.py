@@ -6,13 +6,13 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Connection, Insert, Integer, Update, bindparam, tuple_
+from sqlalchemy import BigInteger, ColumnElement, Connection, Insert, Integer, Update, and_, bindparam, tuple_
 from sqlalchemy.types import TupleType
 
 from jobsup.store.chain import Chain, Native, Returning, Sequential
 from jobsup.store.insert import insert_rows, values_statement
 from jobsup.store.rows import Lease, NewJob
-from jobsup.store.schema import job
+from jobsup.store.schema import LIVE_STATUSES, job
 
 
 class NativeReturning:
@@ -75,3 +75,10 @@ class Polling:
 
     def wakeup_warning(self, db: Any) -> str | None:
         return None  # polling is what these databases always do, as documented
+
+
+class FilteredKeyIndex:
+    """Unique keys of live jobs are indexed by a filtered (partial) index on `unique_key`."""
+
+    def live_key_match(self) -> ColumnElement[bool]:
+        return and_(job.c.unique_key == bindparam("p_key"), job.c.status.in_(LIVE_STATUSES))

@@ -56,6 +56,7 @@ from sqlalchemy import (
     Update,
     bindparam,
     cast,
+    column,
     create_engine,
     event,
     func,
@@ -232,6 +233,12 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             if after is not None:
                 rows = after(conn, rows)
         return rows
+
+    def live_key_match(self) -> ColumnElement[bool]:
+        # The generated column under the unique index (`mariadb_schema`): the server does not
+        # rewrite a condition on unique_key and status into one on it, and would scan every
+        # live job instead.
+        return column("live_unique_key", job.c.unique_key.type) == bindparam("p_key")
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         if skip_locked:

@@ -45,7 +45,14 @@ from sqlalchemy.exc import DBAPIError
 from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NativeReturning, NoOwnerLocks, Polling, RowByRowInsert, SequentialChain
+from jobsup.store.dialects.common import (
+    FilteredKeyIndex,
+    NativeReturning,
+    NoOwnerLocks,
+    Polling,
+    RowByRowInsert,
+    SequentialChain,
+)
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.rows import Lease
 from jobsup.store.schema import job
@@ -53,7 +60,7 @@ from jobsup.store.schema import job
 LOCK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 
-class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowInsert, Polling):
+class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowInsert, Polling, FilteredKeyIndex):
     name = "mssql"
     atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
     read_options: Mapping[str, Any] = {}

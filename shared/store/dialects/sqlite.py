@@ -72,7 +72,13 @@ from jobsup.store.claim import (
     open_attempt_rows,
 )
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NativeReturning, RowByRowInsert, RowValueFence, SequentialChain
+from jobsup.store.dialects.common import (
+    FilteredKeyIndex,
+    NativeReturning,
+    RowByRowInsert,
+    RowValueFence,
+    SequentialChain,
+)
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.dialects.wakeup import FifoListener, poke
 from jobsup.store.schema import job
@@ -148,7 +154,7 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowInsert):
+class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowInsert, FilteredKeyIndex):
     name = "sqlite"
     transaction_options: Mapping[str, Any] = {_BEGIN: "BEGIN IMMEDIATE"}
     atomic_insert_rows = sys.maxsize  # its statement() is a transaction too (BEGIN IMMEDIATE)
