@@ -243,3 +243,13 @@ def test_fewer_rows_changed_than_locked_is_an_error_not_a_guess(engine: Engine) 
         rest = LockedReturning(select(rows.c.id).where(rows.c.id.in_(keys)), emulated.update, emulated.read)
         rest.run(conn, {})
     assert table_of(engine)[1] == ("free", None, 0)  # rolled back
+
+
+def test_a_connection_that_autocommits_each_statement_is_refused(engine: Engine) -> None:
+    """On autocommit, step 1's row locks would end before step 2: no compare-and-set."""
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+    with autocommit.connect() as conn, pytest.raises(DatabaseError, match="needs a transaction"):
+        take.run(conn, {"p_ids": [9], "p_owner": "a"})
+    assert table_of(engine)[9] == ("free", None, 0)
+    with engine.begin() as conn:
+        assert [r.id for r in take.run(conn, {"p_ids": [9], "p_owner": "a"})] == [9]

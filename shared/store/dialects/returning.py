@@ -20,7 +20,11 @@ not cover, through a subquery), the emulation cannot tell which were changed and
 
 Cost: three round trips instead of one when rows match, one when none does; and it needs a
 transaction (`single` is False), so a caller that would have run the statement alone in
-autocommit pays BEGIN and COMMIT too. The locks are those the UPDATE would have taken.
+autocommit pays BEGIN and COMMIT too; on a connection that autocommits each statement it
+raises `DatabaseError` instead of running. Locks: step 1 locks the rows the WHERE matches
+through the index it reads (under READ COMMITTED, only the matching rows stay locked); a
+plain UPDATE would lock much the same rows, but not necessarily in key order, and the rows
+are locked from step 1 rather than from the moment the UPDATE reaches them.
 
 Limits, checked when the statement is prepared: one table (no multi-table UPDATE, and
 RETURNING names that table's columns) with a one-column primary key, and a WHERE. The
@@ -73,6 +77,13 @@ class LockedReturning:
         return cls(lock, update, read)
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
+        if _autocommits(conn):
+            # Each statement would be its own transaction: step 1's locks would end before
+            # step 2, and the compare-and-set would be a check-then-act.
+            raise DatabaseError(
+                f"emulated UPDATE ... RETURNING on {self.update.table} needs a transaction, and this "
+                "connection autocommits each statement: run it on a transaction's connection"
+            )
         keys = list(conn.execute(self.lock, params).scalars())
         if not keys:
             return []
@@ -86,6 +97,13 @@ class LockedReturning:
                 f"{changed}: its WHERE reads rows the lock does not cover (the transaction must roll back)"
             )
         return conn.execute(self.read, bound).all()
+
+
+def _autocommits(conn: Connection) -> bool:
+    # PyMySQL answers from the server status of the last reply (no round trip); a driver
+    # without `get_autocommit` is taken at its word that SQLAlchemy began a transaction.
+    asks = getattr(conn.connection.dbapi_connection, "get_autocommit", None)
+    return bool(asks()) if callable(asks) else False
 
 
 class EmulatedReturning:
