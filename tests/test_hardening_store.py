@@ -16,7 +16,9 @@ from sqlalchemy import text
 
 import jobsup
 from jobsup import cron
+from jobsup.errors import DatabaseUnavailable
 from jobsup.scrub import error_text, secrets_of
+from jobsup.store.database import Database
 from jobsup.store.rows import ClaimedJob
 from jobsup.store.schema import job
 from jobsup.worker.execute import RESULT_CAP, execute
@@ -244,3 +246,22 @@ def test_retry_all_retries_the_others_when_one_dead_letter_cannot_be(client: job
     assert client.dead_letters.retry_all() == 2
     assert client.get(blocked).status == "dead_lettered"  # type: ignore[union-attr]
     assert [client.get(j).status for j in others] == ["pending", "pending"]  # type: ignore[union-attr]
+
+
+READ_ONLY = {"postgresql": "SET TRANSACTION READ ONLY", "mariadb": "START TRANSACTION READ ONLY"}
+
+
+@pytest.mark.parametrize(
+    "server",
+    [pytest.param("postgresql", marks=pytest.mark.postgres), pytest.param("mariadb", marks=pytest.mark.mariadb)],
+)
+def test_a_write_refused_as_read_only_is_unavailable_not_a_refusal(server: str, request: pytest.FixtureRequest) -> None:
+    """A server read-only for now (a standby during a failover) is waited out like a lost
+    connection: a plain DatabaseError would make the job log drop the lines it holds."""
+    db = Database(request.getfixturevalue(f"{server.replace('postgresql', 'postgres')}_url"))
+    try:
+        with pytest.raises(DatabaseUnavailable, match=r"(?i)read.only"), db.transaction() as conn:
+            conn.execute(text(READ_ONLY[server]))
+            conn.execute(job.delete())
+    finally:
+        db.dispose()

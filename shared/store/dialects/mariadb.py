@@ -103,9 +103,12 @@ _KEEPALIVE = (
     (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 30000),
 )
 # Server error numbers: no such table; the connection failed, was lost, or the server is
-# shutting down; a deadlock and a lock wait timeout stay plain DatabaseErrors, as on PostgreSQL.
+# shutting down; the server is full (1040) or read-only for now, as in a failover (1290,
+# 1792, 1836) or a Galera node out of its cluster (1047): each a wait-and-retry, never a
+# refusal of the write itself. A deadlock and a lock wait timeout stay plain
+# DatabaseErrors, as on PostgreSQL.
 _NO_TABLE = 1146
-_UNAVAILABLE = {1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
+_UNAVAILABLE = {1040, 1047, 1053, 1290, 1792, 1836, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
 
 
 def check_version(version: str) -> None:

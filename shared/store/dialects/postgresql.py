@@ -98,6 +98,8 @@ CONNECT_ARGS = {
     "tcp_user_timeout": 30000,
 }
 _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator intervention (shutdown)
+# Too many connections, and a read-only server (a standby during a failover): wait and retry.
+_UNAVAILABLE_CODES = {"53300", "25006"}
 _UNDEFINED_TABLE = "42P01"
 
 
@@ -359,6 +361,6 @@ class PostgreSQLDialect(NativeReturning, RowValueFence, NoOwnerLocks, RowByRowIn
         if state == _UNDEFINED_TABLE:
             return SchemaOutdated
         lost = isinstance(error, OperationalError | InterfaceError) and not state  # refused, reset
-        if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or lost:
+        if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or state in _UNAVAILABLE_CODES or lost:
             return DatabaseUnavailable
         return DatabaseError
