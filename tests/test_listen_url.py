@@ -48,6 +48,12 @@ def test_listen_url_on_a_database_without_listen_is_refused(tmp_path: Path) -> N
         Database(f"sqlite:///{tmp_path / 'jobsup.db'}", listen_url=SERVER)
 
 
+def test_listen_url_off_is_accepted_on_a_database_without_listen(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'jobsup.db'}", listen_url="off")
+    assert db.listen_url == "off"
+    db.dispose()
+
+
 def test_start_refuses_listen_url_on_sqlite_in_one_line(tmp_path: Path) -> None:
     result = run_jobsup("start", "--listen-url", "postgresql://jobs:hunter2@db/jobs", cwd=tmp_path)
     assert result.returncode == 2, result.stderr

@@ -61,8 +61,9 @@ def check_listen_url(value: str) -> None:
 
 
 def check_listen_with(database: URL, listen_url: str) -> None:
-    """`listen_url` only means something for a PostgreSQL database."""
-    if listen_url and database.get_backend_name() != "postgresql":
+    """A listen URL only means something for a PostgreSQL database; ``off`` (listen to
+    nothing) is true of every other database already, so one shared setting may say it."""
+    if listen_url not in ("", OFF) and database.get_backend_name() != "postgresql":
         raise ConfigurationError(
             f"listen_url is set, but the database {database.render_as_string(hide_password=True)} is not "
             "PostgreSQL (only PostgreSQL has LISTEN/NOTIFY): remove listen_url"
