@@ -138,12 +138,17 @@ def _configure(engine: Engine) -> Engine:
             for level, option, value in _KEEPALIVE:
                 sock.setsockopt(level, option, value)
 
-        cursor = dbapi_connection.cursor()
-        cursor.execute("SELECT VERSION()")
-        (version,) = cursor.fetchone()
-        check_version(str(version))
-        cursor.execute(SESSION)
-        cursor.close()
+        try:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("SELECT VERSION()")
+            (version,) = cursor.fetchone()
+            check_version(str(version))
+            cursor.execute(SESSION)
+            cursor.close()
+        except BaseException:
+            # The pool never saw this connection: closing it is up to us.
+            dbapi_connection.close()
+            raise
 
     @event.listens_for(engine, "checkin")
     def checkin(dbapi_connection: Any, record: Any) -> None:
