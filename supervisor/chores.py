@@ -45,12 +45,17 @@ class ProcessRows:
         self.store, self.id = store, supervisor_id
         self.host = socket.gethostname()
         self.synced: frozenset[Registration] = frozenset()
+        # Set when the supervisor stops: a sync then writes no more rows, so one that was
+        # under way cannot put rows back after the supervisor deregistered them all.
+        self.closed = threading.Event()
 
     def sync(self, workers: Sequence[Registration], heartbeat: bool) -> bool:
         """Refresh the heartbeat if asked; insert what is missing and delete what is dead
         when the rows do not match. True once done (an error propagates)."""
         wanted = frozenset(workers)
         table = self.store.processes
+        if self.closed.is_set():
+            return True
         if heartbeat:
             refreshed = table.process_heartbeat(self.id)
             if refreshed == len(wanted) + 1 and wanted == self.synced:
@@ -58,11 +63,15 @@ class ProcessRows:
         elif wanted == self.synced:
             return True
         present = table.process_ids(self.id)
+        if self.closed.is_set():
+            return True
         if self.id not in present:
             table.process_register(id=self.id, kind="supervisor", host=self.host, pid=os.getpid())
         by_id = {worker.id: worker for worker in wanted}
         table.process_deregister(sorted(present - set(by_id) - {self.id}))
         for worker_id in sorted(set(by_id) - present):
+            if self.closed.is_set():
+                return True
             worker = by_id[worker_id]
             table.process_register(
                 id=worker.id, kind="worker", host=self.host, pid=worker.pid, supervisor_id=self.id, queue=worker.queue
@@ -97,7 +106,9 @@ class Chores:
 
     def stop(self, wait: float) -> None:
         """Stop after the chore under way; wait at most `wait` seconds for it (one hanging
-        on a dead connection is left behind: its thread is a daemon)."""
+        on a dead connection is left behind: its thread is a daemon, and writes no row
+        after its statement under way)."""
+        self.rows.closed.set()
         self.stopped.set()
         if self.thread.is_alive():
             self.thread.join(wait)

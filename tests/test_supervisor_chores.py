@@ -37,6 +37,19 @@ def test_rows_that_were_pruned_or_never_written_come_back_and_dead_ones_go(url: 
     client.close()
 
 
+def test_rows_closed_at_shutdown_are_never_written_again(url: str) -> None:
+    """A sync that was still under way when the supervisor deregistered must not put its
+    rows back (they would be listed as a live supervisor until another instance pruned them)."""
+    client = jobsup.Client(url)
+    rows = ProcessRows(client.store, "h:supervisor:2")
+    assert rows.sync([Registration("h:default#1:a", 11, "default")], heartbeat=True)
+    client.store.processes.process_deregister_all("h:supervisor:2")
+    rows.closed.set()
+    assert rows.sync([Registration("h:default#1:a", 11, "default"), Registration("h:mail#1:b", 12, "mail")], True)
+    assert listed(client) == set()
+    client.close()
+
+
 def test_a_fork_waits_for_a_database_use_under_way_on_sqlite(sqlite_url: str) -> None:
     db = Database(sqlite_url)
     db.guard_forks()
