@@ -317,7 +317,7 @@ class Arbiter:
         assert self.children is not None
         self.stopping = time.monotonic()
         if self.chores is not None:
-            self.chores.stop(wait=0)
+            self.chores.wind_down()
         setproctitle(f"jobsup: supervisor {self.queue_summary()} stopping")
         emit("supervisor.stopping", reason=reason, grace=self.settings.shutdown_grace)
         self.children.signal_all(signal.SIGTERM)

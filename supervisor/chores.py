@@ -99,10 +99,18 @@ class Chores:
             self.schedule.append((CRON_EVERY, lambda: guarded("recurring", cron)))
         self.heartbeat_every = heartbeat_every
         self.stopped = threading.Event()
+        self.winding_down = threading.Event()
         self.thread = threading.Thread(target=self._run_forever, name="jobsup-chores", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
+
+    def wind_down(self) -> None:
+        """From now on only the process table and its heartbeat: no maintenance, no cron.
+        While the supervisor waits out the shutdown grace its rows stay fresh (a long
+        grace outlived the stale age, and another instance pruned a supervisor still
+        stopping) and follow its workers as they leave."""
+        self.winding_down.set()
 
     def stop(self, wait: float) -> None:
         """Stop after the chore under way; wait at most `wait` seconds for it (one hanging
@@ -127,7 +135,9 @@ class Chores:
                     # While the database is away, try again (and say so) once a second at most.
                     next_sync = now if synced else now + min(1.0, self.heartbeat_every)
                 for n, (every, chore) in enumerate(self.schedule):
-                    if not self.stopped.is_set() and time.monotonic() >= due[n]:
+                    if self.winding_down.is_set() or self.stopped.is_set():
+                        break
+                    if time.monotonic() >= due[n]:
                         due[n] = time.monotonic() + every
                         chore()
             except Exception as exc:  # never let the chores stop

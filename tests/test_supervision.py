@@ -12,6 +12,7 @@ import signal
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -143,6 +144,34 @@ def test_a_gil_holding_job_is_killed_during_a_long_shutdown_too(url: str, start,
     assert time.time() < lapses_at(client, job_id, 8), "not killed before its lease could lapse"
     assert supervisor.wait(timeout=30) == 0
     assert history(client, job_id) == [(1, "lease_expired")]
+
+
+def test_the_supervisor_heartbeats_through_a_long_shutdown_grace(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    """While a job uses the grace, the supervisor's row stays fresh (a grace longer than the
+    stale age got a supervisor still stopping pruned by another instance) and the row of a
+    worker that has left goes."""
+    client = jobsup.Client(url)
+    job_id = client.enqueue("work", {"seconds": 120})
+    supervisor = start("--queue", "default=2", lease="8s", heartbeat="2s", shutdown_grace="60s")
+    started_by(record, job_id)
+
+    def rows(kind: str) -> list[Any]:
+        return [row for row in client.store.processes.process_list() if row.kind == kind]
+
+    wait_until(lambda: len(rows("worker")) == 2, timeout=30, what="two worker rows")
+    supervisor.signal(signal.SIGTERM)
+    wait_until(lambda: "supervisor.stopping" in supervisor.output(), timeout=10, what="the SIGTERM")
+    (before,) = [row.heartbeat_at for row in rows("supervisor")]
+    wait_until(
+        lambda: [row.heartbeat_at > before + timedelta(seconds=3) for row in rows("supervisor")] == [True],
+        timeout=30,
+        what="two heartbeats during the grace",
+    )
+    wait_until(lambda: len(rows("worker")) == 1, timeout=30, what="the idle worker's row to go")
+    supervisor.signal(signal.SIGINT)  # after a SIGTERM: stop now
+    assert supervisor.wait(timeout=30) == 0
+    assert rows("supervisor") == rows("worker") == []
+    client.close()
 
 
 def test_a_cleanly_stopped_worker_leaves_no_owner_lock(sqlite_url: str, record: Path, tmp_path: Path) -> None:
