@@ -4,6 +4,7 @@ store's conformance tests run on MariaDB through the `url` fixture.)"""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -110,13 +111,18 @@ def test_a_finished_jobs_unique_key_leaves_the_generated_column(mariadb_url: str
 
 @pytest.mark.mariadb
 def test_the_gate_refuses_the_real_server_before_any_statement(
-    mariadb_url: str, monkeypatch: pytest.MonkeyPatch
+    mariadb_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The check runs on every new connection: pretend the minimum is above this server's."""
     from jobsup.store.dialects import mariadb
 
     monkeypatch.setattr(mariadb, "MINIMUM_MARIADB", (99, 0))
     client = jobsup.Client(mariadb_url)
-    with pytest.raises(jobsup.UnsupportedDatabase, match=r"MariaDB 1\d\.\d+\.\d+ is too old .* MariaDB 99\.0 or later"):
+    with (
+        caplog.at_level(logging.DEBUG, logger="sqlalchemy.pool"),
+        pytest.raises(jobsup.UnsupportedDatabase, match=r"MariaDB 1\d\.\d+\.\d+ is too old .* MariaDB 99\.0 or later"),
+    ):
         client.list_jobs()
+    # The refused connection is closed once, by the pool: no traceback besides the one line.
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     client.close()

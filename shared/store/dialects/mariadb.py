@@ -138,17 +138,14 @@ def _configure(engine: Engine) -> Engine:
             for level, option, value in _KEEPALIVE:
                 sock.setsockopt(level, option, value)
 
-        try:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("SELECT VERSION()")
-            (version,) = cursor.fetchone()
-            check_version(str(version))
-            cursor.execute(SESSION)
-            cursor.close()
-        except BaseException:
-            # The pool never saw this connection: closing it is up to us.
-            dbapi_connection.close()
-            raise
+        # A failure here leaves the connection to the pool, which closes it (SQLAlchemy
+        # 2.1; closing it here too made the pool log a traceback for "Already closed").
+        cursor = dbapi_connection.cursor()
+        cursor.execute("SELECT VERSION()")
+        (version,) = cursor.fetchone()
+        check_version(str(version))
+        cursor.execute(SESSION)
+        cursor.close()
 
     @event.listens_for(engine, "checkin")
     def checkin(dbapi_connection: Any, record: Any) -> None:
