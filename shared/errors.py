@@ -46,7 +46,9 @@ class DatabaseError(JobsupError):
 
 
 class DatabaseUnavailable(DatabaseError):
-    """The database cannot be reached: check that it runs and that the URL's host and port are right."""
+    """The database cannot be reached, or takes no writes for now (too many connections, a
+    read-only server during a failover): check that it runs, that the URL's host and port
+    are right, and that the URL names the primary."""
 
 
 class ConstraintViolation(DatabaseError):

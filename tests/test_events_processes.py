@@ -85,4 +85,4 @@ def test_two_supervisors_relaying_at_once_deliver_every_event_at_least_once(
 
 def _succeeded(client: jobsup.Client, ids: list[int]) -> int:
     wanted = set(ids)
-    return sum(1 for job in client.list_jobs(status="succeeded", limit=1000) if job.id in wanted)
+    return sum(1 for job in client.list_jobs(status="succeeded", limit=10_000) if job.id in wanted)

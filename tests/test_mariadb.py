@@ -9,12 +9,14 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
+import pymysql
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
 import jobsup
 from jobsup.store.dialects import normalise_url
-from jobsup.store.dialects.mariadb import check_version
+from jobsup.store.dialects.mariadb import MariaDBDialect, check_version
 
 
 @pytest.mark.parametrize(
@@ -126,3 +128,22 @@ def test_the_gate_refuses_the_real_server_before_any_statement(
     # The refused connection is closed once, by the pool: no traceback besides the one line.
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("number", "message"),
+    [
+        (1040, "Too many connections"),
+        (1047, "WSREP has not yet prepared node for application use"),
+        (1290, "The MariaDB server is running with the --read-only option so it cannot execute this statement"),
+        (1836, "Running in read-only mode"),
+    ],
+)
+def test_a_server_full_or_read_only_for_now_is_unavailable_not_a_refusal(number: int, message: str) -> None:
+    """What a failover or a full server answers (the test cannot make the shared server
+    read-only: every other test on it would fail); 1792, a read-only transaction, is also
+    raised for real in test_hardening_store."""
+    error = OperationalError("UPDATE jobsup_job ...", {}, pymysql.err.OperationalError(number, message))
+    assert MariaDBDialect().classify(error) is jobsup.DatabaseUnavailable
+    lock_wait = OperationalError("UPDATE jobsup_job ...", {}, pymysql.err.OperationalError(1205, "Lock wait timeout"))
+    assert MariaDBDialect().classify(lock_wait) is jobsup.DatabaseError

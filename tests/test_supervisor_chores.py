@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 import jobsup
 from jobsup.store.database import Database
 from jobsup.supervisor.chores import ProcessRows, Registration
@@ -46,6 +48,24 @@ def test_rows_closed_at_shutdown_are_never_written_again(url: str) -> None:
     client.store.processes.process_deregister_all("h:supervisor:2")
     rows.closed.set()
     assert rows.sync([Registration("h:default#1:a", 11, "default"), Registration("h:mail#1:b", 12, "mail")], True)
+    assert listed(client) == set()
+    client.close()
+
+
+def test_a_sync_under_way_when_the_rows_close_writes_nothing_after(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor stops while a sync is reading the table (its first statement): the
+    rows it would then insert are not written."""
+    client = jobsup.Client(url)
+    rows = ProcessRows(client.store, "h:supervisor:3")
+    read = client.store.processes.process_ids
+
+    def read_while_stopping(supervisor_id: str) -> set[str]:
+        present = read(supervisor_id)
+        rows.closed.set()  # the supervisor stops and deregisters while this read is under way
+        return present
+
+    monkeypatch.setattr(client.store.processes, "process_ids", read_while_stopping)
+    assert rows.sync([Registration("h:default#1:a", 11, "default")], heartbeat=False)
     assert listed(client) == set()
     client.close()
 
