@@ -46,9 +46,12 @@ class DatabaseError(JobsupError):
 
 
 class DatabaseUnavailable(DatabaseError):
-    """The database cannot be reached, or takes no writes for now (too many connections, a
-    read-only server during a failover): check that it runs, that the URL's host and port
-    are right, and that the URL names the primary."""
+    """The database cannot be reached: check that it runs and that the URL's host and port are right."""
+
+
+class DatabaseBusy(DatabaseUnavailable):
+    """The database answers but takes no work for now (too many connections, read-only
+    during a failover): jobsup's own loops wait and try again, as when it cannot reach it."""
 
 
 class ConstraintViolation(DatabaseError):

@@ -144,6 +144,6 @@ def test_a_server_full_or_read_only_for_now_is_unavailable_not_a_refusal(number:
     read-only: every other test on it would fail); 1792, a read-only transaction, is also
     raised for real in test_hardening_store."""
     error = OperationalError("UPDATE jobsup_job ...", {}, pymysql.err.OperationalError(number, message))
-    assert MariaDBDialect().classify(error) is jobsup.DatabaseUnavailable
+    assert MariaDBDialect().classify(error) is jobsup.DatabaseBusy
     lock_wait = OperationalError("UPDATE jobsup_job ...", {}, pymysql.err.OperationalError(1205, "Lock wait timeout"))
     assert MariaDBDialect().classify(lock_wait) is jobsup.DatabaseError

@@ -22,7 +22,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from jobsup.errors import ConstraintViolation, DatabaseError, DatabaseUnavailable
+from jobsup.errors import ConstraintViolation, DatabaseBusy, DatabaseError, DatabaseUnavailable
 from jobsup.store import faults
 from jobsup.store.dialects import Dialect, dialect_for, normalise_url
 from jobsup.store.dialects.pooler import check_listen_with
@@ -222,6 +222,8 @@ def _rolled_back_to(conn: Connection, name: str, context: object) -> None:
 def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:
     reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
     where = url.render_as_string(hide_password=True)
+    if kind is DatabaseBusy:
+        return f"the database {where} takes no work for now: {reason}"
     if kind is DatabaseUnavailable and url.host:
         return f"cannot reach the database {where} (host {url.host}, port {url.port or 'default'}): {reason}"
     if kind is DatabaseUnavailable:

@@ -69,7 +69,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
+from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, RowValueFence, SequentialChain
@@ -103,12 +103,13 @@ _KEEPALIVE = (
     (socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 30000),
 )
 # Server error numbers: no such table; the connection failed, was lost, or the server is
-# shutting down; the server is full (1040) or read-only for now, as in a failover (1290,
-# 1792, 1836) or a Galera node out of its cluster (1047): each a wait-and-retry, never a
-# refusal of the write itself. A deadlock and a lock wait timeout stay plain
-# DatabaseErrors, as on PostgreSQL.
+# shutting down; the server is full (1040) or takes no writes for now, as in a failover
+# (1290, 1836), in a read-only transaction (1792, PostgreSQL's 25006 too) or on a Galera
+# node out of its cluster (1047): each a wait-and-retry, never a refusal of the write
+# itself. A deadlock and a lock wait timeout stay plain DatabaseErrors, as on PostgreSQL.
 _NO_TABLE = 1146
-_UNAVAILABLE = {1040, 1047, 1053, 1290, 1792, 1836, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
+_UNAVAILABLE = {1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
+_BUSY = {1040, 1047, 1290, 1792, 1836}
 
 
 def check_version(version: str) -> None:
@@ -267,6 +268,8 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
         number = args[0] if args and isinstance(args[0], int) else None
         if number == _NO_TABLE:
             return SchemaOutdated
+        if number in _BUSY:
+            return DatabaseBusy
         if error.connection_invalidated or number in _UNAVAILABLE:
             return DatabaseUnavailable
         return DatabaseError

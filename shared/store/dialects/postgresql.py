@@ -65,7 +65,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, SchemaOutdated
 from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
@@ -99,7 +99,7 @@ CONNECT_ARGS = {
 }
 _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator intervention (shutdown)
 # Too many connections, and a read-only server (a standby during a failover): wait and retry.
-_UNAVAILABLE_CODES = {"53300", "25006"}
+_BUSY_STATES = {"53300", "25006"}
 _UNDEFINED_TABLE = "42P01"
 
 
@@ -361,6 +361,8 @@ class PostgreSQLDialect(NativeReturning, RowValueFence, NoOwnerLocks, RowByRowIn
         if state == _UNDEFINED_TABLE:
             return SchemaOutdated
         lost = isinstance(error, OperationalError | InterfaceError) and not state  # refused, reset
-        if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or state in _UNAVAILABLE_CODES or lost:
+        if state in _BUSY_STATES:
+            return DatabaseBusy
+        if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or lost:
             return DatabaseUnavailable
         return DatabaseError
