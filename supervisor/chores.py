@@ -54,8 +54,6 @@ class ProcessRows:
         when the rows do not match. True once done (an error propagates)."""
         wanted = frozenset(workers)
         table = self.store.processes
-        if self.closed.is_set():
-            return True
         if heartbeat:
             refreshed = table.process_heartbeat(self.id)
             if refreshed == len(wanted) + 1 and wanted == self.synced:
@@ -63,18 +61,20 @@ class ProcessRows:
         elif wanted == self.synced:
             return True
         present = table.process_ids(self.id)
-        if self.closed.is_set():
-            return True
-        if self.id not in present:
-            table.process_register(id=self.id, kind="supervisor", host=self.host, pid=os.getpid())
-        by_id = {worker.id: worker for worker in wanted}
-        table.process_deregister(sorted(present - set(by_id) - {self.id}))
-        for worker_id in sorted(set(by_id) - present):
-            if self.closed.is_set():
+        table.process_deregister(sorted(present - {worker.id for worker in wanted} - {self.id}))
+        missing = [Registration(self.id, os.getpid())] if self.id not in present else []
+        missing += sorted((w for w in wanted if w.id not in present), key=lambda w: w.id)
+        for row in missing:
+            if self.closed.is_set():  # the only writes that could put a deregistered row back
                 return True
-            worker = by_id[worker_id]
+            worker = row.id != self.id
             table.process_register(
-                id=worker.id, kind="worker", host=self.host, pid=worker.pid, supervisor_id=self.id, queue=worker.queue
+                id=row.id,
+                kind="worker" if worker else "supervisor",
+                host=self.host,
+                pid=row.pid,
+                supervisor_id=self.id if worker else None,
+                queue=row.queue,
             )
         self.synced = wanted
         return True
@@ -117,6 +117,7 @@ class Chores:
         on a dead connection is left behind: its thread is a daemon, and writes no row
         after its statement under way)."""
         self.rows.closed.set()
+        self.winding_down.set()
         self.stopped.set()
         if self.thread.is_alive():
             self.thread.join(wait)
@@ -135,7 +136,7 @@ class Chores:
                     # While the database is away, try again (and say so) once a second at most.
                     next_sync = now if synced else now + min(1.0, self.heartbeat_every)
                 for n, (every, chore) in enumerate(self.schedule):
-                    if self.winding_down.is_set() or self.stopped.is_set():
+                    if self.winding_down.is_set():  # stop() sets it too
                         break
                     if time.monotonic() >= due[n]:
                         due[n] = time.monotonic() + every
