@@ -248,17 +248,17 @@ def test_retry_all_retries_the_others_when_one_dead_letter_cannot_be(client: job
     assert [client.get(j).status for j in others] == ["pending", "pending"]  # type: ignore[union-attr]
 
 
-READ_ONLY = {"postgresql": "SET TRANSACTION READ ONLY", "mariadb": "START TRANSACTION READ ONLY"}
+READ_ONLY = {"postgres_url": "SET TRANSACTION READ ONLY", "mariadb_url": "START TRANSACTION READ ONLY"}
 
 
 @pytest.mark.parametrize(
     "server",
-    [pytest.param("postgresql", marks=pytest.mark.postgres), pytest.param("mariadb", marks=pytest.mark.mariadb)],
+    [pytest.param("postgres_url", marks=pytest.mark.postgres), pytest.param("mariadb_url", marks=pytest.mark.mariadb)],
 )
 def test_a_write_refused_as_read_only_is_unavailable_not_a_refusal(server: str, request: pytest.FixtureRequest) -> None:
     """A server read-only for now (a standby during a failover) is waited out like a lost
     connection: a plain DatabaseError would make the job log drop the lines it holds."""
-    db = Database(request.getfixturevalue(f"{server.replace('postgresql', 'postgres')}_url"))
+    db = Database(request.getfixturevalue(server))
     try:
         with (
             pytest.raises(DatabaseUnavailable, match=r"takes no work for now: .*(?i:read.only)"),
