@@ -167,3 +167,20 @@ def run_together(threads: Sequence[threading.Thread], *, timeout: float = 60) ->
         thread.start()
     for thread in threads:
         thread.join(timeout=timeout)
+
+
+def lock_waiters(url: str) -> int:
+    """How many of `url`'s database sessions wait for a row lock now (PostgreSQL, MariaDB)."""
+    engine = create_engine(url)
+    mariadb = engine.dialect.name in ("mysql", "mariadb")
+    waiting = (
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX t JOIN information_schema.PROCESSLIST p "
+        "ON p.ID = t.trx_mysql_thread_id WHERE t.trx_state = 'LOCK WAIT' AND p.DB = DATABASE()"
+        if mariadb
+        else "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text(waiting)).scalar_one())
+    finally:
+        engine.dispose()

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import insert, text
 
 import jobsup
 from jobsup import cron
@@ -20,10 +20,10 @@ from jobsup.errors import DatabaseUnavailable
 from jobsup.scrub import error_text, secrets_of
 from jobsup.store.database import Database
 from jobsup.store.rows import ClaimedJob
-from jobsup.store.schema import job
+from jobsup.store.schema import job, queue_state
 from jobsup.worker.execute import RESULT_CAP, execute
 
-from helpers import claim, claim_one, fail, succeed
+from helpers import claim, claim_one, fail, lock_waiters, succeed, wait_until
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -268,3 +268,36 @@ def test_a_write_refused_as_read_only_is_unavailable_not_a_refusal(server: str, 
             conn.execute(job.delete())
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize(
+    "server",
+    [pytest.param("postgres_url", marks=pytest.mark.postgres), pytest.param("mariadb_url", marks=pytest.mark.mariadb)],
+)
+def test_pauses_waiting_on_a_first_pause_both_find_the_queue_paused(
+    server: str, request: pytest.FixtureRequest
+) -> None:
+    """Two pauses of a queue with no row yet wait for another transaction inserting it; once
+    that commits both find the queue paused already. (On MariaDB each waiter's failed INSERT
+    kept a shared lock on the row, and their UPDATEs then deadlocked: CI saw it.)"""
+    url = request.getfixturevalue(server)
+    client = jobsup.Client(url)
+    results: list[object] = []
+
+    def pause(n: int) -> None:
+        try:
+            results.append(client.pause_queue("mail", actor=f"op{n}", allow_unknown=True))
+        except jobsup.DatabaseError as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=pause, args=(n,)) for n in range(2)]
+    with client.database.engine.begin() as first:
+        row = {"queue": "mail", "paused": True, "changed_by": "first", "changed_at": datetime.now(UTC)}
+        first.execute(insert(queue_state).values(row))
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: lock_waiters(url) >= 2, timeout=30, what="both pauses to wait for the first")
+    for thread in threads:
+        thread.join(30)
+    assert results == [False, False]
+    client.close()

@@ -28,8 +28,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, literal_column, or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, and_, literal_column, or_, select, update
 
 from jobsup.observe.events import emit
 from jobsup.store import steps
@@ -118,14 +117,8 @@ def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, param
     clock_params = _clock_params(t, params, policy.reset)
     clock = t.dialect.clock()
     if conn.execute(select(breaker.c.state).where(breaker.c.name == name)).first() is None:
-        try:
-            with conn.begin_nested():
-                conn.execute(
-                    insert(breaker).values(name=name, state=CLOSED, failures=0, changed_by=SYSTEM, changed_at=clock),
-                    clock_params,
-                )
-        except IntegrityError:
-            pass  # another settle inserted it first
+        first = {"name": name, "state": CLOSED, "failures": 0, "changed_by": SYSTEM, "changed_at": clock}
+        t.dialect.insert_missing(conn, breaker, first, clock_params)
     # Count first: the UPDATE locks the row, so two failures settling at once are counted one
     # after the other, and the one that reaches the threshold sees it.
     count = (

@@ -27,13 +27,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Integer, bindparam, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Integer, bindparam, delete, select, update
 
 from jobsup.store import steps
 from jobsup.store.schema import FINISHED_STATUSES, concurrency
 
 if TYPE_CHECKING:
+    from jobsup.store.dialects import Dialect
     from jobsup.store.statements import Statements
 
 # The key's row, locked until the transaction ends (FOR UPDATE; SQL Server's UPDLOCK; SQLite's
@@ -90,19 +90,15 @@ def admit(conn: Connection, sql: Statements, jobs: Sequence[tuple[int, Any, int]
     """Admit the just inserted or retried `jobs` (id, key, limit); hold those their key has
     no room for. Keys are locked in sorted order, so two transactions never wait on each other."""
     for job_id, key, limit in sorted(jobs, key=lambda each: (each[1], each[0])):
-        if not _took(conn, key, limit):
+        if not _took(conn, sql.dialect, key, limit):
             conn.execute(sql.hold_for_key, {"p_job": job_id})
 
 
-def _took(conn: Connection, key: str, limit: int) -> bool:
+def _took(conn: Connection, dialect: Dialect, key: str, limit: int) -> bool:
     admitted = _lock(conn, key)
-    if admitted is None:
-        try:  # the key's first job: its row, with this job's slot
-            with conn.begin_nested():
-                conn.execute(insert(concurrency).values(key=key, admitted=1))
-            return True
-        except IntegrityError:  # another transaction made it first: its row, locked now
-            admitted = _lock(conn, key) or 0
+    if admitted is None:  # the key's first job: its row (or the one another transaction made first), locked now
+        dialect.insert_missing(conn, concurrency, {"key": key, "admitted": 0})
+        admitted = _lock(conn, key) or 0
     if admitted >= limit:
         return False
     conn.execute(_add, {"p_key": key, "p_by": 1})

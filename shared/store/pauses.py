@@ -18,8 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, insert, literal_column, select, true, union, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Select, bindparam, literal_column, select, true, union, update
 
 from jobsup.errors import UnknownQueue
 from jobsup.store.announce import announce
@@ -76,13 +75,13 @@ class Pauses:
         clock = self.dialect.clock_params(now)
         values: dict[str, Any] = {"paused": True, "reason": reason, "changed_by": actor}
         with self.db.transaction("queues") as conn:
-            was = conn.execute(select(queue_state.c.paused).where(queue_state.c.queue == queue)).scalar()
-            if was is None and not self._insert(conn, queue, {**values, "changed_at": self.dialect.clock()}, clock):
-                was = False  # another pause inserted it first: the compare-and-set below decides
             row = queue_state.c.queue == queue
-            if was is False:  # a compare-and-set: of two pauses at once, one pauses the queue
-                flip = update(queue_state).where(row, queue_state.c.paused != true())
-                was = not conn.execute(flip.values({**values, "changed_at": self.dialect.clock()}), clock).rowcount
+            if conn.execute(select(queue_state.c.paused).where(row)).scalar() is None:
+                # Its first row, as not paused: of pauses at once, the compare-and-set decides.
+                first = {**values, "paused": False, "changed_at": self.dialect.clock()}
+                self.dialect.insert_missing(conn, queue_state, {"queue": queue, **first}, clock)
+            flip = update(queue_state).where(row, queue_state.c.paused != true())
+            was = not conn.execute(flip.values({**values, "changed_at": self.dialect.clock()}), clock).rowcount
             if was:  # paused already: its reason and who paused it are updated
                 conn.execute(update(queue_state).where(row).values(values), clock)
             detail = {"reason": reason, "was_paused": bool(was)}
@@ -105,14 +104,6 @@ class Pauses:
             if resumed:
                 announce(conn, "queue.resumed", subject=f"queue:{queue}", queue=queue, actor=actor)
         return resumed
-
-    def _insert(self, conn: Connection, queue: str, values: dict[str, Any], clock: dict[str, Any]) -> bool:
-        try:
-            with conn.begin_nested():
-                conn.execute(insert(queue_state).values(queue=queue, **values), clock)
-            return True
-        except IntegrityError:
-            return False
 
     def states(self) -> dict[str, QueueState]:
         """Every queue with a row: paused ones, and those resumed since."""

@@ -28,10 +28,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
-from sqlalchemy.exc import IntegrityError
 
 from jobsup.flow.rate import Rate
 from jobsup.store import steps
+from jobsup.store.dialects import Dialect
 from jobsup.store.schema import rate_limit, rate_start
 
 _locked = (
@@ -65,15 +65,11 @@ class Window:
     read_frontier: datetime | None = None  # as read under the lock: written back only if changed
 
     @classmethod
-    def locked(cls, conn: Connection, key: str, policy: Rate) -> Window:
+    def locked(cls, conn: Connection, dialect: Dialect, key: str, policy: Rate) -> Window:
         params = {"p_key": key}
         found = conn.execute(_locked, params).first()
-        if found is None:
-            try:  # the key's first claim: its row
-                with conn.begin_nested():
-                    conn.execute(insert(rate_limit).values(key=key, frontier=None))
-            except IntegrityError:  # another transaction made it first: locked now
-                pass
+        if found is None:  # the key's first claim: its row (or the one another claim made first), locked now
+            dialect.insert_missing(conn, rate_limit, {"key": key, "frontier": None})
             found = conn.execute(_locked, params).one()
         slots = {int(slot): started for slot, started in conn.execute(_starts, params).all()}
         return cls(key, policy, found.frontier, slots, read_frontier=found.frontier)
@@ -140,7 +136,7 @@ def admit_claimed(conn: Connection, change: steps.Change) -> None:
     given = change.params.get("given_now")  # a test's fixed instant
     for key in sorted(limited):  # keys locked in one order: two claims never wait on each other
         policy, rows = limited[key]
-        window = Window.locked(conn, key, policy)
+        window = Window.locked(conn, t.dialect, key, policy)
         # The start is now, after the wait for the key's lock: the claim's own clock was read
         # before it (and before SQLite's write lock), and a start counted earlier than it
         # happened would let more than the limit start in a window.

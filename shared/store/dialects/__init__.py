@@ -114,6 +114,13 @@ class Dialect(Protocol):
     def seconds_between(self, start: ColumnElement[Any], end: ColumnElement[Any]) -> ColumnElement[float]:
         """`end - start` in seconds, as a number the database can sum."""
 
+    def insert_missing(
+        self, conn: Connection, table: Table, values: Mapping[str, Any], params: Mapping[str, Any] | None = None
+    ) -> None:
+        """Insert one row of `table` unless its primary key is taken (by a row another
+        transaction inserted too, once that commits), so that the caller can lock and change
+        the row next, in its transaction, without waiting in a way that could deadlock."""
+
     def live_key_match(self) -> ColumnElement[bool]:
         """The live job holding the unique key bound as `p_key`, in the shape the database's
         index of live keys answers."""

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Connection, Insert, Integer, Update, and_, bindparam, tuple_
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Insert,
+    Integer,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    insert,
+    tuple_,
+)
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import TupleType
 
 from jobsup.store.chain import Chain, Native, Returning, Sequential
@@ -82,3 +95,19 @@ class FilteredKeyIndex:
 
     def live_key_match(self) -> ColumnElement[bool]:
         return and_(job.c.unique_key == bindparam("p_key"), job.c.status.in_(LIVE_STATUSES))
+
+
+class SavepointInsert:
+    """`insert_missing` as an INSERT in a savepoint that may lose the race: the loser waits
+    for the winner's commit, gets a unique violation and goes on. Right where a failed
+    INSERT keeps no shared lock on the row that the next UPDATE must upgrade: PostgreSQL,
+    and SQLite, whose writers take turns (SQL Server is not tested for it here)."""
+
+    def insert_missing(
+        self, conn: Connection, table: Table, values: Mapping[str, Any], params: Mapping[str, Any] | None = None
+    ) -> None:
+        try:
+            with conn.begin_nested():  # losing the race must not abort the caller's transaction
+                conn.execute(insert(table).values(dict(values)), dict(params or {}))
+        except IntegrityError:
+            pass  # another transaction made it first

@@ -66,6 +66,7 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
@@ -239,6 +240,16 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             if after is not None:
                 rows = after(conn, rows)
         return rows
+
+    def insert_missing(
+        self, conn: Connection, table: Table, values: Mapping[str, Any], params: Mapping[str, Any] | None = None
+    ) -> None:
+        # A duplicate INSERT leaves InnoDB's shared lock on the row, and two transactions that
+        # then update it each wait for the other's (a deadlock: two pauses of a new queue did).
+        # ON DUPLICATE KEY UPDATE takes the exclusive lock at once, so they queue instead.
+        (key,) = table.primary_key.columns
+        stmt = mysql_insert(table).values(dict(values))
+        conn.execute(stmt.on_duplicate_key_update({key.name: stmt.inserted[key.name]}), dict(params or {}))
 
     def live_key_match(self) -> ColumnElement[bool]:
         # The generated column under the unique index (`mariadb_schema`): the server does not

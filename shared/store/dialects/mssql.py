@@ -51,6 +51,7 @@ from jobsup.store.dialects.common import (
     NoOwnerLocks,
     Polling,
     RowByRowInsert,
+    SavepointInsert,
     SequentialChain,
 )
 from jobsup.store.dialects.types import UTCDateTime
@@ -60,7 +61,9 @@ from jobsup.store.schema import job
 LOCK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 
-class SQLServerDialect(NativeReturning, SequentialChain, NoOwnerLocks, RowByRowInsert, Polling, FilteredKeyIndex):
+class SQLServerDialect(
+    NativeReturning, SequentialChain, NoOwnerLocks, RowByRowInsert, Polling, FilteredKeyIndex, SavepointInsert
+):
     name = "mssql"
     atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
     read_options: Mapping[str, Any] = {}

@@ -69,7 +69,14 @@ from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, Sche
 from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import FilteredKeyIndex, NativeReturning, NoOwnerLocks, RowByRowInsert, RowValueFence
+from jobsup.store.dialects.common import (
+    FilteredKeyIndex,
+    NativeReturning,
+    NoOwnerLocks,
+    RowByRowInsert,
+    RowValueFence,
+    SavepointInsert,
+)
 from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import (
@@ -163,7 +170,9 @@ class NotifyListener:
         return not self.conn.closed
 
 
-class PostgreSQLDialect(NativeReturning, RowValueFence, NoOwnerLocks, RowByRowInsert, FilteredKeyIndex):
+class PostgreSQLDialect(
+    NativeReturning, RowValueFence, NoOwnerLocks, RowByRowInsert, FilteredKeyIndex, SavepointInsert
+):
     name = "postgresql"
     atomic_insert_rows = INSERT_CHUNK
     read_options: Mapping[str, Any] = {}

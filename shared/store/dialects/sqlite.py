@@ -77,6 +77,7 @@ from jobsup.store.dialects.common import (
     NativeReturning,
     RowByRowInsert,
     RowValueFence,
+    SavepointInsert,
     SequentialChain,
 )
 from jobsup.store.dialects.types import UTCDateTime
@@ -154,7 +155,7 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowInsert, FilteredKeyIndex):
+class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowInsert, FilteredKeyIndex, SavepointInsert):
     name = "sqlite"
     transaction_options: Mapping[str, Any] = {_BEGIN: "BEGIN IMMEDIATE"}
     atomic_insert_rows = sys.maxsize  # its statement() is a transaction too (BEGIN IMMEDIATE)
