@@ -246,10 +246,12 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     ) -> None:
         # A duplicate INSERT leaves InnoDB's shared lock on the row, and two transactions that
         # then update it each wait for the other's (a deadlock: two pauses of a new queue did).
-        # ON DUPLICATE KEY UPDATE takes the exclusive lock at once, so they queue instead.
+        # ON DUPLICATE KEY UPDATE takes the exclusive lock at once, so they queue instead. (Three
+        # at once whose first rolls back can still deadlock on gap locks: rare, and an error.)
         (key,) = table.primary_key.columns
         stmt = mysql_insert(table).values(dict(values))
-        conn.execute(stmt.on_duplicate_key_update({key.name: stmt.inserted[key.name]}), dict(params or {}))
+        # `key = key`: nothing changes, not even the spelling (utf8mb4_bin ignores trailing spaces).
+        conn.execute(stmt.on_duplicate_key_update({key.name: key}), dict(params or {}))
 
     def live_key_match(self) -> ColumnElement[bool]:
         # The generated column under the unique index (`mariadb_schema`): the server does not
