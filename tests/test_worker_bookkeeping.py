@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 import jobsup
+from jobsup.errors import DatabaseUnavailable
 from jobsup.settings import QueueConfig, Settings
 from jobsup.store import Database, faults
 from jobsup.store.rows import FAILED, RELEASED, Outcome
@@ -147,3 +148,44 @@ def test_burials_still_pending_at_shutdown_are_given_up_in_time(url: str) -> Non
         events.unsubscribe(subscriber)
     assert "burial.abandoned" in seen
     assert waited < 5, "a hanging statement held up the shutdown"  # 0.5 s asked, 600 s of hang
+
+
+@jobsup.job("rate-lost", queue="rate-lost", rate="1/1m")
+def rate_lost(ctx: jobsup.JobContext, payload: object) -> None: ...
+
+
+def test_a_later_claim_round_whose_reply_was_lost_gives_its_jobs_back_at_once(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's second round (the rate window put a row back) commits, then its reply is
+    lost: the worker looks for the lease it holds without knowing right away, rather than
+    leaving it to lapse and be charged an attempt for a job that never started."""
+    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"rate-lost": QueueConfig()})
+    slot = SlotTable(1, 1).slot(0)
+    slot.reset()
+    db = Database(url, role="worker")
+    worker = Worker(WorkerSpec(settings, "rate-lost", 1, OWNER, os.getppid()), db, StopRequest(), slot, None)
+    client = jobsup.Client(url)
+    first, _put_back = client.enqueue("rate-lost"), client.enqueue("rate-lost")
+    plain = client.enqueue("rate-lost-plain", queue="rate-lost", allow_unknown=True)  # round 2 claims it
+    dialect = worker.store.transitions.dialect
+    real, rounds = dialect.claim, []
+
+    def claim(db: Database, params: dict[str, object], after: object) -> object:
+        rows = real(db, params, after)  # type: ignore[arg-type]
+        rounds.append(len(rows))
+        if len(rounds) == 2:
+            raise DatabaseUnavailable("the reply to the COMMIT of claim round 2 was lost")
+        return rows
+
+    monkeypatch.setattr(dialect, "claim", claim)
+    try:
+        assert [job.id for job in worker.claim(limit=2)] == [first]
+        assert rounds == [1, 1]
+        monkeypatch.undo()
+        after = client.get(plain)
+        assert after is not None and after.status == "pending", "round 2's lease was left to lapse"
+        assert [(a.attempt, a.outcome) for a in after.history] == [(1, "released")]
+        assert not worker.claim_unsure
+    finally:
+        db.dispose()

@@ -17,6 +17,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Sequence
 from typing import NoReturn
 
 from setproctitle import setproctitle
@@ -126,6 +127,15 @@ class Worker:
                 jobs = self.store.transitions.claim(
                     self.spec.queue, self.spec.worker_id, limit=limit or self.batch, lease=self.settings.lease
                 )
+            if jobs.unsure:
+                # A later round failed and may have committed unseen: look for its leases now,
+                # not at the next claim, which the jobs this one returned may put off for longer
+                # than a lease.
+                self.claim_unsure = True
+                try:
+                    self.release_orphans(also=jobs)
+                except DatabaseError as exc:  # still unsure: the next claim looks again
+                    emit("db.error", operation="claim", worker=self.spec.label, error=exc)
         except DatabaseError as exc:
             # The claim may have committed with its reply lost: its leases would be this
             # worker's without its knowing, unrenewed, so they are looked for once the
@@ -146,10 +156,11 @@ class Worker:
         if due is not None:
             self.relook = max(RELOOK_AFTER, min((due - host_clock()).total_seconds(), self.poll_interval))
 
-    def release_orphans(self) -> None:
+    def release_orphans(self, also: Sequence[ClaimedJob] = ()) -> None:
         """Release the leases this worker holds in the database but not in its bookkeeping
-        (a claim whose reply was lost): those jobs never started here."""
-        known = self.keeper.known_ids()  # before the read: only this thread claims
+        (a claim whose reply was lost), nor among `also` (a claim's jobs not yet held): those
+        jobs never started here."""
+        known = self.keeper.known_ids() | {job.id for job in also}  # before the read: only this thread claims
         released = self.store.transitions.sweep.release_orphans(self.spec.worker_id, known)
         self.claim_unsure = False
         if released:

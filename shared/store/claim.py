@@ -164,8 +164,11 @@ def claim_rounds(
             if not claimed:  # nothing this worker must run: the outage is its to back off from
                 raise
             # The earlier rounds committed: their jobs are this worker's now, and raising
-            # would leave them running under a lease nobody renews until it lapses.
+            # would leave them running under a lease nobody renews until it lapses. This
+            # round may have committed too, its reply lost: the worker must look for leases
+            # it holds without knowing, as after a first round that raised.
             emit("db.error", operation="claim", error=exc)
+            claimed.unsure = True
             break
         claimed.extend(claimed_job(row) for row in rows)
         if len(dropped) == before or len(claimed) >= params["p_limit"]:
@@ -176,9 +179,12 @@ def claim_rounds(
 
 class Claimed(list[ClaimedJob]):
     """A claim's jobs, and when the earliest job it put back is due again (None: it put none
-    back), so that a worker that got none looks again then rather than at its next poll."""
+    back), so that a worker that got none looks again then rather than at its next poll.
+    `unsure`: a later round failed and may have committed unseen (its jobs would be the
+    worker's without its knowing)."""
 
     next_due: datetime | None = None
+    unsure: bool = False
 
 
 _CLAIM_ROUNDS = 20
