@@ -175,5 +175,7 @@ def keyed_work(ctx: jobsup.JobContext, payload: Any) -> None:
 
 @jobsup.job("rated-work", queue="rated-work", rate="5/1s")
 def rated_work(ctx: jobsup.JobContext, payload: Any) -> None:
-    """At most five start a second across every instance; records its start."""
+    """At most five start a second across every instance; records its start, then runs
+    `seconds` (default none)."""
     record(ctx, "start")
+    time.sleep(payload.get("seconds", 0))

@@ -74,6 +74,13 @@ class Worker:
         concurrency = self.settings.concurrency_of(spec.queue)
         self.services = JobServices(self.store)
         self.pool = Pool(concurrency, self.aio, self.services) if concurrency > 1 else None
+        if self.batch > 1 and self.pool is None and self.store.resolver.rate_limited(spec.queue):
+            # A rate window counts a start at the claim, but a batch's jobs run one after
+            # another: those behind a slow one would start later than counted, beside the
+            # next period's. One at a time, every job starts as it is counted. (A pool starts
+            # all it claims at once.)
+            emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=self.batch)
+            self.batch = 1
         self.write_before_claim = db.dialect.one_writer or (self.batch > 1 and self.pool is None)
         self.keeper = LeaseKeeper(self)
         self.settler = Settler(self)

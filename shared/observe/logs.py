@@ -28,6 +28,7 @@ _WARNINGS = {
     "recurring.behind",
     "definitions.incompatible",
     "supervisor.polling",
+    "worker.claim_batch_limited",
     "breaker.opened",
     "sla.breached",
     "hook.timed_out",
