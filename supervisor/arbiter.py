@@ -52,6 +52,7 @@ from jobsup.supervisor.maintenance import (
     PurgeAudit,
     PurgeFinished,
     QueueGauges,
+    RepairKeys,
     Step,
 )
 from jobsup.supervisor.recurring import CronTick
@@ -123,6 +124,7 @@ class Arbiter:
                 FinishBatches(self.store),
                 FinishWorkflows(self.store),
                 HalfOpenBreakers(self.store),
+                RepairKeys(self.store),
                 MarkSlaBreaches(self.store),
                 *(housekeeping if self.settings.housekeeping else []),
                 QueueGauges(self.store, self.settings.queues),

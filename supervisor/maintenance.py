@@ -11,7 +11,7 @@ from typing import Protocol
 from jobsup.clock import host_clock
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
-from jobsup.store import Store
+from jobsup.store import Store, limits
 from jobsup.store.outbox import Outbox
 from jobsup.store.processes import stale_age
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
@@ -127,6 +127,33 @@ class ForgetIdleKeys:
 
     def run_once(self, now: datetime | None = None) -> int:
         return self.store.retention.forget_idle_keys()
+
+
+class RepairKeys:
+    """Recount the concurrency keys that have jobs waiting from the job rows, and let those
+    in while their key has room (`jobsup.store.limits.repair`): a count a transition failed
+    to keep costs at most one maintenance interval, never a key stuck with room."""
+
+    name = "repair_keys"
+
+    def __init__(self, store: Store, batch: int = 100) -> None:
+        self.store, self.batch = store, batch
+
+    def run_once(self, now: datetime | None = None) -> int:
+        t = self.store.transitions
+        with t.db.read("maintenance") as conn:
+            keys = limits.keys_waiting(conn, self.batch)
+        clock = t.dialect.clock_params(now)
+        repaired = 0
+        for key in keys:
+            with t.db.transaction("maintenance") as conn:
+                kept, admitted, woken = limits.repair(conn, t.sql, key, clock)
+                if woken:
+                    t.dialect.after_enqueue(conn, woken)
+            if kept != admitted:
+                repaired += 1
+                emit("concurrency.repaired", key=key, counted=kept, admitted=admitted)
+        return repaired
 
 
 class PurgeAudit:

@@ -56,6 +56,7 @@ MARIADB_SUITE = {
     "test_explain",
     "test_mariadb",
     "test_workflows",
+    "test_cancel_running",
     "test_concurrency_keys",
     "test_rate_limits",
     "test_breakers",

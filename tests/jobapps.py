@@ -67,6 +67,18 @@ def work(ctx: jobsup.JobContext, payload: Any) -> Any:
     return payload.get("result")
 
 
+@jobsup.job("keyed-one", concurrency=1, max_attempts=1)
+def keyed_one(ctx: jobsup.JobContext, payload: Any) -> Any:
+    """`work` under a concurrency key of limit 1 (the key given at enqueue)."""
+    return work(ctx, payload)
+
+
+@jobsup.job("probed", queue="probed", max_attempts=1, breaker={"failures": 1, "reset": "1s"})
+def probed(ctx: jobsup.JobContext, payload: Any) -> Any:
+    """`work` behind a breaker that opens at one failure and half-opens a second later."""
+    return work(ctx, payload)
+
+
 @jobsup.job("compete")
 def compete(ctx: jobsup.JobContext, payload: Any) -> None:
     record(ctx, "ran")

@@ -247,3 +247,32 @@ def test_forgetting_idle_keys_never_waits_on_an_admission_holding_them(postgres_
         assert limits._took(conn, client.database.dialect, "b", 1)  # b's row is gone: the admission makes it again
     assert (admitted(client, "a"), admitted(client, "b")) == (1, 1)
     client.close()
+
+
+@pytest.mark.parametrize("server", ["postgres_url", "mariadb_url"])
+def test_a_slot_given_back_past_a_locked_waiter_is_found_by_maintenance(
+    request: pytest.FixtureRequest, server: str
+) -> None:
+    """Concurrency review, defect 1: the hand-over skips a waiting job another transaction
+    has locked (a batch sibling's check, an SLA mark) and gives the slot back; the locker
+    commits without touching the key, and nothing offered the slot again: the job waited
+    forever with its key at 0. The recount in maintenance finds it within one tick."""
+    from jobsup.supervisor.maintenance import RepairKeys
+
+    url = str(request.getfixturevalue(server))
+    client = jobsup.Client(url)
+    running, waiter = (client.enqueue("one-per-customer", concurrency_key="leak") for _ in range(2))
+    [claimed] = claim(client)
+    assert claimed.id == running and statuses(client, waiter) == ["waiting"]
+    locker = client.database.engine.connect()
+    held = locker.begin()
+    locker.execute(select(job.c.id).where(job.c.id == waiter).with_for_update())  # as a sibling's check does
+    succeed(client, [claimed])  # its hand-over skips the locked waiter
+    held.commit()
+    locker.close()
+    assert statuses(client, waiter) == ["waiting"] and admitted(client, "one-per-customer:leak") == 0
+    assert RepairKeys(client.store).run_once() == 1
+    assert statuses(client, waiter) == ["pending"]
+    invariant_holds(client)
+    assert RepairKeys(client.store).run_once() == 0  # an exact count is left as it is
+    client.close()

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 import jobsup
-from jobsup.store.rows import LEASE_EXPIRED, TIMED_OUT, Held, Lease
+from jobsup.store.rows import CANCELLED, LEASE_EXPIRED, TIMED_OUT, Held, Lease
 from jobsup.store.schema import job, job_attempt
 
 from helpers import claim, claim_one, fail, release, succeed
@@ -188,15 +188,49 @@ def test_expire_owner_closes_a_dead_workers_leases_by_what_it_was_running(client
     assert client.get(other).status == "running"  # type: ignore[union-attr]
 
 
-def test_cancel_pending_and_running_jobs(client: jobsup.Client) -> None:
+def test_cancel_ends_a_pending_job_and_asks_a_running_one(client: jobsup.Client) -> None:
+    """A running job keeps its lease (and all it holds) until its attempt's end is written:
+    its worker learns of the cancel at its next renewal."""
     pending = client.enqueue("a", run_at=T0 + timedelta(days=3650))
     running = client.enqueue("a")
     claimed = claim_one(client)
     assert client.cancel(pending) and client.cancel(running)
+    assert client.get(pending).status == "cancelled"  # type: ignore[union-attr]
+    asked = client.get(running)
+    assert asked is not None and asked.status == "running" and asked.lease_owner == claimed.owner
+    assert asked.cancel_requested_at is not None and asked.history[0].outcome is None
+    renewed = client.store.transitions.renew([claimed.lease], lease=60.0)
+    assert renewed == {running} and renewed.cancel_requested == {running}
+    assert client.cancel(running)  # asking again changes nothing
+    assert fail(client, claimed, kind=CANCELLED, error="stopped") == "cancelled"
+    ended = client.get(running)
+    assert ended is not None and ended.history[0].outcome == "cancelled" and ended.lease_owner is None
     assert not client.cancel(running)
-    assert client.get(running).history[0].outcome == "cancelled"  # type: ignore[union-attr]
-    assert succeed(client, [claimed]) == set()
-    assert {j.status for j in client.list_jobs()} == {"cancelled"}
+
+
+@pytest.mark.parametrize("end", ["failed", "timed_out", "lease_expired", "released"])
+def test_any_end_of_a_job_asked_to_cancel_ends_it_cancelled(client: jobsup.Client, end: str) -> None:
+    """Whoever writes the end (the worker, its supervisor, the sweep) and however the
+    attempt ended, the job does not run again."""
+    job_id = client.enqueue("a")
+    claimed = claim_one(client)
+    client.cancel(job_id)
+    if end == "released":
+        assert release(client, [claimed]) == {job_id}
+    else:
+        assert fail(client, claimed, kind=end) == "cancelled"
+    ended = client.get(job_id)
+    assert ended is not None and ended.status == "cancelled" and ended.finished_at is not None
+    assert [a.outcome for a in ended.history] == [end]
+    assert claim(client) == []
+
+
+def test_a_job_asked_to_cancel_that_succeeded_first_stays_a_success(client: jobsup.Client) -> None:
+    job_id = client.enqueue("a")
+    claimed = claim_one(client)
+    client.cancel(job_id)
+    assert succeed(client, [claimed]) == {job_id}
+    assert client.get(job_id).status == "succeeded"  # type: ignore[union-attr]
 
 
 def test_list_jobs_filters_by_status_and_queue(client: jobsup.Client) -> None:
@@ -301,7 +335,9 @@ def test_a_lease_owner_is_set_exactly_while_running(client: jobsup.Client) -> No
     succeed(client, [claimed[0]])
     fail(client, claimed[1])  # dead-lettered
     release(client, [claimed[2]])
-    client.cancel(claimed[3].id)
+    client.cancel(claimed[3].id)  # asked while it runs: still running, its lease held
+    assert broken() == []
+    fail(client, claimed[3], kind=CANCELLED)  # its worker stopped it
     client.store.transitions.sweep.expire(now=T0 + timedelta(minutes=5))  # [4] was running, [5] waiting
     assert broken() == []
     assert client.dead_letters.retry_all() == 2

@@ -5,8 +5,8 @@ What a job's attempt comes to depends on why it was asked to stop, not only on w
 function did: once its cancel event is set for a shutdown, the attempt is released (it does
 not count) whatever the function returns; set for a timeout, it is `timed_out`; set because
 its lease was lost, `lease_expired` (a compare-and-set: nothing changes if another worker
-has the job by now); set because an operator cancelled it, the row is already `cancelled`
-and the worker writes nothing.
+has the job by now); set because an operator cancelled it, `cancelled` (the row kept its
+lease and all it holds until now), unless the function had succeeded all the same.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from jobsup.payload import decode_payload
 from jobsup.registry import lookup
 from jobsup.scrub import error_text, scrub, secrets_of
 from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyring
+from jobsup.store.rows import CANCELLED as CANCELLED_OUTCOME
 from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
 from jobsup.worker.services import JobServices
 
@@ -172,11 +173,11 @@ def _explained(job: ClaimedJob, exc: BaseException, secrets: Any) -> Ran:
     return Ran(FAILED, error_text(exc, secrets))
 
 
-def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome | None:
+def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome:
     """The outcome to write for `job`, given why its cancel event was set (None: it was
-    not); None when there is nothing to write (its row has already moved on)."""
-    if reason == CANCELLED:
-        return None
+    not)."""
+    if reason == CANCELLED and ran.kind != SUCCEEDED:
+        return Outcome(job.held, CANCELLED_OUTCOME, "cancelled by an operator while it ran", **fields)
     if reason == LEASE_LOST:
         return Outcome(job.held, LEASE_EXPIRED, "lease lost: it could not be renewed; the job stopped", **fields)
     if reason == SHUTDOWN:

@@ -6,12 +6,14 @@ Neither writes anything about a job whose function is still running: only once i
 is dead may its row change (the supervisor writes it after reaping).
 
 - Renewal: one statement for every lease the worker holds (running jobs, jobs waiting in a
-  claimed batch, outcomes not yet written). A lease that comes back missing was lost: the
-  job was cancelled by an operator, or its lease expired and another worker may have it.
+  claimed batch, outcomes not yet written). A lease that comes back missing was lost: its
+  lease expired and another worker may have it. A lease renewed with a cancel request: an
+  operator cancelled the job (a running one is told; one still waiting is released, which
+  ends it).
   Each renewal is also written to the worker's slot, where the supervisor watches it.
-- Cancellation: a running job's `ctx.cancelled` is set when its lease is lost, when renewal
-  has failed for so long that the lease will lapse within two heartbeats, when its timeout
-  passes, and after the shutdown grace.
+- Cancellation: a running job's `ctx.cancelled` is set when an operator cancelled it, when
+  its lease is lost, when renewal has failed for so long that the lease will lapse within
+  two heartbeats, when its timeout passes, and after the shutdown grace.
 - Ending: a job that has not returned `cancel_grace` after cancellation (or one heartbeat
   before a lease it could not renew would lapse) ends the process from this thread, with an
   exit code that tells the supervisor what to write.
@@ -38,7 +40,6 @@ from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
 from jobsup.observe.tracing import NOT_TRACED, Traced
 from jobsup.store.rows import RELEASED, ClaimedJob, Outcome
-from jobsup.store.schema import CANCELLED as CANCELLED_STATUS
 from jobsup.worker.execute import CANCELLED, LEASE_LOST, SHUTDOWN, TIMEOUT
 
 if TYPE_CHECKING:
@@ -184,26 +185,32 @@ class LeaseKeeper:
         if not jobs:
             self.next_renewal = now + self.heartbeat
             return
-        store = self.worker.store
         try:
-            renewed = store.transitions.renew([job.lease for job in jobs], lease=self.lease)
-            lost = [job for job in jobs if job.id not in renewed]
-            statuses = store.reads.job_statuses([job.id for job in lost]) if lost else {}
+            renewed = self.worker.store.transitions.renew([job.lease for job in jobs], lease=self.lease)
         except DatabaseError as exc:
             emit("db.error", operation="renew", worker=self.worker.spec.label, error=exc)
             self.next_renewal = now + min(1.0, self.heartbeat)
             return
+        lost = [job for job in jobs if job.id not in renewed]
+        asked = [job for job in jobs if job.id in renewed.cancel_requested]
         self.drop(lost)
         with self.lock:
             self.renewed_at = now if self.unrenewed is None else min(now, self.unrenewed)
             running = [r for job in lost if (r := self.running.get(job.id)) is not None and r.job is job]
+            to_cancel = [r for job in asked if (r := self.running.get(job.id)) is not None and r.job is job]
+            # Asked before it started: it never will; its release ends it `cancelled`.
+            unstarted = [job for job in asked if self.waiting.get(job.id) is job]
+            for job in unstarted:
+                del self.waiting[job.id]
             self.worker.slot.renewed(self.renewed_at)
         self.next_renewal = now + self.heartbeat
-        for job in running:
-            reason = CANCELLED if statuses.get(job.job.id) == CANCELLED_STATUS else LEASE_LOST
-            if reason == LEASE_LOST:
-                emit("job.lease_lost", job=job.job.id, name=job.job.name, attempt=job.job.attempt)
-            self._cancel(job, reason, now)
+        for r in running:
+            emit("job.lease_lost", job=r.job.id, name=r.job.name, attempt=r.job.attempt)
+            self._cancel(r, LEASE_LOST, now)
+        for r in to_cancel:
+            self._cancel(r, CANCELLED, now)
+        for job in unstarted:
+            self.worker.settler.add(job, Outcome(job.held, RELEASED, worker=self.worker.spec.label))
 
     def _enforce(self, running: Running, now: float) -> None:
         lapses_at = self.renewed_at + self.lease

@@ -265,14 +265,11 @@ class Worker:
         outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.spec.label)
         with running.traced.current():  # a failure's settle, written here, is the run's child
             self.write(running, outcome)
-        running.traced.end("cancelled" if outcome is None else outcome.kind, None if outcome is None else outcome.error)
+        running.traced.end(outcome.kind, outcome.error)
 
-    def write(self, running: Running, outcome: Outcome | None) -> None:
+    def write(self, running: Running, outcome: Outcome) -> None:
         job = running.job
-        if outcome is None:
-            self.keeper.end(running)
-            self.keeper.drop([job])  # its row already moved on: an operator cancelled it
-        elif outcome.kind in (SUCCEEDED, RELEASED):
+        if outcome.kind in (SUCCEEDED, RELEASED):
             self.keeper.end(running)  # should the worker die now, the job is released, not charged
             self.settler.add(job, outcome)
         else:

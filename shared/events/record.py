@@ -21,7 +21,7 @@ from jobsup.clock import host_clock
 from jobsup.events.catalogue import encode, error_type, event
 from jobsup.store import announce, outbox, steps
 from jobsup.store.database import after_commit
-from jobsup.store.schema import DEAD_LETTERED, PENDING
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING
 
 # The event types each transition can announce.
 TRANSITION_TYPES: dict[str, frozenset[str]] = {
@@ -31,6 +31,7 @@ TRANSITION_TYPES: dict[str, frozenset[str]] = {
     "fail": frozenset({"job.failed", "job.timed_out", "job.retrying", "job.dead_lettered"}),
     "expire": frozenset({"lease.expired", "job.retrying", "job.dead_lettered"}),
     "cancel": frozenset({"job.cancelled"}),
+    "release": frozenset({"job.cancelled"}),  # a job an operator asked to cancel while it was held
     "retry": frozenset({"job.retrying"}),
 }
 
@@ -136,14 +137,18 @@ def _events(conn: Connection, change: steps.Change) -> Iterable[dict[str, Any]]:
         same = announce.job_fields(job)
         if transition == "complete":
             yield event("job.succeeded", at, **same, outcome="succeeded")
-        elif transition == "cancel":
-            yield event("job.cancelled", at, **same, outcome="cancelled")
+        elif transition in ("cancel", "release"):  # a release is announced only when it ended the job
+            if job.status == CANCELLED:
+                yield event("job.cancelled", at, **same, outcome="cancelled")
         elif transition == "retry":
             yield event("job.retrying", at, **same, retry_at=job.run_at.isoformat())
         else:  # fail or expire: how the attempt ended, then what becomes of the job
             kind = {"timed_out": "job.timed_out", "lease_expired": "lease.expired"}.get(str(outcome), "job.failed")
-            yield event(kind, at, **same, outcome=outcome, error_type=error_type(job.last_error))
+            if outcome != "cancelled":  # the worker stopped it for its cancel: job.cancelled says it
+                yield event(kind, at, **same, outcome=outcome, error_type=error_type(job.last_error))
             if job.status == PENDING:
                 yield event("job.retrying", at, **same, retry_at=job.run_at.isoformat())
             elif job.status == DEAD_LETTERED:
                 yield event("job.dead_lettered", at, **same, outcome=outcome, error_type=error_type(job.last_error))
+            elif job.status == CANCELLED:  # an operator asked while it ran
+                yield event("job.cancelled", at, **same, outcome="cancelled")

@@ -208,9 +208,14 @@ def log_line(line: Any) -> str:
 @with_target
 def jobs_cancel(target: Target, job_id: int, actor: str | None) -> None:
     """Cancel a pending or running job."""
-    if not target.client().cancel(job_id, actor=actor):
+    client = target.client()
+    if not client.cancel(job_id, actor=actor):
         raise NotFound(f"job {job_id} is not pending or running (or does not exist)")
-    click.echo(f"cancelled job {job_id}")
+    job = client.get(job_id)
+    if job is not None and job.status == "running":
+        click.echo(f"asked running job {job_id} to stop: it ends cancelled once its worker stops it")
+    else:
+        click.echo(f"cancelled job {job_id}")
 
 
 @cli.group()

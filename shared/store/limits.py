@@ -27,10 +27,11 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Integer, bindparam, delete, select, update
+from sqlalchemy import Connection, Integer, bindparam, delete, func, select, update
 
 from jobsup.store import steps
-from jobsup.store.schema import FINISHED_STATUSES, concurrency
+from jobsup.store.claim import status_is
+from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, WAITING, concurrency, job
 
 if TYPE_CHECKING:
     from jobsup.store.dialects import Dialect
@@ -131,6 +132,57 @@ def hand_over(conn: Connection, sql: Statements, keys: Sequence[str], clock: dic
     return woken
 
 
+# -- the recount: a missed update costs a maintenance interval, never a stuck key ----------
+
+# Keys with jobs waiting for room, in key order (served by the waiting index, key first).
+_keys_waiting = (
+    select(job.c.concurrency_key)
+    .where(status_is(WAITING), job.c.concurrency_key.is_not(None), job.c.waiting_on == 0)
+    .group_by(job.c.concurrency_key)
+    .order_by(job.c.concurrency_key)
+    .limit(bindparam("p_batch", type_=Integer))
+)
+# What a key's count should say: its jobs admitted now (a job waiting for room holds none).
+_admitted_now = (
+    select(func.count())
+    .select_from(job)
+    .where(job.c.concurrency_key == bindparam("p_key"), job.c.status.in_([PENDING, RUNNING]))
+)
+_set = update(concurrency).where(concurrency.c.key == bindparam("p_key")).values(admitted=bindparam("p_admitted"))
+
+
+def keys_waiting(conn: Connection, batch: int) -> list[str]:
+    return [str(key) for key in conn.execute(_keys_waiting, {"p_batch": batch}).scalars()]
+
+
+def repair(conn: Connection, sql: Statements, key: str, clock: dict[str, Any]) -> tuple[int, int, set[str]]:
+    """Recount `key`'s admitted jobs from the job rows under the key's lock, and let its
+    waiting jobs in while it has room. Returns the count kept before, the count now, and
+    the queues of the jobs let in.
+
+    Why: the count is kept by the transitions, and a hand-over that skipped a waiting job
+    another transaction had locked (a sibling's batch check, an SLA mark) gave the slot back
+    with nothing to offer it again. Under the key's lock no admission or hand-over of the key
+    runs; a job ending beside this (its row already changed, uncommitted) is still counted,
+    and its own hand-over, which waits for this lock, then counts it out."""
+    kept = _lock(conn, key)
+    if kept is None:
+        sql.dialect.insert_missing(conn, concurrency, {"key": key, "admitted": 0})
+        kept = _lock(conn, key) or 0
+    admitted = int(conn.execute(_admitted_now, {"p_key": key}).scalar_one())
+    woken: set[str] = set()
+    for _ in range(100):  # bounded per tick; a key with more room is topped up at the next
+        waiting = conn.execute(sql.next_for_key, {"p_key": key}).first()
+        if waiting is None or admitted >= int(waiting.concurrency_limit or 1):
+            break
+        if conn.execute(sql.promote_for_key, {"p_job": waiting.id, **clock}).rowcount:
+            admitted += 1
+            woken.add(waiting.queue)
+    if admitted != kept:
+        conn.execute(_set, {"p_key": key, "p_admitted": admitted})
+    return kept, admitted, woken
+
+
 def _finished_keys(rows: Sequence[Any]) -> list[str]:
     # A job that waited for room (waiting_on 0) and was cancelled there held no slot.
     return [
@@ -157,6 +209,7 @@ def after_retry(conn: Connection, change: steps.Change) -> None:
         admit(conn, change.transitions.sql, keyed)
 
 
-for _transition in ("complete", "fail", "expire", "cancel"):
+# A release ends the job when an operator asked to cancel it while it was held.
+for _transition in ("complete", "fail", "expire", "cancel", "release"):
     steps.register(_transition, after_finish, linked_only=True)
 steps.register("retry", after_retry, linked_only=True)

@@ -58,7 +58,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobsup.links")
 
 # The transitions that end jobs.
-FINISHING = ("complete", "fail", "expire", "cancel")
+# (A release ends the job when an operator asked to cancel it while it was held.)
+FINISHING = ("complete", "fail", "expire", "cancel", "release")
 
 
 def linked_rows(rows: Sequence[Any]) -> list[Any]:

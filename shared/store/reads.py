@@ -197,4 +197,5 @@ def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
         sla_start_by=row.sla_start_by,
         sla_finish_by=row.sla_finish_by,
         sla_breached_at=row.sla_breached_at,
+        cancel_requested_at=row.cancel_requested_at,
     )

@@ -51,6 +51,7 @@ class Job:
     sla_start_by: datetime | None = None  # its SLA deadlines (`jobsup.store.sla`)
     sla_finish_by: datetime | None = None
     sla_breached_at: datetime | None = None  # when maintenance found it past one
+    cancel_requested_at: datetime | None = None  # an operator cancelled it while it ran: it ends cancelled
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, with the same field names (for `--json` and logs)."""

@@ -40,7 +40,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0009"
+SCHEMA_REVISION = "0010"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -96,6 +96,8 @@ job = Table(
     Column("sla_breached_at", UTCDateTime),
     Column("rate_turn", UTCDateTime),  # the start time a rate window gave a job it put back
     Column("traceparent", Name(55)),  # the enqueuer's W3C trace context (`jobsup.observe.tracing`)
+    # An operator cancelled it while it ran: its end, when its worker writes it, is `cancelled`.
+    Column("cancel_requested_at", UTCDateTime),
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -377,6 +379,12 @@ Index(
     job.c.run_at,
     job.c.id,
     **_filtered("status = 'waiting' AND concurrency_key IS NOT NULL"),
+)
+Index(
+    "jobsup_job_concurrency_admitted",
+    job.c.concurrency_key,
+    job.c.status,
+    **_filtered("concurrency_key IS NOT NULL AND status IN ('pending', 'running')"),
 )
 Index(
     "jobsup_job_sla_start",

@@ -30,7 +30,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobsup.store.chain import Chain, Returning, Sequential
+from jobsup.store.chain import Chain, Returning
 from jobsup.store.claim import status_is
 from jobsup.store.dialects import Dialect
 from jobsup.store.insert import values_statement
@@ -46,6 +46,9 @@ from jobsup.store.schema import (
     job,
     job_attempt,
 )
+
+# An operator cancelled the running job: whatever ends its attempt ends the job `cancelled`.
+CANCEL_REQUESTED = job.c.cancel_requested_at.is_not(None)
 
 
 class Statements(LinkedStatements):
@@ -127,7 +130,7 @@ class Statements(LinkedStatements):
             update(job)
             .where(self.fence)
             .values(lease_expires_at=self.dialect.clock("lease"), updated_at=self.dialect.clock())
-            .returning(job.c.id)
+            .returning(job.c.id, job.c.cancel_requested_at)
         )
 
     @cached_property
@@ -151,13 +154,14 @@ class Statements(LinkedStatements):
     def _fail(self, *, expired_only: bool) -> Chain:
         clock = self.dialect.clock()
         dead = or_(bindparam("p_discard", type_=Boolean), job.c.attempts >= job.c.max_attempts)
+        ends = or_(CANCEL_REQUESTED, dead)
         first = (
             update(job)
             .where(self.fence, *((job.c.lease_expires_at < clock,) if expired_only else ()))
             .values(
-                status=case((dead, DEAD_LETTERED), else_=PENDING),
-                run_at=case((dead, job.c.run_at), else_=self.dialect.clock("retry")),
-                finished_at=case((dead, clock), else_=null()),
+                status=case((CANCEL_REQUESTED, CANCELLED), (dead, DEAD_LETTERED), else_=PENDING),
+                run_at=case((ends, job.c.run_at), else_=self.dialect.clock("retry")),
+                finished_at=case((ends, clock), else_=null()),
                 last_error=bindparam("p_error"),
                 updated_at=clock,
                 lease_owner=None,
@@ -182,13 +186,14 @@ class Statements(LinkedStatements):
             update(job)
             .where(self.fence, *((job.c.lease_expires_at < clock,) if expired_only else ()))
             .values(
-                status=PENDING,
+                status=case((CANCEL_REQUESTED, CANCELLED), else_=PENDING),
                 attempts=job.c.attempts - 1,
+                finished_at=case((CANCEL_REQUESTED, clock), else_=null()),
                 updated_at=clock,
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -240,36 +245,42 @@ class Statements(LinkedStatements):
 
     # -- operators -----------------------------------------------------------------------------
 
-    def _cancel(self, which: ColumnElement[bool]) -> Chain:
-        # Two statements on every dialect: a cancel may wait on the row lock of a claim that
-        # is committing; its attempt row is then only visible to a statement that starts
-        # after that commit (one fused statement would read its first snapshot and leave the
-        # attempt open forever).
+    def _cancel(self, which: ColumnElement[bool]) -> Returning:
+        """Waiting and pending jobs end `cancelled` at once; a running job is only marked
+        (`cancel_requested_at`): it keeps its lease and all it holds (a key's slot, its place
+        as a probe, its workflow step unfinished) while its function may still run, and its
+        end, whoever writes it, is `cancelled` (`fail`, `release`). So no attempt is closed
+        here: only a running job has one open. (A cancel that waited on the lock of a claim
+        committing sees the row as claimed, running, and marks it.)"""
         clock = self.dialect.clock()
+        running = status_is(RUNNING)
         first = (
             update(job)
             .where(which, job.c.status.in_(UNFINISHED_STATUSES))
             .values(
-                status=CANCELLED,
-                finished_at=clock,
+                status=case((running, job.c.status), else_=CANCELLED),
+                finished_at=case((running, job.c.finished_at), else_=clock),
                 updated_at=clock,
-                lease_owner=None,
-                lease_expires_at=None,
+                lease_owner=case((running, job.c.lease_owner), else_=null()),
+                lease_expires_at=case((running, job.c.lease_expires_at), else_=null()),
+                cancel_requested_at=case(
+                    (running, func.coalesce(job.c.cancel_requested_at, clock)), else_=job.c.cancel_requested_at
+                ),
             )
             .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
         )
-        return Sequential.of(self.dialect.returning(first), self.close_attempts)
+        return self.dialect.returning(first)
 
     @cached_property
-    def cancel(self) -> Chain:
+    def cancel(self) -> Returning:
         return self._cancel(job.c.id == bindparam("p_job"))
 
     @cached_property
-    def cancel_workflow(self) -> Chain:
+    def cancel_workflow(self) -> Returning:
         return self._cancel(job.c.workflow_id == bindparam("p_workflow"))
 
     @cached_property
-    def cancel_batch(self) -> Chain:
+    def cancel_batch(self) -> Returning:
         return self._cancel(job.c.batch_id == bindparam("p_batch"))
 
     @cached_property

@@ -13,7 +13,7 @@ time-dependent transition takes an optional `now`; without it the reference cloc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -47,7 +47,7 @@ from jobsup.store.rows import (
     RecurringSchedule,
     has_links,
 )
-from jobsup.store.schema import DEAD_LETTERED
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED
 from jobsup.store.sealed import seal_new
 from jobsup.store.statements import Statements
 from jobsup.store.sweep import Sweep
@@ -151,15 +151,16 @@ class Transitions:
 
         return claim_rounds(lambda p: self.dialect.claim(self.db, p, after if run else None), params, dropped)
 
-    def renew(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> set[int]:
-        """Extend the leases still held; return the ids renewed (missing ones were lost).
-        Changes no state."""
+    def renew(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> Renewed:
+        """Extend the leases still held; return the ids renewed (missing ones were lost),
+        with those an operator asked to cancel. Changes no state."""
         if not leases:
-            return set()
+            return Renewed()
         params = {**self.dialect.clock_params(now, lease=lease), **self.sql.fence_params(leases)}
         renew = self.sql.renew
         with (self.db.statement if renew.single else self.db.transaction)("renew") as conn:
-            return {row[0] for row in renew.run(conn, params)}
+            rows = renew.run(conn, params)
+        return Renewed((row[0] for row in rows), (row[0] for row in rows if row[1] is not None))
 
     # -- settle: running -> succeeded | pending | dead_lettered -----------------------------------
 
@@ -218,6 +219,8 @@ class Transitions:
         fields = {**_fields(held, outcome), "outcome": kind, "error": outcome.error}
         if status is None:
             emit("job.settle_stale", **fields)
+        elif status == CANCELLED:  # an operator asked while it ran: this end is the cancel's
+            emit("job.cancelled", **fields)
         elif outcome.kind == LEASE_EXPIRED:
             emit("lease.expired", **fields, status=status)
         elif status == DEAD_LETTERED:
@@ -246,25 +249,34 @@ class Transitions:
         operation: str = "release",
     ) -> set[int]:
         """running -> pending without using up the attempt (shutdown, or a claimed job that
-        never started); returns the ids released. `expired_only` also requires the lease to
-        have lapsed (the sweep's compare-and-set)."""
+        never started), or -> cancelled for a job an operator asked to cancel meanwhile;
+        returns the ids released. `expired_only` also requires the lease to have lapsed (the
+        sweep's compare-and-set)."""
         released: set[int] = set()
+        cancelled: set[int] = set()
         for owner in {h.lease.owner for h in held}:
             mine = [h for h in held if h.lease.owner == owner]
             params = {**self.dialect.clock_params(now), **self.sql.fence_params([h.lease for h in mine])}
             params |= {"p_outcome": RELEASED, "p_error": None}
             chain = self.sql.release_expired if expired_only else self.sql.release
             linked = any(h.linked for h in mine)
-            released |= {row[0] for row in self._run("release", chain, params, operation, linked)}
+            rows = self._run("release", chain, params, operation, linked)
+            released |= {row[0] for row in rows}
+            cancelled |= {row[0] for row in rows if row.status == CANCELLED}
         for h in held:
-            emit("job.released", **_fields(h), stale=h.id not in released)
+            if h.id in cancelled:  # an operator asked while it was held: released, it ends
+                emit("job.cancelled", **_fields(h))
+            else:
+                emit("job.released", **_fields(h), stale=h.id not in released)
         return released
 
     # -- operators ---------------------------------------------------------------------------------
 
     def cancel(self, job_id: int, *, now: datetime | None = None) -> bool:
-        """waiting, pending or running -> cancelled. A running job's worker sees its lease
-        gone and sets the job's cancel event. False when the job had finished."""
+        """waiting or pending -> cancelled; a running job is asked to stop: its worker sees
+        the request at its next renewal and sets the job's cancel event, and the attempt's
+        end, when it is written, ends the job `cancelled` (unless the function had already
+        succeeded). Until then the job holds all it held. False when the job had finished."""
         return bool(self.cancel_where(self.sql.cancel, {"p_job": job_id}, now))
 
     def cancel_where(
@@ -274,14 +286,20 @@ class Transitions:
         now: datetime | None,
         also: Callable[[Connection, dict[str, Any]], object] | None = None,
     ) -> Sequence[Row[Any]]:
-        """Cancel what `chain` matches, and do `also` in the same transaction."""
+        """Cancel what `chain` matches, and do `also` in the same transaction. Returns the
+        rows matched: those that ended (status `cancelled`) and the running ones asked to."""
         params = {**self.dialect.clock_params(now), **which, "p_outcome": "cancelled", "p_error": None}
         with self.db.transaction("cancel") as conn:
             if also is not None:
                 also(conn, params)
-            rows = self._steps_after(conn, "cancel", chain, params, True)
+            rows = chain.run(conn, params)
+            # Only the jobs that ended: a running one was asked to stop, and ends later.
+            ended = [row for row in rows if row.status == CANCELLED]
+            if ended:
+                steps.run(conn, steps.Change("cancel", ended, params, self))
         for row in rows:
-            emit("job.cancelled", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
+            kind = "job.cancelled" if row.status == CANCELLED else "job.cancel_requested"
+            emit(kind, job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
         return rows
 
     def retry(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
@@ -361,14 +379,14 @@ class Transitions:
                 steps.run(conn, steps.Change(transition, matched, each[0], self), linked=linked)
         return matched
 
-    def _steps_after(
-        self, conn: Connection, transition: str, chain: Chain, params: Mapping[str, Any], linked: bool
-    ) -> Sequence[Row[Any]]:
-        """The compare-and-set on `conn`, then, if it matched, the transition's steps."""
-        rows = chain.run(conn, params)
-        if rows:
-            steps.run(conn, steps.Change(transition, rows, params, self), linked=linked)
-        return rows
+
+class Renewed(set[int]):
+    """The ids of the leases a renewal extended, and `cancel_requested`: those of jobs an
+    operator asked to cancel."""
+
+    def __init__(self, ids: Iterable[int] = (), cancel_requested: Iterable[int] = ()) -> None:
+        super().__init__(ids)
+        self.cancel_requested = set(cancel_requested)
 
 
 def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
