@@ -54,6 +54,11 @@ class DatabaseBusy(DatabaseUnavailable):
     during a failover): jobsup's own loops wait and try again, as when it cannot reach it."""
 
 
+class LockBusy(DatabaseError):
+    """A row lock stayed held by another transaction past the bounded wait (a concurrency
+    key held by a caller's open transaction): nothing was written; try again."""
+
+
 class ConstraintViolation(DatabaseError):
     """The database refused a write that breaks one of its constraints."""
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from jobsup import exits
 from jobsup.observe.events import emit
 from jobsup.settings import Settings
+from jobsup.store.rows import lease_owner
 from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.slot import SlotTable
 from jobsup.worker.spec import WorkerSpec
@@ -105,7 +106,8 @@ class Children:
         return spawned
 
     def spawn(self, slot: Slot) -> Child:
-        worker_id = f"{self.host}:{slot.label}:{uuid.uuid4().hex[:12]}"
+        at_once = self.settings.concurrency_of(slot.queue)
+        worker_id = lease_owner(self.host, slot.label, uuid.uuid4().hex[:12], at_once)
         spec = WorkerSpec(self.settings, slot.queue, slot.index, worker_id, os.getpid())
         slot.memory.reset()
         pid = self.fork_child(spec, slot.memory)

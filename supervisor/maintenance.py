@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Protocol
 
 from jobsup.clock import host_clock
+from jobsup.errors import LockBusy
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
 from jobsup.store import Store, limits
@@ -146,10 +147,13 @@ class RepairKeys:
         clock = t.dialect.clock_params(now)
         repaired = 0
         for key in keys:
-            with t.db.transaction("maintenance") as conn:
-                kept, admitted, woken = limits.repair(conn, t.sql, key, clock)
-                if woken:
-                    t.dialect.after_enqueue(conn, woken)
+            try:
+                with t.db.transaction("maintenance") as conn:
+                    kept, admitted, woken = limits.repair(conn, t.sql, key, clock)
+                    if woken:
+                        t.dialect.after_enqueue(conn, woken)
+            except LockBusy:
+                continue  # held by a caller's open transaction: its next tick looks again
             if kept != admitted:
                 repaired += 1
                 emit("concurrency.repaired", key=key, counted=kept, admitted=admitted)

@@ -188,6 +188,23 @@ def test_expire_owner_closes_a_dead_workers_leases_by_what_it_was_running(client
     assert client.get(other).status == "running"  # type: ignore[union-attr]
 
 
+def test_a_lost_host_s_worker_that_ran_jobs_at_once_is_charged_for_each(client: jobsup.Client) -> None:
+    """Concurrency review, defect 5: a worker running three jobs at once (`q=1:3`) lost with
+    its host: every job it was running used its attempt (before, one was charged and the
+    others released as never started, so a job that takes its host down ran without end).
+    A worker of one job at a time keeps its rule: the rest of its batch never started."""
+    pooled, single = "host:default#1:aaaaaaaaaaaa/3", "host:default#2:bbbbbbbbbbbb"
+    ids = client.enqueue_many([{"name": "a"} for _ in range(5)])
+    running = claim(client, pooled, limit=3, now=T0)
+    batch = claim(client, single, limit=2, now=T0)
+    assert len(running) == 3 and len(batch) == 2
+    assert client.store.transitions.sweep.expire(now=T0 + timedelta(minutes=5)) == 5
+    histories = {i: [(a.attempt, a.outcome) for a in client.get(i).history] for i in ids}  # type: ignore[union-attr]
+    for claimed in running:
+        assert histories[claimed.id] == [(1, "lease_expired")]
+    assert [histories[claimed.id] for claimed in batch] == [[(1, "lease_expired")], [(1, "released")]]
+
+
 def test_cancel_ends_a_pending_job_and_asks_a_running_one(client: jobsup.Client) -> None:
     """A running job keeps its lease (and all it holds) until its attempt's end is written:
     its worker learns of the cancel at its next renewal."""

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobsup import exits
-from jobsup.errors import DatabaseError
+from jobsup.errors import DatabaseError, LockBusy
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 FLUSH_EVERY = 0.5  # seconds an outcome may wait to be written with others
 TICK = 0.1  # how often the writer looks at the age of what waits (adding does not wake it)
+KEY_RETRY = 0.5  # seconds between tries of a write whose concurrency key another transaction holds
 
 Pending = tuple[ClaimedJob, Outcome]
 
@@ -153,11 +154,19 @@ class Settler:
         self.worker.keeper.drop([job for job, _ in batch])
 
     def _retrying(self, write: Callable[[], object]) -> None:
-        deadline, delay = time.monotonic() + self.worker.settings.lease, 0.1
+        deadline, delay, held = time.monotonic() + self.worker.settings.lease, 0.1, False
         while True:
             try:
                 write()
                 return
+            except LockBusy as exc:
+                # A concurrency key held by a caller's open transaction (`jobsup.store.limits`):
+                # the write waits for it as long as that takes, and between tries no row of
+                # ours is locked, so the leases, this one's too, are renewed meanwhile.
+                emit("db.error", operation="settle", error=exc, retry_in=KEY_RETRY, quiet=held)
+                held = True
+                time.sleep(KEY_RETRY)
+                deadline = time.monotonic() + self.worker.settings.lease
             except DatabaseError as exc:
                 if time.monotonic() + delay > deadline:
                     emit("db.error", operation="settle", error=exc, gave_up=True)

@@ -111,12 +111,22 @@ def _lock(conn: Connection, key: str) -> int | None:
     return None if found is None else int(found)
 
 
+# How long a hand-over (or the recount) waits for its key's row before it gives up with
+# `LockBusy`, to be tried again. The row may be held by a caller's open transaction that
+# enqueued a job of the key (`connection=`), for as long as the caller likes; meanwhile the
+# settle holds its job's row, and an unbounded wait would hold up the worker's renewal of
+# every lease it has (one statement), and a supervisor burying that worker.
+KEY_WAIT = 1.0
+
+
 def hand_over(conn: Connection, sql: Statements, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:
     """Each of `keys` (once per job of it that ended) lost an admitted job: give its slots to
-    the key's longest-waiting jobs, or back. Returns the queues of the jobs let in."""
+    the key's longest-waiting jobs, or back. Returns the queues of the jobs let in. Raises
+    `LockBusy` when a key's row stays held (`KEY_WAIT`)."""
     woken = set()
     for key, ended in sorted(Counter(keys).items()):
-        admitted = (_lock(conn, key) or 0) - ended
+        with sql.dialect.lock_within(conn, KEY_WAIT):
+            admitted = (_lock(conn, key) or 0) - ended
         let_in = tries = 0
         while let_in < ended and tries < 10:
             tries += 1
@@ -165,10 +175,11 @@ def repair(conn: Connection, sql: Statements, key: str, clock: dict[str, Any]) -
     with nothing to offer it again. Under the key's lock no admission or hand-over of the key
     runs; a job ending beside this (its row already changed, uncommitted) is still counted,
     and its own hand-over, which waits for this lock, then counts it out."""
-    kept = _lock(conn, key)
-    if kept is None:
-        sql.dialect.insert_missing(conn, concurrency, {"key": key, "admitted": 0})
-        kept = _lock(conn, key) or 0
+    with sql.dialect.lock_within(conn, KEY_WAIT):
+        kept = _lock(conn, key)
+        if kept is None:
+            sql.dialect.insert_missing(conn, concurrency, {"key": key, "admitted": 0})
+            kept = _lock(conn, key) or 0
     admitted = int(conn.execute(_admitted_now, {"p_key": key}).scalar_one())
     woken: set[str] = set()
     for _ in range(100):  # bounded per tick; a key with more room is topped up at the next

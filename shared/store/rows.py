@@ -67,6 +67,19 @@ class Lease:
     attempt: int
 
 
+def lease_owner(host: str, worker: str, token: str, at_once: int) -> str:
+    """A worker's lease owner (and process row id): its host, its label (``default#1``), a
+    token of its own, and how many jobs it runs at once when more than one (``/3``), which
+    the sweep reads when the worker is gone with its host (`owner_runs_at_once`)."""
+    return f"{host}:{worker}:{token}" + (f"/{at_once}" if at_once > 1 else "")
+
+
+def owner_runs_at_once(owner: str) -> int:
+    """How many jobs the worker `owner` ran at once (1 for owners named otherwise)."""
+    _, _, width = owner.rpartition(":")[2].partition("/")
+    return int(width) if width.isdigit() else 1
+
+
 def has_links(row: Any) -> bool:
     """Is the job of `row` (a `ClaimedJob`, or a row with the link columns; a row without
     them is plain) linked: in a workflow or batch, or with triggers?"""

@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from jobsup.store.rows import LEASE_EXPIRED, RELEASED, Held, Outcome
+from jobsup.store.rows import LEASE_EXPIRED, RELEASED, Held, Outcome, owner_runs_at_once
 
 if TYPE_CHECKING:
     from jobsup.store.transitions import Transitions
@@ -26,10 +26,13 @@ class Sweep:
         """The sweep: close leases that lapsed, of at most `limit` owners; returns how many.
 
         An owner that let its leases lapse is gone (a live worker ends itself before its
-        lease can lapse). Of its leases, the first in the order of its latest claim is the
-        job it was running: that attempt ends `lease_expired` (retried, or dead-lettered if it
-        was the last). Its other leases were jobs waiting in a claimed batch, or successes not
-        yet written; they never used an attempt and are released. Every write also requires
+        lease can lapse). Of its leases, those it was running end `lease_expired` (retried,
+        or dead-lettered if it was the last): for a worker that runs one job at a time, the
+        first in the order of its latest claim; for one that runs N at once, its N latest
+        claims (it claims only for free places and starts them at once; an older one is a
+        success not yet written, charged to be safe). Its other leases were jobs waiting in a
+        claimed batch, or successes not yet written; they never used an attempt and are
+        released. Every write also requires
         the lease to have lapsed still. Owners the dialect knows are alive (SQLite, where the
         clock is the host's) are left alone."""
         clock = self.t.dialect.clock_params(now)
@@ -44,15 +47,21 @@ class Sweep:
                 held = conn.execute(self.t.sql.lapsed_of, {**clock, "p_owner": owner}).all()
             if not held:
                 continue
-            latest = max(row.started_at for row in held)
-            running = next(row for row in held if row.started_at == latest)
+            at_once = owner_runs_at_once(owner)
+            if at_once == 1:
+                latest = max(row.started_at for row in held)
+                running = [next(row for row in held if row.started_at == latest)]
+            else:  # stable: in claim order within one claim
+                running = sorted(held, key=lambda row: row.started_at, reverse=True)[:at_once]
             # Release before charging: another sweep (or this one's next tick, if the release
-            # fails) that reads in between then still sees the running job among the lapsed
-            # ones, never a waiting job alone that it would take for the running one.
-            rest = [Held.of_row(row) for row in held if row is not running]
+            # fails) that reads in between then still sees the running jobs among the lapsed
+            # ones, never a waiting job alone that it would take for a running one.
+            charged = {row.id for row in running}
+            rest = [Held.of_row(row) for row in held if row.id not in charged]
             closed += len(self.t.release(rest, now=now, expired_only=True, operation="maintenance"))
-            outcome = Outcome(Held.of_row(running), LEASE_EXPIRED, LAPSED)
-            closed += self.t.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
+            for row in running:
+                outcome = Outcome(Held.of_row(row), LEASE_EXPIRED, LAPSED)
+                closed += self.t.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
         return closed
 
     def release_orphans(self, owner: str, known: Collection[int]) -> list[int]:

@@ -121,6 +121,11 @@ class Dialect(Protocol):
         transaction inserted too, once that commits), so that the caller can lock and change
         the row next, in its transaction, without waiting in a way that could deadlock."""
 
+    def lock_within(self, conn: Connection, seconds: float) -> AbstractContextManager[None]:
+        """In the block, a statement waiting for a row lock gives up after about `seconds`
+        and raises `LockBusy` (the transaction is then to be rolled back), so that one held
+        row cannot hold up a settle, and with it every lease its worker renews."""
+
     def live_key_match(self) -> ColumnElement[bool]:
         """The live job holding the unique key bound as `p_key`, in the shape the database's
         index of live keys answers."""

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -70,7 +71,14 @@ from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
+from jobsup.errors import (
+    DatabaseBusy,
+    DatabaseError,
+    DatabaseUnavailable,
+    LockBusy,
+    SchemaOutdated,
+    UnsupportedDatabase,
+)
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, RowValueFence, SequentialChain
@@ -111,6 +119,7 @@ _KEEPALIVE = (
 _NO_TABLE = 1146
 _UNAVAILABLE = {1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
 _BUSY = {1040, 1047, 1290, 1792, 1836}
+_LOCK_WAIT_TIMEOUT = 1205
 
 
 def check_version(version: str) -> None:
@@ -253,6 +262,18 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
         # `key = key`: nothing changes, not even the spelling (utf8mb4_bin ignores trailing spaces).
         conn.execute(stmt.on_duplicate_key_update({key.name: key}), dict(params or {}))
 
+    @contextmanager
+    def lock_within(self, conn: Connection, seconds: float) -> Iterator[None]:
+        # A session setting (whole seconds, at least one), put back on the way out whatever
+        # happened: the connection goes back to the pool. A timed-out statement leaves the
+        # transaction open (only that statement is rolled back).
+        conn.execute(text("SET SESSION innodb_lock_wait_timeout = :s"), {"s": max(1, round(seconds))})
+        try:
+            yield
+        finally:
+            with suppress(DBAPIError):
+                conn.execute(text("SET SESSION innodb_lock_wait_timeout = DEFAULT"))
+
     def live_key_match(self) -> ColumnElement[bool]:
         # The generated column under the unique index (`mariadb_schema`): the server does not
         # rewrite a condition on unique_key and status into one on it, and would scan every
@@ -283,6 +304,8 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             return SchemaOutdated
         if number in _BUSY:
             return DatabaseBusy
+        if number == _LOCK_WAIT_TIMEOUT:
+            return LockBusy
         if error.connection_invalidated or number in _UNAVAILABLE:
             return DatabaseUnavailable
         return DatabaseError

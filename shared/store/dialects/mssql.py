@@ -14,7 +14,8 @@ Quirks and limits:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -42,7 +43,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated, UnsupportedDatabase
+from jobsup.errors import DatabaseError, DatabaseUnavailable, LockBusy, SchemaOutdated, UnsupportedDatabase
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import (
@@ -161,8 +162,20 @@ class SQLServerDialect(
             )
         )
 
+    @contextmanager
+    def lock_within(self, conn: Connection, seconds: float) -> Iterator[None]:
+        # SET takes no bound parameter here: the milliseconds are a whole number made here.
+        conn.execute(text(f"SET LOCK_TIMEOUT {max(1, int(seconds * 1000)):d}"))
+        try:
+            yield
+        finally:
+            with suppress(DBAPIError):
+                conn.execute(text("SET LOCK_TIMEOUT -1"))
+
     def classify(self, error: DBAPIError) -> type[DatabaseError]:
         state = str(getattr(error.orig, "args", [""])[0])
+        if "1222" in str(error.orig):  # lock request time out period exceeded
+            return LockBusy
         if state == "42S02":
             return SchemaOutdated
         if state.startswith("08") or error.connection_invalidated:

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, SchemaOutdated
+from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, LockBusy, SchemaOutdated
 from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
 from jobsup.store.dialects import AfterClaim, Connections
@@ -108,6 +109,7 @@ _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator interventi
 # Too many connections, and a read-only server (a standby during a failover): wait and retry.
 _BUSY_STATES = {"53300", "25006"}
 _UNDEFINED_TABLE = "42P01"
+_LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout
 
 
 INSERT_CHUNK = 5000  # jobs per INSERT: arrays this long bind in well under a millisecond per 1,000 jobs
@@ -365,6 +367,15 @@ class PostgreSQLDialect(
     def migration_lock(self, conn: Connection) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
+    @contextmanager
+    def lock_within(self, conn: Connection, seconds: float) -> Iterator[None]:
+        # For this transaction only (set_config's `true`: SET LOCAL), back to the session's
+        # own after the block. A statement that timed out aborts the transaction, which
+        # undoes the setting with it.
+        conn.execute(text("SELECT set_config('lock_timeout', :ms, true)"), {"ms": f"{max(1, int(seconds * 1000))}ms"})
+        yield
+        conn.execute(text("SET LOCAL lock_timeout TO DEFAULT"))
+
     def classify(self, error: DBAPIError) -> type[DatabaseError]:
         state = getattr(error.orig, "sqlstate", None) or ""
         if state == _UNDEFINED_TABLE:
@@ -372,6 +383,8 @@ class PostgreSQLDialect(
         lost = isinstance(error, OperationalError | InterfaceError) and not state  # refused, reset
         if state in _BUSY_STATES:
             return DatabaseBusy
+        if state == _LOCK_NOT_AVAILABLE:
+            return LockBusy
         if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or lost:
             return DatabaseUnavailable
         return DatabaseError

@@ -34,6 +34,7 @@ import hashlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from functools import cached_property
 from pathlib import Path
@@ -329,6 +330,9 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
     locks_in_process = True
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {_BEGIN: "BEGIN EXCLUSIVE"}
+
+    def lock_within(self, conn: Connection, seconds: float) -> AbstractContextManager[None]:
+        return nullcontext()  # writers take turns: a transaction holds no row lock another waits on
 
     def classify(self, error: DBAPIError) -> type[DatabaseError]:
         text = str(error.orig).lower()
