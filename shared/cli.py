@@ -55,11 +55,11 @@ def db() -> None:
 def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
     """Create or upgrade the jobsup tables (safe while other instances do the same)."""
     from jobsup.store import Database, migrate
-    from jobsup.store.dialects import normalise_url
+    from jobsup.store.dialects import backend_name
 
     url = target.settings().database_url
     if sql:
-        migrate.upgrade_sql(dialect or normalise_url(url).get_backend_name(), sys.stdout)
+        migrate.upgrade_sql(dialect or backend_name(url), sys.stdout)
         return
     if dialect is not None:
         raise click.UsageError("--dialect goes with --sql")

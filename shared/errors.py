@@ -33,6 +33,10 @@ class ConfigurationError(JobsupError):
     """jobsup is configured wrongly: check the setting named in this message."""
 
 
+class AppImportFailed(ConfigurationError):
+    """An --app module could not be imported."""
+
+
 class UnsupportedDatabase(ConfigurationError):
     """This database URL is not supported."""
 

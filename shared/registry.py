@@ -8,15 +8,18 @@ it runs them (`jobsup start`), so a process that only enqueues them needs the na
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from jobsup.context import JobContext
 from jobsup.durations import parse_duration
-from jobsup.errors import BadInput
+from jobsup.errors import AppImportFailed, BadInput
 from jobsup.jobtypes import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobType, RetryPolicy
 from jobsup.params import Params, params_of
 
@@ -152,6 +155,21 @@ def _is_async(function: JobFunction) -> bool:
 def _origin(function: JobFunction) -> tuple[str, str]:
     # The same code registered again (a module reloaded) is not a clash.
     return (getattr(function, "__module__", ""), getattr(function, "__qualname__", repr(function)))
+
+
+def import_apps(apps: Iterable[str]) -> None:
+    """Import the modules that register jobs (`--app`), the working directory's included:
+    the `jobsup` script's path starts at its own folder, not where it was run, so without
+    this `--app myapp` beside `myapp.py` would need PYTHONPATH=. (`python -m` and RQ's CLI
+    put the directory first too, where this puts it)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    for app in apps:
+        try:
+            importlib.import_module(app)
+        except Exception as exc:
+            raise AppImportFailed(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
 
 
 def lookup(name: str) -> Registered | None:

@@ -10,7 +10,6 @@ of shutdown is written out once, in `boot()` and `shutdown()`.
 
 from __future__ import annotations
 
-import importlib
 import os
 import queue
 import signal
@@ -28,7 +27,7 @@ from jobsup.events import record
 from jobsup.events.publishers import publisher_for
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
-from jobsup.registry import registered_types
+from jobsup.registry import import_apps, registered_types
 from jobsup.secrets import keyring
 from jobsup.settings import Settings
 from jobsup.store import Database, Store, migrate
@@ -64,10 +63,6 @@ TICK = 0.2  # seconds between loop turns when no signal arrives
 CHORES_GRACE = 2.0  # seconds a stopping supervisor waits for the chore under way
 BURIAL_GRACE = 5.0  # seconds a stopping supervisor keeps retrying its dead workers' burials
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
-
-
-class AppImportFailed(ConfigurationError):
-    """An --app module could not be imported."""
 
 
 class WorkerBootFailed(JobsupError):
@@ -183,11 +178,7 @@ class Arbiter:
     def import_apps(self) -> None:
         # Imported once here, before forking, so every worker shares the code (and a broken
         # app stops `jobsup start` at once instead of fork-looping).
-        for app in self.settings.apps:
-            try:
-                importlib.import_module(app)
-            except Exception as exc:
-                raise AppImportFailed(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
+        import_apps(self.settings.apps)
 
     def retention(self) -> dict[str, float]:
         return {

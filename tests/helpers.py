@@ -144,6 +144,17 @@ def run_jobsup(
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=environment, timeout=timeout)
 
 
+def without_modules(directory: Path, *names: str) -> dict[str, str]:
+    """The environment for `run_jobsup` in which `names` do not import, as on a machine
+    without their extra: a module of each name, first on the path, raises the ImportError
+    a missing package raises."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        missing = f"No module named {name!r}"
+        (directory / f"{name}.py").write_text(f"raise ModuleNotFoundError({missing!r}, name={name!r})\n")
+    return {"PYTHONPATH": os.pathsep.join([str(directory), str(TESTS)])}
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` exists and is not a zombie."""
     try:

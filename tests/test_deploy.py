@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
+import tomllib
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -206,3 +208,16 @@ def test_compose_file_has_postgres_jobsup_and_prometheus() -> None:
     scrape_config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     targets = scrape_config["scrape_configs"][0]["static_configs"][0]["targets"]
     assert targets == ["jobsup-1:9465", "jobsup-2:9465"]
+
+
+def test_the_image_installs_the_web_extra_so_it_can_serve_the_dashboard() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    install = next(line for line in dockerfile.splitlines() if line.startswith("RUN ") and "pip install" in line)
+    targets = [word for word in shlex.split(install) if word.startswith(".")]
+    assert len(targets) == 1, install
+    extras = re.fullmatch(r"\.\[([\w,]+)\]", targets[0])
+    assert extras is not None, f"the image installs {targets[0]!r}, without the web extra that `jobsup dashboard` needs"
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]
+    known = project["optional-dependencies"]
+    assert "web" in extras.group(1).split(",") and set(extras.group(1).split(",")) <= set(known)
+    assert {"starlette", "uvicorn", "jinja2"} <= {re.split(r"[<>=\[ ]", r)[0] for r in known["web"]}

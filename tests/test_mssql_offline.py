@@ -10,6 +10,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,6 +28,8 @@ from jobsup.store.reads import Reads
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.rows import FAILED, SUCCEEDED, Held, Lease, Outcome, RecurringSchedule
 from jobsup.store.transitions import Transitions
+
+from helpers import run_jobsup, without_modules
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 HELD = Held(Lease(7, "w", 2), "a", "default")
@@ -286,3 +289,19 @@ def test_the_dashboard_reads_compile_with_one_grouping_column_per_bucket(db: Off
     # each copy as its own): the buckets are grouped by a subquery's column instead.
     assert "GROUP BY finished.queue, finished.bucket" in sql
     assert "TOP 51" in sql
+
+
+@pytest.mark.parametrize("url", ["mssql+pyodbc://u:secret@dsn", "mssql://u:secret@dsn", "mssql+pymssql://u@host/db"])
+def test_offline_ddl_needs_no_driver_while_connecting_names_it(tmp_path: Path, url: str) -> None:
+    # A reviewer's machine without the [mssql] extra or unixODBC: only SQLAlchemy's SQL
+    # Server dialect writes the DDL, so only connecting needs pyodbc.
+    env = without_modules(tmp_path / "hidden", "pyodbc")
+    offline = run_jobsup("db", "upgrade", "--sql", "--database-url", url, cwd=tmp_path, env=env)
+    assert offline.returncode == 0, offline.stderr
+    claim_index = "CREATE INDEX jobsup_job_claim ON jobsup_job (queue, priority DESC, run_at, id)"
+    assert f"{claim_index} WHERE status = 'pending';" in offline.stdout
+    online = run_jobsup("db", "upgrade", "--database-url", "mssql+pyodbc://u:secret@dsn", cwd=tmp_path, env=env)
+    assert online.returncode == 2
+    assert online.stderr.startswith("jobsup: mssql needs the pyodbc driver, which did not import")
+    assert "pip install 'jobsup[mssql]'" in online.stderr
+    assert len(online.stderr.strip().splitlines()) == 1 and "secret" not in online.stderr

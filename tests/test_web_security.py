@@ -8,6 +8,7 @@ import hashlib
 import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from jobsup.web.api import OPERATIONS
 from jobsup.web.auth import Auth, LoginLimiter, check_password, hash_password
 from jobsup.web.server import check_bind
 
-from helpers import claim, fail, run_jobsup
+from helpers import claim, fail, run_jobsup, without_modules
 from webhelpers import OPERATOR, PASSWORD, READER, USERS, WEB_SECRET, csrf_of, log_in, web
 
 API = "/api/v1"
@@ -376,6 +377,15 @@ def test_the_dashboard_command_refuses_a_public_address_without_credentials(sqli
         "dashboard", "--host", "0.0.0.0", "--database-url", sqlite_url, env={"JOBSUP_DASHBOARD_TOKENS": ""}
     )
     assert result.returncode == 2 and "without authentication" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("missing", [("uvicorn",), ("jinja2",), ("starlette", "uvicorn", "jinja2")])
+def test_the_dashboard_without_the_web_extra_names_it_in_one_line(tmp_path: Path, missing: tuple[str, ...]) -> None:
+    env = without_modules(tmp_path / "hidden", *missing)
+    result = run_jobsup("dashboard", "--port", "0", cwd=tmp_path, env=env, timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("jobsup: the dashboard needs the web extra: pip install 'jobsup[web]'")
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
 def test_hash_password_prints_a_hash_the_dashboard_accepts() -> None:

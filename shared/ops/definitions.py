@@ -5,14 +5,12 @@ deploy step, so a web app deployed before its workers can enqueue by name."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import socket
 
 import click
 
 from jobsup.cli import cli
-from jobsup.errors import ConfigurationError
 from jobsup.ops.options import NotFound, Target, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
 from jobsup.paramcheck import expected
@@ -113,13 +111,9 @@ def definitions_show(target: Target, name: str, as_json: bool) -> None:
 @with_target
 def definitions_sync(target: Target, apps: tuple[str, ...]) -> None:
     """Publish the job types the --app modules register (no workers start)."""
-    from jobsup.registry import registered_types
+    from jobsup.registry import import_apps, registered_types
 
-    for app in apps:
-        try:
-            importlib.import_module(app)
-        except Exception as exc:
-            raise ConfigurationError(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
+    import_apps(apps)
     client = target.client()
     client._ready()
     types = registered_types()

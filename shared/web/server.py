@@ -1,13 +1,20 @@
 """`jobsup dashboard`: the app under uvicorn, in its own process. It listens on loopback
-unless told otherwise, and refuses any other address without credentials configured."""
+unless told otherwise, and refuses any other address without credentials configured.
+
+Importing this module imports the whole ``web`` extra (uvicorn here, Starlette and Jinja2
+through the app), so the command's guarded import of it is what names a missing extra."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
 
+import uvicorn
+
+from jobsup.client import Client
 from jobsup.errors import ConfigurationError
 from jobsup.settings import Settings
+from jobsup.web.app import build
 from jobsup.web.auth import LOOPBACK_HOSTS, Auth
 
 
@@ -35,20 +42,9 @@ def check_bind(host: str, auth: Auth) -> None:
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
-    import uvicorn
-
-    from jobsup.client import Client
-    from jobsup.web import asgi_app
-
     auth = Auth.parse(settings.dashboard_tokens, settings.dashboard_users, settings.dashboard_secret)
-    check_bind(settings.dashboard_host, auth)
-    app = asgi_app(
-        client=Client(settings.database_url),
-        tokens=settings.dashboard_tokens,
-        users=settings.dashboard_users,
-        secret=settings.dashboard_secret,
-        allow_anonymous=True,  # check_bind has made sure it listens on loopback only
-    )
+    check_bind(settings.dashboard_host, auth)  # so open credentials serve loopback only
+    app = build(Client(settings.database_url), auth)
     uvicorn.run(
         app,
         host=settings.dashboard_host,

@@ -232,22 +232,16 @@ _ALIASES = {"postgres": "postgresql"}
 _PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
+def backend_name(url: str | URL) -> str:
+    """The database `url` is for, whatever driver it names and without importing one: all
+    that writing its DDL offline needs (SQLAlchemy's dialect, never the driver)."""
+    return _parse(url)[1]
+
+
 def normalise_url(url: str | URL) -> URL:
     """Parse `url`, pick jobsup's driver for a bare scheme, and refuse anything else clearly,
     never showing the password."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError) as exc:
-        shown = hide_password(str(url))
-        reason = f" ({hide_password(str(exc))})" if isinstance(exc, ValueError) else ""
-        raise UnsupportedDatabase(f"{shown!r} is not a database URL{reason}; use {SUPPORTED_URLS}") from None
-    backend, _, driver = parsed.drivername.partition("+")
-    backend = _ALIASES.get(backend, backend)
-    if backend not in _DRIVERS:
-        raise UnsupportedDatabase(f"unsupported database URL scheme {parsed.drivername!r}; use {SUPPORTED_URLS}")
+    parsed, backend, driver = _parse(url)
     wanted, extra = _DRIVERS[backend]
     if driver and driver != wanted:
         raise UnsupportedDatabase(f"driver {driver!r} is not supported for {backend}; use {backend}+{wanted}://...")
@@ -261,6 +255,24 @@ def normalise_url(url: str | URL) -> URL:
                 f"pip install 'jobsup[{extra}]'{_SYSTEM_NEEDS.get(backend, '')}"
             ) from None
     return parsed
+
+
+def _parse(url: str | URL) -> tuple[URL, str, str]:
+    """`url` parsed, with its database (aliases resolved; refused unless supported) and driver."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        shown = hide_password(str(url))
+        reason = f" ({hide_password(str(exc))})" if isinstance(exc, ValueError) else ""
+        raise UnsupportedDatabase(f"{shown!r} is not a database URL{reason}; use {SUPPORTED_URLS}") from None
+    backend, _, driver = parsed.drivername.partition("+")
+    backend = _ALIASES.get(backend, backend)
+    if backend not in _DRIVERS:
+        raise UnsupportedDatabase(f"unsupported database URL scheme {parsed.drivername!r}; use {SUPPORTED_URLS}")
+    return parsed, backend, driver
 
 
 def hide_password(text: str) -> str:
