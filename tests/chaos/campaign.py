@@ -1,0 +1,177 @@
+"""One campaign: start supervisors on a fresh database, run the seeded workload and faults
+for a while, bring everything to a quiescent end, stop the supervisors, check.
+
+Quiescent end: the faults stop, paused queues are resumed, the partner outage ends, the
+recurring schedule is removed and every role has a live supervisor; then the campaign waits
+until every job has ended (or nothing changed for `STALL` seconds), and for the outbox to
+drain, before it stops the supervisors and reads the end state.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+import jobsup
+from jobsup.store import schema
+from tests.chaos import checker, events, report, state
+from tests.chaos.faults import Faults
+from tests.chaos.ledger import Ledger
+from tests.chaos.monitor import Monitor
+from tests.chaos.processes import Database, Fleet
+from tests.chaos.sidechannel import ENV, Runs
+from tests.chaos.workload import Workload
+
+FAULT_SHARE = 0.3  # of the operations drawn
+STALL = 25.0  # seconds without progress before the quiescent end gives up waiting
+QUIESCE_CAP = 120.0
+
+
+@dataclass
+class Outcome:
+    operations: int
+    faults: int
+    violations: list[checker.Violation] = field(default_factory=list)
+    folder: Path | None = None
+    t0: float = 0.0
+
+
+def roles(rng: random.Random) -> dict[str, list[str]]:
+    """Three kinds of supervisor: claim batches of 1 and of 5-50, queues running one job at
+    a time per worker and queues running several (async and threads)."""
+    q = lambda *specs: [part for spec in specs for part in ("--queue", spec)]  # noqa: E731
+    return {
+        "one": ["--claim-batch", "1", *q("default=2", "keys=2", "partner=1", "fragile=1", "aio=1:6", "fan=1:4")],
+        "batch": [
+            "--claim-batch",
+            str(rng.choice([5, 10, 50])),
+            *q("default=1", "keys=2", "partner=1", "fragile=1", "pool=1:4", "fan=1"),
+        ],
+        "mixed": ["--claim-batch", "1", *q("default=1", "keys=1", "aio=1:4", "pool=1:4", "fan=1:4")],
+    }
+
+
+def run(kind: str, seconds: float, seed: int, *, keep: bool = False, say: bool = True) -> Outcome:
+    rng = random.Random(seed)
+    folder = Path(tempfile.mkdtemp(prefix=f"jobsup-chaos-{kind}-{seed}-"))
+    (folder / "runs").mkdir()
+    marker = f"chaos-secret-{rng.getrandbits(64):016x}"
+    key = "k1:" + base64.urlsafe_b64encode(rng.getrandbits(256).to_bytes(32, "big")).decode()
+    receiver = events.Receiver()
+    env = {
+        ENV: str(folder / "runs"),
+        "CHAOS_OUTAGE": str(folder / "outage"),
+        "CHAOS_SECRET_DIGEST": hashlib.sha256(marker.encode()).hexdigest(),
+        "JOBSUP_ENCRYPTION_KEYS": key,
+        "JOBSUP_EVENTS_PUBLISHER": receiver.url,
+        "JOBSUP_EVENTS_SECRET": "chaos-webhook-secret",
+    }
+    os.environ.update(
+        {k: env[k] for k in ("JOBSUP_ENCRYPTION_KEYS", "JOBSUP_EVENTS_PUBLISHER", "JOBSUP_EVENTS_SECRET")}
+    )
+    database = Database(kind, folder)
+    url = database.create()
+    fleet = Fleet(url, folder, env)
+    client = jobsup.Client(url)
+    ledger = Ledger(folder)
+    runs = Runs(folder / "runs")
+    plan = roles(rng)
+    try:
+        for role, args in plan.items():
+            fleet.start(role, args)
+        client.add_recurring("chaos-cron", job="cron", cron="* * * * *", payload={"s": 0.1})
+        workload = Workload(rng, client, ledger, marker)
+        faults = Faults(rng, client, ledger, fleet, runs, plan, folder / "outage", None)
+        monitor = Monitor(client, ledger)
+        ledger.t0 = time.time()
+        if say:
+            print(f"chaos: {kind} seed={seed} for {seconds:g}s in {folder}", flush=True)
+        deadline = ledger.t0 + seconds
+        while time.time() < deadline:
+            fault = rng.random() < FAULT_SHARE
+            try:
+                said = faults.step() if fault else workload.step()
+            except jobsup.JobsupError as exc:
+                said = f"{'fault' if fault else 'operation'} failed: {type(exc).__name__}: {exc}"
+            if said:
+                ledger.note(said, fault=fault)
+            monitor.look()
+            time.sleep(rng.uniform(0.05, 0.3))
+        quiesce(client, fleet, faults, plan, ledger, monitor)
+        fleet.stop_all()
+        runs.refresh()
+        end = state.read(client)
+        texts = {"supervisor logs": fleet.logs(), "events": receiver.text()}
+        found = checker.check(runs.all(), ledger, end, texts, marker)
+        found += events_problems(receiver, ledger, end)
+        monitor.date(found)
+        report.write(folder / "report.txt", found, runs.all(), ledger, end, fleet.kills)
+        return Outcome(ledger.operations, ledger.faults, found, folder, ledger.t0)
+    finally:
+        fleet.stop_all()
+        fleet.reap_strays()
+        receiver.close()
+        client.close()
+        if not keep:
+            database.drop()
+
+
+def quiesce(
+    client: jobsup.Client, fleet: Fleet, faults: Faults, plan: dict[str, list[str]], ledger: Ledger, monitor: Monitor
+) -> None:
+    ledger.note("quiescence: faults stop")
+    faults.resume_due(everything=True)
+    faults.end_outage()
+    client.remove_recurring("chaos-cron")
+    for role, args in plan.items():
+        if not fleet.live(role):
+            fleet.start(role, args)
+    started, last_change, last = time.time(), time.time(), None
+    while time.time() - started < QUIESCE_CAP and time.time() - last_change < STALL:
+        with client.database.read() as conn:
+            job = schema.job
+            left = conn.execute(
+                select(job.c.id, job.c.status, job.c.attempts, job.c.updated_at)
+                .where(job.c.status.not_in(state.FINAL))
+                .order_by(job.c.id)
+            ).all()
+        if not left:
+            break
+        if left != last:
+            last, last_change = left, time.time()
+        monitor.look()
+        time.sleep(1)
+
+    def outbox() -> int:
+        with client.database.read() as conn:
+            return int(conn.execute(select(func.count()).select_from(schema.outbox)).scalar() or 0)
+
+    drained = events.wait_drained(outbox, 30)
+    left_over = ", ".join(f"{row.id}:{row.status}" for row in (last or [])[:20])
+    ledger.note(
+        f"quiescence: {len(last or [])} jobs unfinished after {time.time() - started:.0f}s ({left_over}); "
+        f"outbox drained={drained}"
+    )
+
+
+def events_problems(receiver: events.Receiver, ledger: Ledger, end: state.EndState) -> list[checker.Violation]:
+    statuses = {job_id: end.jobs[job_id].status for job_id in ledger.jobs if end.jobs.get(job_id)}
+    statuses = {job_id: status for job_id, status in statuses.items() if status in state.FINAL}
+    return [
+        checker.Violation("h:events", checker.AT_END, f"job {job_id}: {what}", {job_id})
+        for job_id, what in events.problems(receiver.per_job(), statuses)
+    ]
+
+
+def cleanup(outcome: Outcome) -> None:
+    if outcome.folder is not None and not outcome.violations:
+        shutil.rmtree(outcome.folder, ignore_errors=True)
