@@ -14,8 +14,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the database and the run's folder")
+    parser.add_argument(
+        "--restarts",
+        action="store_true",
+        help="PostgreSQL: run a private cluster (tests/pgcluster.py, needs the server binaries) and restart it among "
+        "the faults",
+    )
     options = parser.parse_args(argv)
-    outcome = campaign.run(options.database, options.seconds, options.seed, keep=options.keep)
+    outcome = campaign.run(
+        options.database, options.seconds, options.seed, keep=options.keep, restarts=options.restarts
+    )
     found = outcome.violations
     if found:
         text = (outcome.folder / "report.txt").read_text() if outcome.folder else ""

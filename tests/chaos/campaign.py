@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
 
@@ -60,7 +61,10 @@ def roles(rng: random.Random) -> dict[str, list[str]]:
     }
 
 
-def run(kind: str, seconds: float, seed: int, *, keep: bool = False, say: bool = True) -> Outcome:
+def run(
+    kind: str, seconds: float, seed: int, *, keep: bool = False, say: bool = True, restarts: bool = False
+) -> Outcome:
+    """`restarts`: on PostgreSQL, run a private cluster and restart it among the faults."""
     rng = random.Random(seed)
     folder = Path(tempfile.mkdtemp(prefix=f"jobsup-chaos-{kind}-{seed}-"))
     (folder / "runs").mkdir()
@@ -78,7 +82,7 @@ def run(kind: str, seconds: float, seed: int, *, keep: bool = False, say: bool =
     os.environ.update(
         {k: env[k] for k in ("JOBSUP_ENCRYPTION_KEYS", "JOBSUP_EVENTS_PUBLISHER", "JOBSUP_EVENTS_SECRET")}
     )
-    database = Database(kind, folder)
+    database = Database(kind, folder, own_cluster=restarts and kind == "postgresql")
     url = database.create()
     fleet = Fleet(url, folder, env)
     client = jobsup.Client(url)
@@ -90,7 +94,8 @@ def run(kind: str, seconds: float, seed: int, *, keep: bool = False, say: bool =
             fleet.start(role, args)
         client.add_recurring("chaos-cron", job="cron", cron="* * * * *", payload={"s": 0.1})
         workload = Workload(rng, client, ledger, marker)
-        faults = Faults(rng, client, ledger, fleet, runs, plan, folder / "outage", None)
+        restart = database.restart if database.cluster is not None else None
+        faults = Faults(rng, client, ledger, fleet, runs, plan, folder / "outage", restart)
         monitor = Monitor(client, ledger)
         ledger.t0 = time.time()
         if say:
@@ -121,7 +126,7 @@ def run(kind: str, seconds: float, seed: int, *, keep: bool = False, say: bool =
         fleet.reap_strays()
         receiver.close()
         client.close()
-        if not keep:
+        if not keep or database.cluster is not None:  # a private cluster is never left running
             database.drop()
 
 
@@ -136,30 +141,34 @@ def quiesce(
         if not fleet.live(role):
             fleet.start(role, args)
     started, last_change, last = time.time(), time.time(), None
+    left: list[Any] = []
     while time.time() - started < QUIESCE_CAP and time.time() - last_change < STALL:
         with client.database.read() as conn:
             job = schema.job
-            left = conn.execute(
-                select(job.c.id, job.c.status, job.c.attempts, job.c.updated_at)
-                .where(job.c.status.not_in(state.FINAL))
-                .order_by(job.c.id)
-            ).all()
+            left = list(
+                conn.execute(
+                    select(job.c.id, job.c.status, job.c.attempts, job.c.updated_at)
+                    .where(job.c.status.not_in(state.FINAL))
+                    .order_by(job.c.id)
+                )
+            )
         if not left:
             break
         if left != last:
             last, last_change = left, time.time()
         monitor.look()
         time.sleep(1)
+    settled = time.time() - started
 
     def outbox() -> int:
         with client.database.read() as conn:
             return int(conn.execute(select(func.count()).select_from(schema.outbox)).scalar() or 0)
 
     drained = events.wait_drained(outbox, 30)
-    left_over = ", ".join(f"{row.id}:{row.status}" for row in (last or [])[:20])
+    left_over = ", ".join(f"{row.id}:{row.status}" for row in left[:20])
     ledger.note(
-        f"quiescence: {len(last or [])} jobs unfinished after {time.time() - started:.0f}s ({left_over}); "
-        f"outbox drained={drained}"
+        f"quiescence: {len(left)} jobs unfinished after {settled:.0f}s ({left_over}); outbox drained={drained} "
+        f"after {time.time() - started - settled:.0f}s more"
     )
 
 

@@ -71,16 +71,12 @@ def overlapping_runs(runs: list[Run]) -> list[Violation]:
 
 
 def _most_at_once(mine: list[Run]) -> tuple[int, float, list[Run]]:
-    events = sorted([(r.start, 1, r) for r in mine] + [(r.until, -1, r) for r in mine], key=lambda e: (e[0], e[1]))
-    alive: list[Run] = []
+    """The most runs alive at one moment (each run alive over [start, until)), when, and which."""
     best: tuple[int, float, list[Run]] = (0, 0.0, [])
-    for at, change, run in events:
-        if change > 0:
-            alive.append(run)
-            if len(alive) > best[0]:
-                best = (len(alive), at, list(alive))
-        else:
-            alive.remove(run)
+    for run in mine:
+        alive = [run, *(other for other in mine if other is not run and other.start <= run.start < other.until)]
+        if len(alive) > best[0]:
+            best = (len(alive), run.start, alive)
     return best
 
 
@@ -171,8 +167,23 @@ def batches(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
             continue
         succeeded = all(j.status == "succeeded" for j in members)
         expected = {"on_complete"} | ({"on_success" if succeeded else "on_failure"} & set(given["callbacks"]))
+        if ledger.retried & {j.id for j in members}:  # a child retried after the batch fired changes its counts
+            either = {"on_success", "on_failure"} & set(given["callbacks"])
+            fired_either = sum(len(callbacks.get((batch_id, kind), set())) for kind in either)
+            if either and fired_either != 1:
+                found.append(
+                    Violation(
+                        "e:batch-callback-count",
+                        AT_END,
+                        f"batch {batch_id}: on_success and on_failure ran as {fired_either} jobs (expected 1)",
+                        {j.id for j in members},
+                    )
+                )
+            expected |= either
         for kind in given["callbacks"]:
             fired = callbacks.get((batch_id, kind), set())
+            if kind in expected - {"on_complete"} and ledger.retried & {j.id for j in members}:
+                continue
             if len(fired) != (1 if kind in expected else 0):
                 found.append(
                     Violation(

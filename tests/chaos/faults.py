@@ -115,6 +115,7 @@ class Faults:
         if not dead:
             return None
         job = self.rng.choice(dead)
+        self.ledger.retried.add(job.id)
         return f"dead-letter retry {job.id} -> {self.client.dead_letters.retry(job.id, actor='chaos')}"
 
     def pause(self) -> str | None:

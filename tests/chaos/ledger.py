@@ -20,6 +20,7 @@ class Ledger:
     workflows: dict[int, list[int]] = field(default_factory=dict)  # id -> step job ids
     triggers: dict[str, int] = field(default_factory=dict)  # tag -> the parent job that carries it
     cancelled_running: list[tuple[float, int]] = field(default_factory=list)
+    retried: set[int] = field(default_factory=set)  # dead letters the campaign retried
     log: list[tuple[float, str]] = field(default_factory=list)
 
     def note(self, what: str, *, fault: bool = False) -> None:

@@ -16,6 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, text
 
@@ -53,12 +54,20 @@ class Database:
 
     kind: str
     folder: Path
+    own_cluster: bool = False  # PostgreSQL: a private cluster (tests/pgcluster.py) that may be restarted
     url: str = ""
     name: str = field(default_factory=lambda: f"chaos_{uuid.uuid4().hex[:10]}")
+    cluster: Any = None
 
     def create(self) -> str:
         if self.kind == "sqlite":
             self.url = f"sqlite:///{self.folder / 'jobsup.db'}"
+        elif self.kind == "postgresql" and self.own_cluster:
+            from tests import pgcluster
+
+            self.cluster = pgcluster.Cluster("127.0.0.1", "127.0.0.1/32", f"chaos{os.getpid()}")
+            _admin(self.cluster.url(), f'CREATE DATABASE "{self.name}"')
+            self.url = self.cluster.url(self.name)
         elif self.kind == "postgresql":
             _admin(PG_ADMIN, f'CREATE DATABASE "{self.name}"')
             self.url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{self.name}"
@@ -76,7 +85,14 @@ class Database:
         )
         return self.url
 
+    def restart(self) -> None:
+        """Fast shutdown of the private cluster (every connection cut), and start again."""
+        self.cluster.restart()
+
     def drop(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+            return
         with contextlib.suppress(Exception):
             if self.kind == "postgresql":
                 _admin(PG_ADMIN, f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')

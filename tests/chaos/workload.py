@@ -28,8 +28,8 @@ class Workload:
         self.operations: list[tuple[float, Callable[[], str]]] = [
             (3, self.plain),
             (3, self.keyed),
-            (3, self.keyed_batch),
-            (1, self.keyed_sla),
+            (4, self.keyed_batch),
+            (2, self.keyed_sla),
             (2, self.rated_burst),
             (2, self.fragile),
             (2, self.workflow),
@@ -85,7 +85,7 @@ class Workload:
         """A keyed job Z that holds its key, then a batch of short plain children whose
         newest child waits for Z's key: every sibling's settle looks at that newest child."""
         self.fresh_keys += 1
-        key = f"f{self.fresh_keys % 6}"
+        key = f"f{self.fresh_keys}"  # a key of its own: a later job of the key would repair a lost slot
         z = self._enqueue("k1", "k1", {"s": self.rng.uniform(0.3, 2.5), "k": key}, concurrency_key=key, priority=10)
         children: list[dict[str, Any]] = [
             {"name": "fan", "payload": {"s": self.rng.choice([0, 0, 0.02])}} for _ in range(self.rng.randint(60, 150))
@@ -102,7 +102,8 @@ class Workload:
         )
 
     def keyed_sla(self) -> str:
-        key = self.rng.choice(K1_KEYS)
+        self.fresh_keys += 1
+        key = f"s{self.fresh_keys}"
         holder = self._enqueue("k1", "k1", {"s": 3, "k": key}, concurrency_key=key)
         waiters = [
             self._enqueue("k1", "k1", {"s": 0.2, "k": key}, concurrency_key=key, start_within="1s")
