@@ -86,9 +86,9 @@ class Workload:
         newest child waits for Z's key: every sibling's settle looks at that newest child."""
         self.fresh_keys += 1
         key = f"f{self.fresh_keys}"  # a key of its own: a later job of the key would repair a lost slot
-        z = self._enqueue("k1", "k1", {"s": self.rng.uniform(0.3, 2.5), "k": key}, concurrency_key=key, priority=10)
+        z = self._enqueue("k1", "k1", {"s": self.rng.uniform(0.5, 5), "k": key}, concurrency_key=key, priority=10)
         children: list[dict[str, Any]] = [
-            {"name": "fan", "payload": {"s": self.rng.choice([0, 0, 0.02])}} for _ in range(self.rng.randint(60, 150))
+            {"name": "fan", "payload": {"s": self.rng.choice([0, 0, 0.02])}} for _ in range(self.rng.randint(100, 220))
         ]
         children.append({"name": "k1", "payload": {"s": 0.1, "k": key}, "concurrency_key": key})
         tag = uuid.uuid4().hex[:8]
