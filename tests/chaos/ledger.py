@@ -3,10 +3,17 @@ returned, so the checker can account for each job without trusting jobsup's own 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# The numbers in an operation's text that are not job ids: other ids, counts, durations, signals.
+NOT_JOB_IDS = re.compile(
+    r"\b(batch|id|children|key|tag|attempt)=\S+|\b(\w*workflow|supervisor|worker|host) \d+"
+    r"|cancel_workflow \d+ -> \d+|kill -9|\d+\.\d+s?|\(\d+\)"
+)
 
 
 @dataclass
@@ -41,7 +48,8 @@ class Ledger:
         """The operations that named one of `job_ids` (for a violation's history)."""
         found = []
         for at, what in self.log:
-            words = set(what.replace(",", " ").replace("=", " ").replace("[", " ").replace("]", " ").split())
+            named = re.sub(NOT_JOB_IDS, " ", what)
+            words = set(re.sub(r"[^0-9]+", " ", named).split())
             if any(str(job_id) in words for job_id in job_ids):
                 found.append(f"{at - self.t0:8.2f}s {what}")
         return found
