@@ -113,7 +113,7 @@ class Workload:
 
     def rated_burst(self) -> str:
         """A slow job first (it holds the rest of a claim batch back), then quick ones."""
-        first = self._enqueue("rated", "rated", {"s": self.rng.choice([0.6, 0.8, 0.9])}, priority=10)
+        first = self._enqueue("rated", "rated", {"s": self.rng.choice([0.85, 0.9, 0.95])}, priority=10)
         specs = [{"name": "rated", "payload": {"s": 0}} for _ in range(self.rng.randint(5, 15))]
         ids = self.ledger.took("rated", self.client.enqueue_many(specs))
         return f"enqueue rated-burst first={first} then={ids}"
