@@ -4,6 +4,7 @@ returned, so the checker can account for each job without trusting jobsup's own 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,9 @@ NOT_JOB_IDS = re.compile(
     r"\b(batch|id|children|key|tag|attempt)=\S+|\b(\w*workflow|supervisor|worker|host) \d+"
     r"|cancel_workflow \d+ -> \d+|kill -9|\d+\.\d+s?|\(\d+\)"
 )
+
+
+_lock = threading.Lock()  # the workload's and the faults' threads both write
 
 
 @dataclass
@@ -31,6 +35,10 @@ class Ledger:
     log: list[tuple[float, str]] = field(default_factory=list)
 
     def note(self, what: str, *, fault: bool = False) -> None:
+        with _lock:
+            self._note(what, fault)
+
+    def _note(self, what: str, fault: bool) -> None:
         if fault:
             self.faults += 1
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,8 +83,13 @@ class Runs:
         self.folder = folder
         self.offsets: dict[Path, int] = {}
         self.runs: dict[str, Run] = {}
+        self.lock = threading.Lock()  # the faults' thread and the main thread both read
 
     def refresh(self) -> None:
+        with self.lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
         for path in sorted(self.folder.glob("*.jsonl")):
             offset = self.offsets.get(path, 0)
             with open(path, "rb") as file:
@@ -113,7 +119,9 @@ class Runs:
             run.end, run.outcome = line["t"], line.get("outcome")
 
     def all(self) -> list[Run]:
-        return sorted(self.runs.values(), key=lambda run: run.start)
+        with self.lock:
+            return sorted(self.runs.values(), key=lambda run: run.start)
 
     def running(self) -> list[Run]:
-        return [run for run in self.runs.values() if run.end is None]
+        with self.lock:
+            return [run for run in self.runs.values() if run.end is None]
