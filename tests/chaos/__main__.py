@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from tests.chaos import campaign, report
@@ -21,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
         "the faults",
     )
     options = parser.parse_args(argv)
+    # A SIGTERM (a test's timeout) unwinds the campaign, so that it stops its supervisors.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     outcome = campaign.run(
         options.database, options.seconds, options.seed, keep=options.keep, restarts=options.restarts
     )

@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 import jobsup
 from jobsup.store import schema
@@ -35,7 +36,7 @@ class Monitor:
                         job.c.concurrency_key.is_not(None), job.c.status.in_(["waiting", "pending", "running"])
                     )
                 ).all()
-        except jobsup.JobsupError:
+        except (jobsup.JobsupError, SQLAlchemyError):  # the database restarting
             return
         admitted: dict[str, int] = defaultdict(int)
         for row in rows:
