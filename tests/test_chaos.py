@@ -23,7 +23,7 @@ import pgcluster
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-SECONDS = 75
+SECONDS = 60
 SEEDS = {"sqlite": 11, "postgresql": 12, "mariadb": 13}
 
 

@@ -119,13 +119,13 @@ def run(
             thread.join()
             if thread.error is not None:
                 raise thread.error
-        drained = quiesce(client, fleet, faults, plan, ledger, monitor)
+        quiet = quiesce(client, fleet, faults, plan, ledger, monitor)
         fleet.stop_all()
         runs.refresh()
         end = state.read(client)
         texts = {"supervisor logs": fleet.logs(), "events": receiver.text()}
-        found = checker.check(runs.all(), ledger, end, texts, marker)
-        found += events_problems(receiver, ledger, end, drained)
+        found = checker.check(runs.all(), ledger, end, texts, marker, quiet.unmoved)
+        found += events_problems(receiver, ledger, end, quiet.drained)
         monitor.date(found)
         report.write(folder / "report.txt", found, runs.all(), ledger, end, fleet.kills)
         return Outcome(ledger.operations, ledger.faults, found, folder, ledger.t0)
@@ -193,9 +193,15 @@ def start_roles(fleet: Fleet, plan: dict[str, list[str]], ledger: Ledger) -> Non
             fleet.start(role, plan[role])
 
 
+@dataclass
+class Quiet:
+    drained: bool  # the outbox emptied
+    unmoved: set[int]  # unfinished jobs, when nothing changed for `STALL` seconds: stuck, not slow
+
+
 def quiesce(
     client: jobsup.Client, fleet: Fleet, faults: Faults, plan: dict[str, list[str]], ledger: Ledger, monitor: Monitor
-) -> bool:
+) -> Quiet:
     ledger.note("quiescence: faults stop")
     faults.resume_due(everything=True)
     faults.end_outage()
@@ -203,37 +209,39 @@ def quiesce(
     for role, args in plan.items():
         if not fleet.live(role):
             fleet.start(role, args)
-    started, last_change, last = time.time(), time.time(), None
-    left: list[Any] = []
+    started = last_change = time.time()
+    left: dict[int, Any] = {}
     while time.time() - started < QUIESCE_CAP and time.time() - last_change < STALL:
         with client.database.read() as conn:
             job = schema.job
-            left = list(
-                conn.execute(
-                    select(job.c.id, job.c.status, job.c.attempts, job.c.updated_at)
-                    .where(job.c.status.not_in(state.FINAL))
-                    .order_by(job.c.id)
-                )
+            rows = conn.execute(
+                select(job.c.id, job.c.status, job.c.attempts, job.c.updated_at).where(job.c.status.not_in(state.FINAL))
             )
-        if not left:
+            now = {row.id: tuple(row) for row in rows}
+        if not now:
+            left = now
             break
-        if left != last:
-            last, last_change = left, time.time()
+        if now != left:
+            left, last_change = now, time.time()
         monitor.look()
         time.sleep(1)
     settled = time.time() - started
+    # Stuck only when nothing moved for the stall time; when the cap ends the wait while jobs
+    # still finish, the host was too slow for the workload, which says nothing of jobsup.
+    unmoved = set(left) if time.time() - last_change >= STALL else set()
 
     def outbox() -> int:
         with client.database.read() as conn:
             return int(conn.execute(select(func.count()).select_from(schema.outbox)).scalar() or 0)
 
     drained = events.wait_drained(outbox, 30)
-    left_over = ", ".join(f"{row.id}:{row.status}" for row in left[:20])
+    left_over = ", ".join(f"{job_id}:{row[1]}" for job_id, row in sorted(left.items())[:20])
+    judged = "stuck" if unmoved or not left else "still finishing at the cap: not judged"
     ledger.note(
-        f"quiescence: {len(left)} jobs unfinished after {settled:.0f}s ({left_over}); outbox drained={drained} "
-        f"after {time.time() - started - settled:.0f}s more"
+        f"quiescence: {len(left)} jobs unfinished after {settled:.0f}s, {judged} ({left_over}); "
+        f"outbox drained={drained} after {time.time() - started - settled:.0f}s more"
     )
-    return drained
+    return Quiet(drained, unmoved)
 
 
 def events_problems(

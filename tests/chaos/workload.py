@@ -10,6 +10,7 @@ than a heartbeat.
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -19,12 +20,14 @@ from tests.chaos.ledger import Ledger
 
 K1_KEYS = ["a", "b", "c", "d", "e"]
 K3_KEYS = ["x", "y"]
+BACKLOG = 600  # unfinished jobs above which the workload waits
 
 
 class Workload:
     def __init__(self, rng: random.Random, client: jobsup.Client, ledger: Ledger, marker: str) -> None:
         self.rng, self.client, self.ledger, self.marker = rng, client, ledger, marker
         self.fresh_keys = 0
+        self.looked, self.backlog = 0.0, 0
         self.operations: list[tuple[float, Callable[[], str]]] = [
             (3, self.plain),
             (3, self.keyed),
@@ -39,7 +42,13 @@ class Workload:
             (1, self.secret),
         ]
 
-    def step(self) -> str:
+    def step(self) -> str | None:
+        """One operation; None while the backlog is over `BACKLOG` (the host is slower than
+        the workload: more would only make the quiescent end wait longer)."""
+        if time.time() - self.looked >= 1:
+            self.looked, self.backlog = time.time(), self._backlog()
+        if self.backlog > BACKLOG:
+            return None
         weights = [weight for weight, _ in self.operations]
         operation = self.rng.choices([op for _, op in self.operations], weights)[0]
         return operation()
@@ -88,7 +97,7 @@ class Workload:
         key = f"f{self.fresh_keys}"  # a key of its own: a later job of the key would repair a lost slot
         z = self._enqueue("k1", "k1", {"s": self.rng.uniform(0.5, 5), "k": key}, concurrency_key=key, priority=10)
         children: list[dict[str, Any]] = [
-            {"name": "fan", "payload": {"s": self.rng.choice([0, 0, 0.02])}} for _ in range(self.rng.randint(100, 220))
+            {"name": "fan", "payload": {"s": self.rng.choice([0, 0, 0.02])}} for _ in range(self.rng.randint(60, 140))
         ]
         children.append({"name": "k1", "payload": {"s": 0.1, "k": key}, "concurrency_key": key})
         tag = uuid.uuid4().hex[:8]
@@ -177,6 +186,15 @@ class Workload:
     def secret(self) -> str:
         job_id = self._enqueue("secret", "secret", {"token": self.marker, "s": self.rng.choice([0, 0.5, 3])})
         return f"enqueue secret {job_id}"
+
+    def _backlog(self) -> int:
+        from sqlalchemy import func, select
+
+        from jobsup.store import schema
+
+        with self.client.database.read() as conn:
+            unfinished = schema.job.c.status.in_(["pending", "running", "waiting"])
+            return int(conn.execute(select(func.count()).where(unfinished)).scalar() or 0)
 
     def _batch_ids(self, batch_id: int) -> list[int]:
         from sqlalchemy import select
