@@ -114,6 +114,7 @@ class Supervisor:
     args: list[str]
     process: subprocess.Popen[bytes]
     started: float
+    stopping: bool = False  # sent SIGTERM: shutting down, no longer a target
 
     @property
     def pid(self) -> int:
@@ -163,7 +164,8 @@ class Fleet:
         return supervisor
 
     def live(self, role: str | None = None) -> list[Supervisor]:
-        return [s for s in self.supervisors if s.alive() and (role is None or s.role == role)]
+        """The supervisors running and not shutting down."""
+        return [s for s in self.supervisors if s.alive() and not s.stopping and (role is None or s.role == role)]
 
     def kill_worker(self, supervisor: Supervisor, pid: int) -> None:
         self.kills.append(Kill(time.time(), pid, "worker-kill9"))
@@ -180,6 +182,7 @@ class Fleet:
             supervisor.process.wait(10)
 
     def terminate(self, supervisor: Supervisor) -> None:
+        supervisor.stopping = True
         self.kills.append(Kill(time.time(), supervisor.pid, "supervisor-sigterm"))
         with contextlib.suppress(ProcessLookupError):
             supervisor.process.send_signal(signal.SIGTERM)
@@ -187,9 +190,10 @@ class Fleet:
     def stop_all(self, timeout: float = 30) -> None:
         """SIGTERM every supervisor still running, wait, then kill what is left (each worker
         leads its own process group, so the groups of its workers too)."""
-        for supervisor in self.live():
-            with contextlib.suppress(ProcessLookupError):
-                supervisor.process.send_signal(signal.SIGTERM)
+        for supervisor in self.supervisors:
+            if supervisor.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    supervisor.process.send_signal(signal.SIGTERM)
         deadline = time.time() + timeout
         for supervisor in self.supervisors:
             with contextlib.suppress(subprocess.TimeoutExpired):

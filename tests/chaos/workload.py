@@ -20,7 +20,7 @@ from tests.chaos.ledger import Ledger
 
 K1_KEYS = ["a", "b", "c", "d", "e"]
 K3_KEYS = ["x", "y"]
-BACKLOG = 600  # unfinished jobs above which the workload waits
+BACKLOG = 1000  # unfinished jobs above which the workload waits
 
 
 class Workload:
