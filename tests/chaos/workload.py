@@ -31,7 +31,7 @@ class Workload:
         self.operations: list[tuple[float, Callable[[], str]]] = [
             (3, self.plain),
             (3, self.keyed),
-            (4, self.keyed_batch),
+            (6, self.keyed_batch),
             (2, self.keyed_sla),
             (2, self.rated_burst),
             (2, self.fragile),
