@@ -43,14 +43,14 @@ class Workload:
         ]
 
     def step(self) -> str | None:
-        """One operation; None while the backlog is over `BACKLOG` (the host is slower than
-        the workload: more would only make the quiescent end wait longer)."""
+        """One operation; only small ones (a few jobs each, on queues of their own) while the
+        backlog is over `BACKLOG` (the host is slower than the workload: more would only make
+        the quiescent end wait longer)."""
         if time.time() - self.looked >= 1:
             self.looked, self.backlog = time.time(), self._backlog()
-        if self.backlog > BACKLOG:
-            return None
-        weights = [weight for weight, _ in self.operations]
-        operation = self.rng.choices([op for _, op in self.operations], weights)[0]
+        light = {self.keyed, self.keyed_sla, self.rated_burst, self.fragile, self.trigger}
+        drawn = self.operations if self.backlog <= BACKLOG else [(w, op) for w, op in self.operations if op in light]
+        operation = self.rng.choices([op for _, op in drawn], [weight for weight, _ in drawn])[0]
         return operation()
 
     # -- payloads ---------------------------------------------------------------------------
