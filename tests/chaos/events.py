@@ -77,7 +77,8 @@ def problems(
             if complete:
                 found.append((job_id, f"it ended {status} but {FINAL_EVENT[status]} never arrived: {kinds}"))
         elif kinds[-1] not in {FINAL_EVENT[status], "sla.breached"}:
-            found.append((job_id, f"it ended {status} but its events end {kinds[-3:]}: out of order"))
+            told = [f"{e['type']}#{e.get('attempt')}@{e.get('at', '')[11:23]}" for e in events]
+            found.append((job_id, f"it ended {status} but its events, as they arrived, end {told[-8:]}: out of order"))
     return found
 
 
