@@ -208,16 +208,19 @@ class Fleet:
         return "".join(p.read_text(errors="replace") for p in sorted(self.folder.glob("supervisor-*.log")))
 
     def reap_strays(self) -> None:
-        """Kill any process still running on this campaign's database (a worker whose
-        supervisor was killed before it could be listed): their command line names the
-        campaign's own database, which no one else uses."""
+        """Kill any process still left in the session of one of this campaign's supervisors
+        (each started a session of its own; its workers lead process groups inside it), such
+        as a worker of a supervisor killed before its workers could be listed. The session
+        is how they are found: their titles (setproctitle) no longer show the command."""
+        sessions = {supervisor.pid for supervisor in self.supervisors}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                command = (entry / "cmdline").read_bytes().split(b"\0")
+                stat = (entry / "stat").read_text()
             except OSError:
                 continue
-            if b"jobsup" in b" ".join(command) and self.url.encode() in command:
+            fields = stat[stat.rindex(")") + 2 :].split()
+            if int(fields[3]) in sessions:  # state, ppid, pgrp, session
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(entry.name), signal.SIGKILL)
