@@ -3,10 +3,12 @@ seeded mixed workload and seeded faults against real `jobsup start` supervisors,
 against a side channel the job functions write; no invariant may be violated.
 
 Each parameter runs `python -m tests.chaos` in a process of its own for `SECONDS` plus its
-quiescent end (about two minutes in all), so under `pytest -n 4` the three databases run
-side by side. On PostgreSQL the campaign runs a private cluster (`tests/pgcluster.py`) and
-restarts it among its faults, where the server binaries are installed. The seed is fixed
-per database, so a failure can be run again; ``JOBSUP_CHAOS_SEED`` picks another.
+quiescent end, so under `pytest -n 4` the three databases run side by side: about two
+minutes each on a lightly loaded 2-core host, three to five on one loaded by other work.
+On PostgreSQL the campaign runs a private cluster (`tests/pgcluster.py`) and restarts it
+among its faults, where the server binaries are installed. The seed is fixed per database,
+so a run draws the same operations and faults again (not the same interleaving);
+``JOBSUP_CHAOS_SEED`` picks another.
 """
 
 from __future__ import annotations
