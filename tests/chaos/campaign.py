@@ -85,6 +85,8 @@ def run(
     os.environ.update(
         {k: env[k] for k in ("JOBSUP_ENCRYPTION_KEYS", "JOBSUP_EVENTS_PUBLISHER", "JOBSUP_EVENTS_SECRET")}
     )
+    if say:
+        print(f"chaos: {kind} seed={seed}: making the database and starting supervisors in {folder}", flush=True)
     database = Database(kind, folder, own_cluster=restarts and kind == "postgresql")
     url = database.create()
     fleet = Fleet(url, folder, env)
@@ -95,6 +97,7 @@ def run(
     operator = None
     try:
         start_roles(fleet, plan, ledger)
+        ledger.note(f"supervisors up: {', '.join(f'{s.role}={s.pid}' for s in fleet.live())}")
         client.add_recurring("chaos-cron", job="cron", cron="* * * * *", payload={"s": 0.1})
         operator = jobsup.Client(url)  # the faults' own, as another process's would be
         workload = Workload(random.Random(rng.getrandbits(64)), client, ledger, marker)
@@ -105,7 +108,7 @@ def run(
         monitor = Monitor(client, ledger)
         ledger.t0 = time.time()
         if say:
-            print(f"chaos: {kind} seed={seed} for {seconds:g}s in {folder}", flush=True)
+            print(f"chaos: {kind} seed={seed}: running for {seconds:g}s", flush=True)
         deadline = ledger.t0 + seconds
         threads = [
             Loop("workload", workload.step, workload.rng, deadline, ledger, fault=False, pause=(0.05, 0.3)),
