@@ -1,0 +1,1 @@
+"""A randomized fault campaign against real `jobsup start` supervisors (see README.md)."""

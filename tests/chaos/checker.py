@@ -1,0 +1,387 @@
+"""The invariants, checked at the end against the side channel, the ledger and the rows.
+
+Times are the side channel's (the host clock of the job functions). A run's end is its
+``end`` line, else the last moment it was seen alive (`Run.until`, a lower bound of its
+process's death), so every overlap reported really happened.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.chaos.chaosapp import BREAKER, LIMITS, RATES
+from tests.chaos.ledger import Ledger
+from tests.chaos.sidechannel import Run
+from tests.chaos.state import FINAL, EndState, JobRow
+
+AT_END = 0.0  # a violation found by an end check rather than at a moment of the run
+RATE_TOLERANCE = 0.3  # of the period: how far apart two starts may look from how the database saw them
+
+
+@dataclass
+class Violation:
+    invariant: str
+    at: float  # when it happened (side channel time), for "seconds to find"
+    message: str
+    jobs: set[int] = field(default_factory=set)
+
+
+def check(
+    runs: list[Run], ledger: Ledger, end: EndState, texts: dict[str, str], marker: str, unmoved: set[int]
+) -> list[Violation]:
+    """Every invariant. `unmoved`: the jobs left unfinished when nothing had moved for the
+    quiescent end's stall time (none when it gave up while jobs still finished: slow, not stuck)."""
+    found: list[Violation] = []
+    found += overlapping_runs(runs)
+    found += key_limits(runs)
+    found += rate_windows(runs)
+    found += probes(runs)
+    slow = {job_id for job_id, job in end.jobs.items() if job.status not in FINAL} - unmoved
+    found += batches(runs, ledger, end, slow)
+    found += workflows(runs, ledger, end, slow)
+    found += triggers(runs, ledger, end)
+    found += stuck(end, unmoved)
+    found += lost(runs, ledger, end)
+    found += secrets(runs, end, texts, marker)
+    return sorted(found, key=lambda v: v.at or float("inf"))
+
+
+def _by(runs: Iterable[Run], attribute: str) -> dict[object, list[Run]]:
+    grouped: dict[object, list[Run]] = defaultdict(list)
+    for run in runs:
+        grouped[getattr(run, attribute)].append(run)
+    return grouped
+
+
+def overlapping_runs(runs: list[Run]) -> list[Violation]:
+    """(a) two runs of one job never alive at once."""
+    found = []
+    for job_id, mine in _by(runs, "job").items():
+        for a, b in itertools.combinations(sorted(mine, key=lambda r: r.start), 2):
+            if b.start < a.until:
+                found.append(
+                    Violation(
+                        "a:two-runs-at-once",
+                        b.start,
+                        f"job {job_id}: attempt {b.attempt} (pid {b.pid}) started while attempt {a.attempt} "
+                        f"(pid {a.pid}) still ran, for {min(a.until, b.until) - b.start:.2f}s",
+                        {job_id},
+                    )
+                )
+    return found
+
+
+def _most_at_once(mine: list[Run]) -> tuple[int, float, list[Run]]:
+    """The most runs alive at one moment (each run alive over [start, until)), when, and which."""
+    best: tuple[int, float, list[Run]] = (0, 0.0, [])
+    for run in mine:
+        alive = [run, *(other for other in mine if other is not run and other.start <= run.start < other.until)]
+        if len(alive) > best[0]:
+            best = (len(alive), run.start, alive)
+    return best
+
+
+def key_limits(runs: list[Run]) -> list[Violation]:
+    """(b) never more runs of one concurrency key alive at once than its limit."""
+    found = []
+    for key, mine in _by((r for r in runs if r.key), "key").items():
+        limit = LIMITS[str(key).split(":", 1)[0]]
+        count, at, alive = _most_at_once(mine)
+        if count > limit:
+            found.append(
+                Violation(
+                    "b:key-over-limit",
+                    at,
+                    f"key {key} (limit {limit}) had {count} runs alive at once: jobs {sorted(r.job for r in alive)}",
+                    {r.job for r in alive},
+                )
+            )
+    return found
+
+
+def rate_windows(runs: list[Run]) -> list[Violation]:
+    """(c) never more starts in a window of the period than the limit (the window is taken
+    `RATE_TOLERANCE` of a period shorter, for the distance between a claim and its start)."""
+    found = []
+    for name, (limit, per) in RATES.items():
+        starts = sorted((r for r in runs if r.name == name), key=lambda r: r.start)
+        window = per * (1 - RATE_TOLERANCE)
+        for index, first in enumerate(starts):
+            inside = [r for r in starts[index:] if r.start < first.start + window]
+            if len(inside) > limit:
+                found.append(
+                    Violation(
+                        "c:rate-window",
+                        first.start,
+                        f"{name} ({limit}/{per:g}s): {len(inside)} starts "
+                        f"within {window:.2f}s: jobs {[r.job for r in inside]}",
+                        {r.job for r in inside},
+                    )
+                )
+                break
+    return found
+
+
+def probes(runs: list[Run]) -> list[Violation]:
+    """(d) at most one half-open probe of a breaker running at a time."""
+    mine = [r for r in runs if r.name == BREAKER and r.extra.get("probe")]
+    count, at, alive = _most_at_once(mine)
+    if count > 1:
+        return [
+            Violation(
+                "d:two-probes",
+                at,
+                f"{count} probes of {BREAKER} alive at once: jobs {sorted(r.job for r in alive)}",
+                {r.job for r in alive},
+            )
+        ]
+    return []
+
+
+def _alive_at(runs: list[Run], at: float) -> list[Run]:
+    return [r for r in runs if r.start < at < r.until]
+
+
+def _payload(job: JobRow) -> dict[str, Any]:
+    try:
+        decoded = json.loads(job.payload)
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def batches(runs: list[Run], ledger: Ledger, end: EndState, slow: set[int]) -> list[Violation]:
+    """(e) every batch fires each callback it should exactly once (the callback jobs in the
+    rows; at most one of them ran), after its children ended. A batch with children still
+    finishing when the quiescent end gave up (`slow`) is not judged unfired."""
+    found = []
+    callbacks: dict[tuple[int, str], set[int]] = defaultdict(set)  # enqueued callback jobs
+    ran: dict[tuple[int, str], set[int]] = defaultdict(set)
+    first_start: dict[int, float] = {}
+    for job in end.jobs.values():
+        if job.name == "callback":
+            payload = _payload(job)
+            callbacks[(payload.get("batch", {}).get("id"), payload.get("kind"))].add(job.id)
+    for run in runs:
+        if run.name == "callback" and run.extra.get("batch") is not None:
+            ran[(run.extra["batch"], run.extra.get("kind"))].add(run.job)
+            first_start[run.job] = min(first_start.get(run.job, run.start), run.start)
+    children = _by((r for r in runs if end.jobs.get(r.job) and end.jobs[r.job].batch_id), "job")
+    for batch_id, given in ledger.batches.items():
+        row = end.batches.get(batch_id, {})
+        members = [j for j in end.jobs.values() if j.batch_id == batch_id]
+        if row.get("finished_at") is None:
+            unfinished = [j.id for j in members if j.status not in FINAL]
+            if slow & set(unfinished):
+                continue
+            found.append(
+                Violation(
+                    "e:batch-never-fired",
+                    AT_END,
+                    f"batch {batch_id} never fired; unfinished children {unfinished}",
+                    set(unfinished),
+                )
+            )
+            continue
+        succeeded = all(j.status == "succeeded" for j in members)
+        expected = {"on_complete"} | ({"on_success" if succeeded else "on_failure"} & set(given["callbacks"]))
+        if ledger.retried & {j.id for j in members}:  # a child retried after the batch fired changes its counts
+            either = {"on_success", "on_failure"} & set(given["callbacks"])
+            fired_either = sum(len(callbacks.get((batch_id, kind), set())) for kind in either)
+            if either and fired_either != 1:
+                found.append(
+                    Violation(
+                        "e:batch-callback-count",
+                        AT_END,
+                        f"batch {batch_id}: on_success and on_failure ran as {fired_either} jobs (expected 1)",
+                        {j.id for j in members},
+                    )
+                )
+            expected |= either
+        for kind in given["callbacks"]:
+            fired = callbacks.get((batch_id, kind), set())
+            if kind in expected - {"on_complete"} and ledger.retried & {j.id for j in members}:
+                continue
+            if len(ran.get((batch_id, kind), set())) > 1 or not ran.get((batch_id, kind), set()) <= fired:
+                found.append(
+                    Violation(
+                        "e:batch-callback-count",
+                        AT_END,
+                        f"batch {batch_id}: {kind} ran as jobs {sorted(ran[(batch_id, kind)])}, "
+                        f"enqueued as {sorted(fired)}",
+                        set(fired),
+                    )
+                )
+            if len(fired) != (1 if kind in expected else 0):
+                found.append(
+                    Violation(
+                        "e:batch-callback-count",
+                        AT_END,
+                        f"batch {batch_id}: {kind} ran as "
+                        f"{len(fired)} jobs {sorted(fired)} (expected {1 if kind in expected else 0})",
+                        set(fired),
+                    )
+                )
+            for job_id in fired:
+                late = [r for m in members for r in children.get(m.id, []) if r.start < first_start[job_id] < r.until]
+                if late:
+                    found.append(
+                        Violation(
+                            "e:callback-before-children-ended",
+                            first_start[job_id],
+                            f"batch {batch_id}: {kind} job {job_id} started while child runs still ran: "
+                            f"{sorted(r.job for r in late)}",
+                            {job_id, *(r.job for r in late)},
+                        )
+                    )
+    return found
+
+
+def workflows(runs: list[Run], ledger: Ledger, end: EndState, slow: set[int]) -> list[Violation]:
+    """(e) every workflow ends (unless a step was still finishing when the quiescent end gave
+    up: `slow`); no step starts while a step it depends on runs."""
+    found = []
+    by_job = _by(runs, "job")
+    for workflow_id, steps in ledger.workflows.items():
+        unfinished = [s for s in steps if end.jobs[s].status not in FINAL]
+        if slow & set(unfinished):
+            pass
+        elif unfinished or end.workflows.get(workflow_id, {}).get("finished_at") is None:
+            found.append(
+                Violation(
+                    "e:workflow-not-ended",
+                    AT_END,
+                    f"workflow {workflow_id} did not end; unfinished steps {unfinished}",
+                    set(steps),
+                )
+            )
+        for step in steps:
+            for run in by_job.get(step, []):
+                for dep in end.deps.get(step, []):
+                    busy = _alive_at(by_job.get(dep, []), run.start)
+                    if busy:
+                        found.append(
+                            Violation(
+                                "e:step-before-dependency-ended",
+                                run.start,
+                                f"workflow {workflow_id}: step job {step} attempt {run.attempt} started while its "
+                                f"dependency {dep} (attempt {busy[0].attempt}) still ran",
+                                {step, dep},
+                            )
+                        )
+    return found
+
+
+def triggers(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
+    """(e) a trigger on="any" fires exactly once per ended job, after its last run."""
+    found = []
+    fired: dict[str, set[int]] = defaultdict(set)
+    started: dict[int, float] = {}
+    for run in runs:
+        if run.name == "note":
+            fired[run.extra.get("parent")].add(run.job)
+            started[run.job] = min(started.get(run.job, run.start), run.start)
+    by_job = _by(runs, "job")
+    enqueued: dict[int, set[int]] = defaultdict(set)  # parent -> its triggered jobs, in the rows
+    for job in end.jobs.values():
+        if job.name == "note" and job.parent_id is not None:
+            enqueued[job.parent_id].add(job.id)
+    for tag, parent in ledger.triggers.items():
+        jobs, rows = fired.get(tag, set()), enqueued.get(parent, set())
+        if (end.jobs[parent].status in FINAL and len(rows) != 1) or len(jobs) > 1 or not jobs <= rows:
+            found.append(
+                Violation(
+                    "e:trigger-count",
+                    AT_END,
+                    f"job {parent} ended {end.jobs[parent].status}; its trigger was enqueued as jobs {sorted(rows)} "
+                    f"and ran as {sorted(jobs)}",
+                    {parent, *jobs, *rows},
+                )
+            )
+        for job_id in jobs:
+            busy = _alive_at(by_job.get(parent, []), started[job_id])
+            if busy:
+                found.append(
+                    Violation(
+                        "e:trigger-before-parent-ended",
+                        started[job_id],
+                        f"trigger job {job_id} started while its parent {parent} (attempt {busy[0].attempt}) still ran",
+                        {job_id, parent},
+                    )
+                )
+    return found
+
+
+def stuck(end: EndState, unmoved: set[int]) -> list[Violation]:
+    """(f) at the quiescent end every job has ended: the queues are resumed, the outage is
+    over, retries are due within a second, so nothing has a documented reason to wait."""
+    found = []
+    admitted: dict[str, int] = defaultdict(int)
+    for job in end.jobs.values():
+        if job.concurrency_key and job.status in {"pending", "running"}:
+            admitted[job.concurrency_key] += 1
+    for job in end.jobs.values():
+        if job.status in FINAL:
+            continue
+        if (
+            job.status == "waiting"
+            and job.concurrency_key
+            and admitted[job.concurrency_key] < (job.concurrency_limit or 1)
+        ):
+            why = f"waits while its key {job.concurrency_key} has room ({admitted[job.concurrency_key]} admitted)"
+            found.append(Violation("f:key-waiter-with-room", AT_END, f"job {job.id} ({job.name}) {why}", {job.id}))
+        elif job.id in unmoved:
+            found.append(
+                Violation(
+                    "f:not-ended",
+                    AT_END,
+                    f"job {job.id} ({job.name}, queue {job.queue}) is still "
+                    f"{job.status} at the end (run_at {job.run_at})",
+                    {job.id},
+                )
+            )
+    return found
+
+
+def lost(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
+    """(g) every id enqueue returned is a row; every success was seen returning."""
+    found = []
+    for job_id in ledger.jobs:
+        if job_id not in end.jobs:
+            found.append(
+                Violation("g:lost", AT_END, f"job {job_id} ({ledger.jobs[job_id]}) is not in the table", {job_id})
+            )
+    returned = {r.job for r in runs if r.outcome in {"ok", "honoured"}}
+    for job in end.jobs.values():
+        if job.status == "succeeded" and job.id not in returned:
+            found.append(
+                Violation(
+                    "g:success-never-ran",
+                    AT_END,
+                    f"job {job.id} ({job.name}) succeeded but no run of it returned",
+                    {job.id},
+                )
+            )
+    return found
+
+
+def secrets(runs: list[Run], end: EndState, texts: dict[str, str], marker: str) -> list[Violation]:
+    """(i) the sensitive value is in no table, log line or event; the worker opened it."""
+    found = []
+    for table, rows in end.tables.items():
+        if any(marker in json.dumps(row, default=str) for row in rows):
+            found.append(Violation("i:secret-in-table", 0.0, f"the sensitive marker is in clear in table {table}"))
+    for where, text in texts.items():
+        if marker in text:
+            found.append(Violation("i:secret-in-output", 0.0, f"the sensitive marker is in clear in {where}"))
+    for run in runs:
+        if run.name == "secret" and not run.extra.get("opened"):
+            found.append(
+                Violation("i:secret-not-opened", run.start, f"job {run.job} did not get its sensitive value", {run.job})
+            )
+    return found
