@@ -100,7 +100,7 @@ def opened(job: ClaimedJob, payload: Any) -> Any:
         raise SealedParameterError(
             f"job {job.id} has sealed parameters and JOBSUP_ENCRYPTION_KEYS is not set in this worker"
         )
-    return found.unseal(payload, job_binding(job.id), what=f"job {job.id}")
+    return found.unseal(payload, job_binding(job.id, job.name))  # bound to the type it runs as
 
 
 def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
