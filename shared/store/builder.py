@@ -22,7 +22,7 @@ from jobsup.links import check_triggers, triggers_text
 from jobsup.paramcheck import check
 from jobsup.payload import check_length, encode_payload
 from jobsup.registry import check_attempts, check_name, check_priority, check_text, lookup
-from jobsup.scrub import scrub, secrets_of
+from jobsup.scrub import scrub, secrets_of, validation_text
 from jobsup.secrets import MARK, Binding, Sealing, has_sealed, required_keyring, schedule_binding, sealed_fields
 from jobsup.store.rows import NewJob, RecurringSchedule
 
@@ -188,9 +188,11 @@ def _builds(jobtype: JobType, checked: Any) -> None:
     try:
         registered.params.make(checked)
     except Exception as exc:
-        # Its message may quote the values: the sensitive ones are masked.
-        secret = secrets_of([checked[key] for key in jobtype.sensitive & checked.keys()])
-        text = scrub(f"{type(exc).__name__}: {exc}", secret)
+        # Its message may quote the values: pydantic's, cut, as its fields and reasons only;
+        # any other with the sensitive ones masked.
+        text = validation_text(exc) if jobtype.sensitive else None
+        if text is None:
+            text = scrub(f"{type(exc).__name__}: {exc}", secrets_of(checked, jobtype.sensitive))
         raise InvalidPayload(f"payload of job {jobtype.name!r} does not build its parameters: {text}") from None
 
 
