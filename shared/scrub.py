@@ -173,7 +173,8 @@ def _mask_ends(text: str, forms: tuple[str, ...]) -> str:
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
-    out, last = [], 0
+    out: list[str] = []
+    last = 0
     for start, end in merged:
         out.extend((text[last:start], MASK))
         last = end
