@@ -40,7 +40,7 @@ HORIZON = 800  # days searched ahead for the end or start of a window
 MAX_RULES = 100
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _KEYS = {"weekdays", "time", "dates", "days_of_month", "holidays", "subdivision"}
-_CLOCK = re.compile(r"^([01]\d|2[0-4]):([0-5]\d)$")
+_CLOCK = re.compile(r"([01]\d|2[0-4]):([0-5]\d)")
 _HELP = "see 'Calendars and blackout windows' in the README"
 
 
@@ -203,7 +203,7 @@ def _weekdays(value: object, where: str) -> frozenset[int]:
 
 def _time_range(value: object, where: str) -> tuple[time, time | None]:
     parts = value.split("-") if isinstance(value, str) else []
-    clocks = [_CLOCK.match(part.strip()) for part in parts]
+    clocks = [_CLOCK.fullmatch(part.strip()) for part in parts]
     if len(parts) != 2 or not all(clocks) or any(int(m.group(1)) == 24 and m.group(2) != "00" for m in clocks if m):
         raise BadInput(f"{where}: time is 'HH:MM-HH:MM' with hours 00-23 (24:00 as an end), not {value!r}")
     start, end = ((int(m.group(1)), int(m.group(2))) for m in clocks if m)

@@ -221,7 +221,7 @@ def same_schedule(before: RecurringSchedule | None, after: RecurringSchedule) ->
         return False
 
     def shape(schedule: RecurringSchedule) -> tuple[Any, ...]:
-        payload, _ = fired_payload(schedule.name, schedule.payload)  # opened, as a fire sees it
+        payload, _ = fired_payload(schedule)  # opened, as a fire sees it
         how = (schedule.overlap, schedule.calendar, schedule.calendar_mode, schedule.calendar_policy)
         return (schedule.job, schedule.cron, schedule.timezone, schedule.queue, schedule.priority, payload, how)
 

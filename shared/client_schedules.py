@@ -13,8 +13,9 @@ from jobsup.client_ops import same_schedule
 from jobsup.cron import check_cron, zone
 from jobsup.errors import BadInput
 from jobsup.registry import check_name, check_priority
-from jobsup.secrets import mask, schedule_binding
+from jobsup.secrets import mask, new_row_id, schedule_binding
 from jobsup.store.builder import typed_payload
+from jobsup.store.definitions import sensitive_fields
 from jobsup.store.recurring import MODES, OVERLAPS, POLICIES, How
 from jobsup.store.rows import RecurringSchedule
 
@@ -72,7 +73,8 @@ class SchedulesAPI:
         who = actor_of(actor)
         how = _how(overlap, calendar, calendar_mode, calendar_policy)
         jobtype = self._job_type(job, allow_unknown)
-        text, sealing = typed_payload(jobtype, payload, binding=schedule_binding(name))
+        seal_id = new_row_id()  # new at every add: a re-added schedule does not open the old one's values
+        text, sealing = typed_payload(jobtype, payload, binding=schedule_binding(name, job, seal_id))
         self._ready()
         if how.calendar is not None and self.store.calendars.calendar_get(how.calendar) is None:
             raise BadInput(f"calendar {how.calendar!r} is not known; add it first with `jobsup calendars add`")
@@ -84,6 +86,7 @@ class SchedulesAPI:
             timezone=zone(timezone).key,
             payload=text,
             key_id=None if sealing is None else sealing.keyring.newest,
+            seal_id=seal_id,
             queue=check_name(queue or jobtype.queue, "queue"),
             priority=jobtype.priority if priority is None else check_priority(priority),
             how=how,
@@ -98,7 +101,7 @@ class SchedulesAPI:
                 **({} if schedule.calendar is None else _calendar_detail(schedule)),
             }
             self._audit(who, "recurring.add", target=name, detail=detail)
-        return replace(schedule, payload=mask(schedule.payload))
+        return self._masked([schedule])[0]
 
     def remove_recurring(self, name: str, *, actor: str | None = None) -> bool:
         who = actor_of(actor)
@@ -118,7 +121,14 @@ class SchedulesAPI:
     def list_recurring(self) -> list[RecurringSchedule]:
         """Every schedule, its sensitive values shown as ``***``."""
         self._ready()
-        return [replace(s, payload=mask(s.payload)) for s in self.store.recurring.recurring_list()]
+        return self._masked(self.store.recurring.recurring_list())
+
+    def _masked(self, schedules: list[RecurringSchedule]) -> list[RecurringSchedule]:
+        """`schedules` with sealed values, and values of fields their job type marks
+        sensitive now (a row may predate it), shown as ``***``."""
+        with self.store.db.read("recurring") as conn:
+            sensitive = sensitive_fields(conn, {s.job for s in schedules})
+        return [replace(s, payload=mask(s.payload, sensitive.get(s.job, frozenset()))) for s in schedules]
 
     # -- calendars ------------------------------------------------------------------------
 

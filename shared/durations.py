@@ -9,7 +9,7 @@ from datetime import timedelta
 from jobsup.errors import InvalidDuration
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*")
 
 
 MAX_SECONDS = 100 * 365 * 86400.0  # so that now +/- a duration is always a datetime
@@ -29,7 +29,7 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
         raise InvalidDuration(f"{what}: {value!r} is not a duration; write e.g. 10s, 5m or 1h")
     elif isinstance(value, int | float):
         seconds = float(value)
-    elif isinstance(value, str) and (match := _PATTERN.match(value)):
+    elif isinstance(value, str) and (match := _PATTERN.fullmatch(value)):
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
     else:
         raise InvalidDuration(f"{what}: {value!r} is not a duration; write e.g. 250ms, 10s, 5m or 1h")

@@ -26,7 +26,8 @@ from jobsup.params import Params, params_of
 JobFunction = Callable[[JobContext, Any], Any]
 F = TypeVar("F", bound=JobFunction)
 
-_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+# fullmatch, never `^...$` with match: `$` also matches before a final newline.
+_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 INT32 = 2**31 - 1
 
@@ -190,7 +191,7 @@ def registered_types() -> list[JobType]:
 
 
 def check_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise BadInput(f"{what} {value!r} is not valid: use 1-200 letters, digits and the characters _ . : -")
     return value
 

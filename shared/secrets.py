@@ -1,12 +1,17 @@
 """Sensitive parameters, sealed at rest (AES-GCM through `cryptography`).
 
-A sensitive field's value is stored as ``{"$sealed": "<key id>.<nonce and ciphertext>"}``:
+A sensitive field's value is stored as ``{"$sealed": "v2:<key id>.<nonce and ciphertext>"}``:
 its JSON encrypted under the newest key of ``JOBSUP_ENCRYPTION_KEYS`` with a fresh 96-bit
-nonce, and the job's id and the field's name as associated data, so a ciphertext copied
-into another job, or to another field, does not open. The key's id is stored beside the
-ciphertext (and on the row, as `key_id`), so keys rotate without rewriting old rows: a
-list holds the new key first and the old ones after it, until `jobsup keys rotate` has
-re-sealed every row.
+nonce, and as associated data what the value is for (`Binding`): the job's id and job type,
+or the schedule's name, job type and row id, and the field's name. So a ciphertext copied
+into another job or schedule, another field, or left in a row whose job type was changed,
+does not open. The key's id is stored beside the ciphertext (and on the row, as `key_id`),
+so keys rotate without rewriting old rows: a list holds the new key first and the old ones
+after it, until `jobsup keys rotate` has re-sealed every row.
+
+Envelopes written before the job type was bound (version 1: ``"<key id>.<...>"``, bound to
+the id or name and the field only) still open, so old rows stay readable; `jobsup keys
+rotate` re-seals them as version 2.
 
 ``JOBSUP_ENCRYPTION_KEYS`` is a comma-separated list of ``id:key``, newest first, each key
 16, 24 or 32 bytes in URL-safe base64 (`jobsup keys generate` prints one). Only the worker
@@ -29,7 +34,8 @@ from jobsup.errors import ConfigurationError, JobsupError
 ENV = "JOBSUP_ENCRYPTION_KEYS"
 MARK = "$sealed"
 MASK = "***"
-_KEY_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
+_KEY_ID = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+V2 = "v2:"  # a version 2 envelope's prefix: ':' is in no key id, so a version 1 one never starts so
 _NONCE = 12
 _TAG = 16  # AES-GCM's authentication tag, after the ciphertext
 
@@ -42,12 +48,14 @@ def is_sealed(value: object) -> bool:
     return isinstance(value, dict) and len(value) == 1 and MARK in value
 
 
-def mask(payload: Any) -> Any:
-    """`payload` with every sealed value shown as `MASK` (what every read path shows)."""
+def mask(payload: Any, sensitive: frozenset[str] = frozenset()) -> Any:
+    """`payload` with every sealed value, and the top-level values of `sensitive` (the
+    fields its job type marks sensitive now, which rows written before may hold in clear),
+    shown as `MASK`: what every read path shows."""
     if is_sealed(payload):
         return MASK
     if isinstance(payload, dict):
-        return {key: mask(item) for key, item in payload.items()}
+        return {key: MASK if key in sensitive else mask(item) for key, item in payload.items()}
     if isinstance(payload, list):
         return [mask(item) for item in payload]
     return payload
@@ -57,12 +65,52 @@ def has_sealed(payload: Any) -> bool:
     return isinstance(payload, dict) and any(is_sealed(item) for item in payload.values())
 
 
-def job_binding(job_id: int) -> str:
-    return f"job:{job_id}"
+def clear_sensitive(payload: Any, sensitive: frozenset[str]) -> frozenset[str]:
+    """The fields of `sensitive` that `payload` holds in clear (written before they were
+    marked sensitive)."""
+    if not isinstance(payload, dict):
+        return frozenset()
+    return frozenset(key for key in sensitive & payload.keys() if not is_sealed(payload[key]))
 
 
-def schedule_binding(name: str) -> str:
-    return f"recurring:{name}"
+def sealed_fields(payload: Any) -> frozenset[str]:
+    if not isinstance(payload, dict):
+        return frozenset()
+    return frozenset(key for key, value in payload.items() if is_sealed(value))
+
+
+def has_v1(payload: Any) -> bool:
+    """Whether `payload` holds a version 1 envelope (not bound to the job type)."""
+    return isinstance(payload, dict) and any(
+        is_sealed(value) and not str(value[MARK]).startswith(V2) for value in payload.values()
+    )
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What a row's sealed values are for, as associated data: `current` for version 2
+    envelopes, `legacy` (the id or name only) for version 1 ones; `what` names the row in
+    messages."""
+
+    what: str
+    current: str
+    legacy: str
+
+
+def job_binding(job_id: int, job_type: str) -> Binding:
+    return Binding(f"job {job_id}", f"job:{job_id}|type:{job_type}", f"job:{job_id}")
+
+
+def schedule_binding(name: str, job_type: str, row_id: str | None) -> Binding:
+    """A schedule's: its row id is new at every `add_recurring`, so a schedule removed and
+    added again under the same name does not open the old one's ciphertexts."""
+    return Binding(
+        f"recurring schedule {name!r}", f"recurring:{name}|type:{job_type}|row:{row_id}", f"recurring:{name}"
+    )
+
+
+def new_row_id() -> str:
+    return base64.urlsafe_b64encode(os.urandom(12)).decode()
 
 
 @dataclass(frozen=True)
@@ -80,11 +128,12 @@ class Keyring:
         for name in fields & payload.keys():
             plain = len(json.dumps(payload[name], separators=(",", ":"), ensure_ascii=False).encode())
             box = 4 * -(-(_NONCE + plain + _TAG) // 3)  # base64 of nonce, ciphertext and tag
-            grown += len(self.newest) + 1 + box + 2 - len("null")
+            grown += len(V2) + len(self.newest) + 1 + box + 2 - len("null")
         return len(placeholder_text) + grown
 
-    def seal(self, payload: Mapping[str, Any], fields: frozenset[str], binding: str) -> dict[str, Any]:
-        """`payload` with the values of `fields` sealed under the newest key, bound to `binding`."""
+    def seal(self, payload: Mapping[str, Any], fields: frozenset[str], binding: Binding) -> dict[str, Any]:
+        """`payload` with the values of `fields` sealed under the newest key, bound to `binding`
+        (always a version 2 envelope)."""
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
         key_id, key = self.keys[0]
@@ -92,11 +141,11 @@ class Keyring:
         for name in fields & payload.keys():
             nonce = os.urandom(_NONCE)
             plain = json.dumps(payload[name], separators=(",", ":"), ensure_ascii=False).encode()
-            box = AESGCM(key).encrypt(nonce, plain, _associated(binding, name))
-            sealed[name] = {MARK: f"{key_id}.{base64.urlsafe_b64encode(nonce + box).decode()}"}
+            box = AESGCM(key).encrypt(nonce, plain, _associated(binding.current, name, 2))
+            sealed[name] = {MARK: f"{V2}{key_id}.{base64.urlsafe_b64encode(nonce + box).decode()}"}
         return sealed
 
-    def unseal(self, payload: Mapping[str, Any], binding: str, *, what: str) -> dict[str, Any]:
+    def unseal(self, payload: Mapping[str, Any], binding: Binding) -> dict[str, Any]:
         """`payload` with every sealed value opened, or `SealedParameterError` saying which
         field, which key, and what to do."""
         from cryptography.exceptions import InvalidTag
@@ -104,11 +153,13 @@ class Keyring:
 
         opened = dict(payload)
         known = dict(self.keys)
+        what = binding.what
         for name, value in payload.items():
             if not is_sealed(value):
                 continue
-            text = value[MARK]
-            key_id, _, box = text.partition(".") if isinstance(text, str) else ("", "", "")
+            text = value[MARK] if isinstance(value[MARK], str) else ""
+            version, associated = (2, binding.current) if text.startswith(V2) else (1, binding.legacy)
+            key_id, _, box = text.removeprefix(V2).partition(".")
             if not box:
                 raise SealedParameterError(f"{what}: field {name!r} holds no ciphertext (the row was altered)")
             key = known.get(key_id)
@@ -119,11 +170,12 @@ class Keyring:
                 )
             try:
                 raw = base64.urlsafe_b64decode(box)
-                plain = AESGCM(key).decrypt(raw[:_NONCE], raw[_NONCE:], _associated(binding, name))
+                plain = AESGCM(key).decrypt(raw[:_NONCE], raw[_NONCE:], _associated(associated, name, version))
             except (InvalidTag, ValueError):
                 raise SealedParameterError(
                     f"{what}: field {name!r} does not open with key {key_id!r}: the key under that id is "
-                    "not the one it was sealed with, or the ciphertext was altered or copied from another job"
+                    "not the one it was sealed with, or the ciphertext was altered, copied from another job "
+                    "or schedule, or the row's job type was changed"
                 ) from None
             opened[name] = json.loads(plain)
         return opened
@@ -142,12 +194,12 @@ class Sealing:
     def placeholder(self) -> dict[str, Any]:
         return {key: {MARK: None} if key in self.fields else value for key, value in self.payload.items()}
 
-    def seal(self, job_id: int) -> dict[str, Any]:
-        return self.keyring.seal(self.payload, self.fields, job_binding(job_id))
+    def seal(self, job_id: int, job_type: str) -> dict[str, Any]:
+        return self.keyring.seal(self.payload, self.fields, job_binding(job_id, job_type))
 
 
-def _associated(binding: str, field: str) -> bytes:
-    return f"jobsup.v1|{binding}|{field}".encode()
+def _associated(binding: str, field: str, version: int) -> bytes:
+    return f"jobsup.v{version}|{binding}|{field}".encode()
 
 
 def keyring() -> Keyring | None:
@@ -168,7 +220,7 @@ def required_keyring(why: str = "this job has sensitive parameters") -> Keyring:
 
 
 def check_key_id(key_id: str) -> str:
-    if not _KEY_ID.match(key_id):
+    if not _KEY_ID.fullmatch(key_id):
         raise ConfigurationError(f"key id {key_id!r} is not 1-64 letters, digits, _ or -")
     return key_id
 
@@ -178,7 +230,7 @@ def parse_keys(text: str) -> Keyring:
     keys: list[tuple[str, bytes]] = []
     for index, item in enumerate(part.strip() for part in text.split(",")):
         key_id, sep, encoded = item.partition(":")
-        if not sep or not _KEY_ID.match(key_id):
+        if not sep or not _KEY_ID.fullmatch(key_id):
             raise ConfigurationError(
                 f"{ENV} entry {index + 1} is not id:key with an id of 1-64 letters, digits, _ or -"
             )

@@ -104,7 +104,7 @@ def test_an_unknown_event_name_is_refused_naming_the_known_ones() -> None:
 class Receiver(BaseHTTPRequestHandler):
     """Answers 500 to its first `failures` requests, then 204; records what it got."""
 
-    secret = "s3cret"
+    secret = "s3cret-for-the-hook-tests-0123456789"
     failures = 1
     got: ClassVar[list[dict[str, Any]]] = []
     answers: ClassVar[list[int]] = []

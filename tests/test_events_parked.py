@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import socket
 import threading
 import time
@@ -31,7 +32,8 @@ from jobsup.supervisor.relay import Relay
 from helpers import run_jobsup, wait_until
 from webhelpers import OPERATOR, READER, web
 
-SECRET = "s3cret-for-the-parked-tests"
+SECRET = "s3cret-for-the-parked-tests-0123456789"
+HOOK_PATH = "/services/T0001/B0002/XyZsEcReTpAtHtOkEn"  # where Slack-style hooks carry their secret
 API = "/api/v1"
 
 
@@ -64,7 +66,7 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield state, f"http://127.0.0.1:{server.server_port}/hook"
+    yield state, f"http://127.0.0.1:{server.server_port}{HOOK_PATH}"
     server.shutdown()
     server.server_close()
 
@@ -188,6 +190,7 @@ def test_the_api_lists_retries_and_discards_parked_events_as_the_web_user(
     with web(url) as http:
         listed = http.get(f"{API}/events/parked", headers=READER).json()
         assert [row["job_id"] for row in listed] == jobs and "answered 422" in listed[0]["last_error"]
+        assert "XyZsEcReTpAtHtOkEn" not in json.dumps(listed) and "/services" not in json.dumps(listed)
         first = listed[0]["id"]
         retry = f"{API}/events/parked/retry"
         assert http.post(retry, json={"ids": [first]}, headers=READER).status_code == 403
@@ -266,6 +269,33 @@ def test_a_receiver_answering_garbage_is_a_counted_failure_with_backoff(
         listener.close()
     (failed,) = [fields for kind, fields in seen if kind == "events.publish_failed"]
     assert "gave no HTTP answer" in failed["error"] and client.parked_events() == []
+
+
+@pytest.mark.usefixtures("events_on")
+def test_a_webhook_path_is_masked_in_errors_and_the_log(client: jobsup.Client, receiver: tuple[Receiver, str]) -> None:
+    state, hook = receiver
+    state.status = 400
+    client.enqueue("work", {})
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("jobsup").addHandler(handler)  # jobsup's logger does not propagate
+    try:
+        assert _relay(client, hook).run_once() == 0
+    finally:
+        logging.getLogger("jobsup").removeHandler(handler)
+    (parked,) = client.parked_events()
+    port = hook.split(":")[2].split("/")[0]
+    assert parked["last_error"] == f"the webhook http://127.0.0.1:{port}/*** answered 400"
+    assert any("events.parked" in line for line in seen), seen
+    assert not any("XyZsEcReTpAtHtOkEn" in line or "B0002" in line for line in seen), seen
+
+
+@pytest.mark.parametrize("secret", ["x", "a" * 31])
+def test_a_short_events_secret_is_refused_naming_the_setting(secret: str) -> None:
+    with pytest.raises(ConfigurationError, match=rf"^events_secret is {len(secret)} characters; give 32 or more"):
+        Settings(events_publisher="https://hooks.example.com/x", events_secret=secret)
+    assert publisher_for("https://hooks.example.com/x", secret="b" * 32).kind == "webhook"
 
 
 def test_a_webhook_url_with_a_password_or_a_zero_timeout_is_refused() -> None:

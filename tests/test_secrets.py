@@ -66,7 +66,7 @@ def test_a_sensitive_value_is_stored_sealed_shown_masked_and_opened_by_the_worke
     job_id = client.enqueue("sealed-call", {"to": "a@example.com", "token": SECRET})
     payload, key_id = raw(client, job_id)
     assert key_id == "k1" and payload["to"] == "a@example.com"
-    assert set(payload["token"]) == {"$sealed"} and payload["token"]["$sealed"].startswith("k1.")
+    assert set(payload["token"]) == {"$sealed"} and payload["token"]["$sealed"].startswith("v2:k1.")
     assert SECRET not in json.dumps(payload)
     assert client.get(job_id).payload == {"to": "a@example.com", "token": "***"}  # type: ignore[union-attr]
     assert client.list_jobs()[0].payload["token"] == "***"
@@ -173,7 +173,7 @@ def test_rotation_reseals_under_the_newest_key_and_old_rows_still_open_meanwhile
     done = run_jobsup("--database-url", url, "keys", "rotate", "--json", env={ENV: both})
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary == {"key": "k2", "resealed": 6, "failed": {}, "left": 0}  # the five k1 jobs and the schedule
+    assert summary == {"key": "k2", "resealed": 6, "sealed": 0, "failed": {}, "left": 0}  # five k1 jobs, one schedule
     for job_id in ids:
         assert raw(client, job_id)[1] == "k2"
     with client.database.read() as conn:
@@ -240,10 +240,11 @@ def test_a_schedule_value_sealed_stays_sealed_when_the_job_type_no_longer_says_s
 
     client = jobsup.Client(url)
     client.store.definitions.publish([JobType("no-longer-typed")], instance="new-deploy")  # untyped now
-    sealed = parse_keys(K1).seal({"to": "r", "token": SECRET}, frozenset({"token"}), schedule_binding("legacy"))
+    binding = schedule_binding("legacy", "no-longer-typed", "row-1")
+    sealed = parse_keys(K1).seal({"to": "r", "token": SECRET}, frozenset({"token"}), binding)
     client.store.recurring.recurring_upsert(
         name="legacy", job_name="no-longer-typed", cron="* * * * *", timezone="UTC",
-        payload=json.dumps(sealed), key_id="k1", queue="default", priority=0,
+        payload=json.dumps(sealed), key_id="k1", seal_id="row-1", queue="default", priority=0,
     )  # fmt: skip
     schedule = client.store.recurring.recurring_get("legacy")
     assert schedule is not None
@@ -309,7 +310,7 @@ def test_the_length_of_a_sealed_payload_is_known_before_sealing(value: Any) -> N
 
     sealing = Sealing({"to": "a", "token": value}, frozenset({"token"}), parse_keys(K1))
     placeholder = encode_payload(sealing.placeholder())
-    sealed = encode_payload(sealing.seal(987654321))
+    sealed = encode_payload(sealing.seal(987654321, "some-type"))
     assert sealing.keyring.sealed_length(sealing.payload, sealing.fields, placeholder) == len(sealed)
 
 

@@ -41,11 +41,11 @@ def test_an_unknown_name_fails_and_a_known_one_succeeds_with_its_result() -> Non
     assert (outcome.kind, outcome.result) == ("succeeded", '{"a":[1,2]}')
 
 
-def test_every_payload_value_and_key_is_masked_in_stored_errors_short_ones_as_words() -> None:
+def test_sensitive_values_are_masked_in_stored_errors_short_ones_as_words() -> None:
     payload = {"card": "4111111111111111", "cvv": 123, "pin": "42", "amount": 9.5, "flag": True}
-    error = ValueError("declined: cvv=123 pin=42 amount=9.5 card=4111111111111111 in 1942, True")
-    assert (
-        error_text(error, secrets_of(payload)) == "ValueError: declined: ***=*** ***=*** ***=*** ***=*** in 1942, True"
+    error = ValueError("declined: cvv=123 pin=42 amount=9.5 card=4111111111111111 in 1942, 1234, True")
+    assert error_text(error, secrets_of(payload, {"cvv", "pin"})) == (
+        "ValueError: declined: cvv=*** pin=*** amount=9.5 card=*** in 1942, 1234, True"
     )
 
 

@@ -26,8 +26,8 @@ from jobsup.observe.events import emit
 from jobsup.paramcheck import check
 from jobsup.payload import decode_payload
 from jobsup.registry import lookup
-from jobsup.scrub import error_text, scrub, secrets_of
-from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyring
+from jobsup.scrub import Secrets, error_text, scrub, secrets_of, validation_text
+from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyring, sealed_fields
 from jobsup.store.rows import CANCELLED as CANCELLED_OUTCOME
 from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
 from jobsup.worker.services import JobServices
@@ -56,7 +56,7 @@ class Prepared:
     function: Any
     ctx: JobContext
     payload: Any
-    secrets: Any
+    secrets: Secrets
     is_async: bool
 
 
@@ -71,20 +71,24 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
         payload = decode_payload(job.payload)
     except (InvalidPayload, RecursionError) as exc:
         return Ran(DISCARDED, f"InvalidPayload: {exc}")  # retrying cannot mend it
+    # Sensitive: what was sealed, and what this code marks sensitive (a row may predate it).
+    sensitive = sealed_fields(payload) | (registered.params.sensitive if registered.params else frozenset())
     try:
         payload = opened(job, payload)
     except (SealedParameterError, ConfigurationError) as exc:
         # Retried: the key may be added to JOBSUP_ENCRYPTION_KEYS by the next attempt.
         emit("secrets.unseal_failed", job=job.id, name=job.name, error=exc)
         return Ran(FAILED, f"{type(exc).__name__}: {exc}")
-    secrets = secrets_of(payload)
+    secrets = secrets_of(payload, sensitive)
     if registered.params is not None:
         try:
             payload = registered.params.make(check(registered.params.schema, payload, job=job.name))
         except Exception as exc:
             # Retried, not discarded: a deploy may bring parameters this payload fits
             # (`jobsup start` warns about pending jobs a new schema does not fit).
-            return _raised(job, exc, secrets)
+            # pydantic quotes the input (cut, so scrubbing may miss it): its fields and reasons only.
+            withheld = validation_text(exc) if sensitive else None
+            return Ran(FAILED, withheld) if withheld else _raised(job, exc, secrets)
     extras = {} if services is None else services.extras(job, secrets)
     ctx = JobContext(
         job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled, **extras
@@ -101,7 +105,7 @@ def opened(job: ClaimedJob, payload: Any) -> Any:
         raise SealedParameterError(
             f"job {job.id} has sealed parameters and JOBSUP_ENCRYPTION_KEYS is not set in this worker"
         )
-    return found.unseal(payload, job_binding(job.id), what=f"job {job.id}")
+    return found.unseal(payload, job_binding(job.id, job.name))  # bound to the type it runs as
 
 
 def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
@@ -152,7 +156,7 @@ def _succeeded(job: ClaimedJob, value: Any) -> Ran:
         return Ran(FAILED, f"{type(exc).__name__}: the job's result could not be stored")
 
 
-def _raised(job: ClaimedJob, exc: BaseException, secrets: Any) -> Ran:
+def _raised(job: ClaimedJob, exc: BaseException, secrets: Secrets) -> Ran:
     """The `Ran` of a job that raised `exc`. Never raises, even for an exception whose own
     __str__ does: the job's attempt must be settled whatever its code did."""
     try:
@@ -161,7 +165,7 @@ def _raised(job: ClaimedJob, exc: BaseException, secrets: Any) -> Ran:
         return Ran(FAILED, f"{type(exc).__name__}: (its message could not be read)")
 
 
-def _explained(job: ClaimedJob, exc: BaseException, secrets: Any) -> Ran:
+def _explained(job: ClaimedJob, exc: BaseException, secrets: Secrets) -> Ran:
     if isinstance(exc, Retry):
         return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after)
     if isinstance(exc, Discard):

@@ -27,7 +27,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from jobsup.scrub import scrub
+from jobsup.scrub import Secrets, scrub
 
 if TYPE_CHECKING:
     from jobsup.worker.journal import Journal
@@ -89,7 +89,7 @@ class JobLogger:
 
     __slots__ = ("attempt", "closed", "job_id", "journal", "name", "secrets", "tally")
 
-    def __init__(self, journal: Journal, job_id: int, attempt: int, name: str, secrets: list[str]) -> None:
+    def __init__(self, journal: Journal, job_id: int, attempt: int, name: str, secrets: Secrets) -> None:
         self.journal, self.job_id, self.attempt, self.name, self.secrets = journal, job_id, attempt, name, secrets
         self.tally: Tally | None = None  # with the first line (under the journal's lock)
         self.closed = False  # the job's call has returned: its attempt's log is over
@@ -116,7 +116,7 @@ class JobLogger:
         self.journal.add(self, _LEVELS[level], text)
 
 
-def message(msg: object, args: tuple[object, ...], secrets: list[str], with_traceback: bool = False) -> str:
+def message(msg: object, args: tuple[object, ...], secrets: Secrets, with_traceback: bool = False) -> str:
     """The text to store: formatted as `logging` would, scrubbed, then cut to `MESSAGE_CAP`
     (scrubbed first, so that a cut cannot leave part of a secret unmasked)."""
     try:

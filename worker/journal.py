@@ -24,6 +24,7 @@ from typing import Any
 from jobsup.clock import host_clock
 from jobsup.errors import DatabaseError, DatabaseUnavailable
 from jobsup.observe.events import emit
+from jobsup.scrub import Secrets
 from jobsup.store.joblogs import JobLogs
 from jobsup.store.rows import ClaimedJob
 from jobsup.worker.joblog import JobLogger, Tally
@@ -48,7 +49,7 @@ class Journal:
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
 
-    def logger(self, job: ClaimedJob, secrets: list[str]) -> JobLogger:
+    def logger(self, job: ClaimedJob, secrets: Secrets) -> JobLogger:
         """`job`'s `ctx.log` (the worker's main thread)."""
         logger = self.open[job.id] = JobLogger(self, job.id, job.attempt, job.name, secrets)
         return logger

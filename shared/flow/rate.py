@@ -19,7 +19,7 @@ MAX_LIMIT = 10_000
 MIN_PER = 0.01  # seconds: finer than this, the clocks of the instances decide, not the window
 MAX_PER = 86_400.0
 KEYS = {"limit", "per", "key"}
-_SHORT = re.compile(r"^\s*(\d+)\s*/\s*(\S+)\s*$")
+_SHORT = re.compile(r"\s*(\d+)\s*/\s*(\S+)\s*")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Rate:
 
 def parse(value: object, job: str) -> Rate:
     if isinstance(value, str):
-        match = _SHORT.match(value)
+        match = _SHORT.fullmatch(value)
         if not match:
             raise BadInput(f"job {job!r}: rate {value!r} is not a rate; write N/PERIOD, e.g. '10/s' or '600/5m'")
         return _checked(int(match.group(1)), match.group(2), None, job)

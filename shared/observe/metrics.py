@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -31,6 +32,9 @@ from jobsup.jobtypes import is_defined
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 OTHER_JOB = "_other"
 _FOLDED = "folded"  # the pid part of the files that hold dead workers' totals
+# prometheus-client's own file names (and our folded totals): the only files of the
+# directory jobsup deletes or reads, whatever else an operator keeps there (a SQLite database).
+_OWN = re.compile(rf"(?:counter|gauge_[a-z]+|histogram|summary)_(?:\d+|{_FOLDED})\.db")
 _fold_lock = threading.Lock()  # a scrape must not read a file half folded
 # Every write to a metric holds this, and so does every fork: prometheus-client guards its
 # values with locks of its own, and a child forked while another thread (the supervisor's
@@ -57,7 +61,7 @@ def prepare_multiprocess() -> str:
     given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if given:
         for entry in os.scandir(given):
-            if entry.name.endswith(".db"):
+            if _OWN.fullmatch(entry.name):
                 os.unlink(entry.path)
         return given
     path = tempfile.mkdtemp(prefix="jobsup-metrics-")
@@ -338,7 +342,11 @@ def exposition() -> tuple[bytes, str]:
 
     class Collector(multiprocess.MultiProcessCollector):
         def collect(self) -> Any:
-            files = [f for f in glob.glob(os.path.join(self._path, "*.db")) if _holds_values(f)]
+            files = [
+                f
+                for f in glob.glob(os.path.join(self._path, "*.db"))
+                if _OWN.fullmatch(os.path.basename(f)) and _holds_values(f)
+            ]
             return self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
 
     registry = CollectorRegistry()

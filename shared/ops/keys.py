@@ -3,6 +3,8 @@
 Rotation is a deploy in three steps: put a new key first in ``JOBSUP_ENCRYPTION_KEYS``
 (old ones after it) everywhere, run `jobsup keys rotate` to re-seal every row under it,
 then drop the old keys. Until the last step every process opens rows of either key.
+The same command re-seals version 1 envelopes (not bound to the job type), and seals the
+values of fields marked sensitive after their rows were written in clear.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ def keys_generate(key_id: str) -> None:
 @json_option
 @with_target
 def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
-    """Re-seal every job and schedule sealed under an older key with the newest one."""
+    """Re-seal every job and schedule sealed under an older key (or in an older envelope)
+    with the newest one, and seal the clear values of parameters marked sensitive since
+    their rows were written."""
     from jobsup.store.sealed import Rotation
 
     who = actor_of(actor)
@@ -45,6 +49,8 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
     client._ready()
     sealed = client.store.sealed
     rotation = Rotation()
+    # As published (`jobsup start`, `definitions sync`): what this process registers may be older.
+    sensitive = {name: t.sensitive for name, t in client.store.definitions.load().items() if t.sensitive}
     total = sealed.older_than_newest(ring)
     show = not as_json and sys.stderr.isatty()
     progress: Any = click.progressbar(length=total, label=f"re-sealing under {ring.newest}", file=sys.stderr)
@@ -53,23 +59,36 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
             after: int | None = 0
             while after is not None:
                 done = rotation.resealed
-                after = sealed.rotate_jobs(ring, after, rotation)
+                after = sealed.rotate_jobs(ring, after, rotation, sensitive)
                 bar.update(rotation.resealed - done)
-            sealed.rotate_schedules(ring, rotation)
+            sealed.rotate_schedules(ring, rotation, sensitive)
     except BaseException:  # the rows re-sealed before an error stopped it are recorded
-        detail = {"key": ring.newest, "resealed": rotation.resealed}
+        detail = {"key": ring.newest, "resealed": rotation.resealed, "sealed": rotation.sealed}
         client._audit(who, "keys.rotate", target=ring.newest, outcome="failed", detail=detail)
         raise
     # Rows an enqueuer still configured with the old key first wrote behind the cursor.
     left = sealed.older_than_newest(ring) - len(rotation.failed)
-    summary = {"key": ring.newest, "resealed": rotation.resealed, "failed": rotation.failed, "left": left}
+    summary = {
+        "key": ring.newest,
+        "resealed": rotation.resealed,
+        "sealed": rotation.sealed,
+        "failed": rotation.failed,
+        "left": left,
+    }
     outcome = "refused" if rotation.failed or left else "ok"
-    detail = {"key": ring.newest, "resealed": rotation.resealed, "not_resealed": len(rotation.failed)}
+    detail = {
+        "key": ring.newest,
+        "resealed": rotation.resealed,
+        "sealed": rotation.sealed,
+        "not_resealed": len(rotation.failed),
+    }
     client._audit(who, "keys.rotate", target=ring.newest, outcome=outcome, detail=detail)
     if as_json:
         emit_json(summary)
     else:
         click.echo(f"re-sealed {rotation.resealed} rows under key {ring.newest!r}")
+        if rotation.sealed:
+            click.echo(f"sealed the clear sensitive values of {rotation.sealed} rows written before they were marked")
         for why in rotation.failed.values():
             click.echo(f"not re-sealed: {why}", err=True)
         if left:

@@ -22,9 +22,9 @@ from jobsup.links import check_triggers, triggers_text
 from jobsup.paramcheck import check
 from jobsup.payload import check_length, encode_payload
 from jobsup.registry import check_attempts, check_name, check_priority, check_text, lookup
-from jobsup.scrub import scrub, secrets_of
-from jobsup.secrets import Sealing, has_sealed, is_sealed, required_keyring, schedule_binding
-from jobsup.store.rows import NewJob
+from jobsup.scrub import scrub, secrets_of, validation_text
+from jobsup.secrets import MARK, Binding, Sealing, has_sealed, required_keyring, schedule_binding, sealed_fields
+from jobsup.store.rows import NewJob, RecurringSchedule
 
 
 class EnqueueOptions(TypedDict, total=False):
@@ -71,6 +71,7 @@ def build(
         and jobtype.params is None
     ):
         check_name(jobtype.queue, "queue")
+        refuse_sealed(jobtype.name, payload)
         return NewJob(
             jobtype.name,
             jobtype.queue,
@@ -153,7 +154,7 @@ def sla_deadlines(
 
 
 def typed_payload(
-    jobtype: JobType, payload: Any, *, binding: str | None = None, also_sealed: frozenset[str] = frozenset()
+    jobtype: JobType, payload: Any, *, binding: Binding | None = None, also_sealed: frozenset[str] = frozenset()
 ) -> tuple[str, Sealing | None]:
     """The stored text of `payload`: checked against the job type's parameters with their
     defaults filled in (an untyped job's as given), and, when it has sensitive values (or
@@ -161,6 +162,7 @@ def typed_payload(
     holds placeholders until the insert gives the job its id. With `binding` (a schedule's)
     the text is sealed at once, and its `Sealing` says under which key."""
     params = jobtype.params
+    refuse_sealed(jobtype.name, payload)
     checked = payload if params is None else check(params, plain(payload), job=jobtype.name)
     if params is not None:
         _builds(jobtype, checked)
@@ -186,20 +188,36 @@ def _builds(jobtype: JobType, checked: Any) -> None:
     try:
         registered.params.make(checked)
     except Exception as exc:
-        # Its message may quote the values: the sensitive ones are masked.
-        secret = secrets_of([checked[key] for key in jobtype.sensitive & checked.keys()])
-        text = scrub(f"{type(exc).__name__}: {exc}", secret)
+        # Its message may quote the values: pydantic's, cut, as its fields and reasons only;
+        # any other with the sensitive ones masked.
+        text = validation_text(exc) if jobtype.sensitive else None
+        if text is None:
+            text = scrub(f"{type(exc).__name__}: {exc}", secrets_of(checked, jobtype.sensitive))
         raise InvalidPayload(f"payload of job {jobtype.name!r} does not build its parameters: {text}") from None
 
 
-def fired_payload(schedule: str, payload: Any) -> tuple[Any, frozenset[str]]:
+def refuse_sealed(job_name: str, payload: Any) -> None:
+    """Refuse a sealed object given as a value: only jobsup seals, for the row it writes. A
+    ciphertext read from another row and passed back in would otherwise be stored as an
+    ordinary value and opened with the new row (an untyped job, or a schedule re-added
+    under the same name)."""
+    if isinstance(payload, dict) and has_sealed(payload):
+        field = sorted(sealed_fields(payload))[0]
+        raise InvalidPayload(
+            f"payload of job {job_name!r}: field {field!r} is a sealed object ({{{MARK!r}: ...}}); "
+            "pass the value itself: jobsup seals sensitive values for the row it writes"
+        )
+
+
+def fired_payload(schedule: RecurringSchedule) -> tuple[Any, frozenset[str]]:
     """What a fire of `schedule` enqueues: its stored payload with sealed values opened,
     and which they were (`build` seals them again, to the new job, whatever the job type's
     parameters say by now)."""
+    payload = schedule.payload
     if not has_sealed(payload):
         return payload, frozenset()
-    opened = required_keyring().unseal(payload, schedule_binding(schedule), what=f"recurring schedule {schedule!r}")
-    return opened, frozenset(key for key, value in payload.items() if is_sealed(value))
+    opened = required_keyring().unseal(payload, schedule_binding(schedule.name, schedule.job, schedule.seal_id))
+    return opened, sealed_fields(payload)
 
 
 def plain(value: Any) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import Connection, insert, select, update
 
 from jobsup.clock import host_clock
 from jobsup.errors import ConstraintViolation
@@ -106,6 +106,26 @@ class Definitions:
     def load(self) -> dict[str, JobType]:
         """Every published job type, for `jobsup.jobtypes.Resolver`."""
         return {d.name: as_jobtype(d) for d in self.list()}
+
+
+def sensitive_fields(conn: Connection, names: set[str]) -> dict[str, frozenset[str]]:
+    """The sensitive fields of the job types `names`, as published now (a read path masks
+    them even in rows written before they were marked)."""
+    if not names:
+        return {}
+    rows = conn.execute(
+        select(job_definition.c.name, job_definition.c.params).where(job_definition.c.name.in_(sorted(names)))
+    ).all()
+    found = {}
+    for row in rows:
+        try:
+            params = json.loads(row.params) if row.params else None
+        except ValueError:
+            continue  # a hand-edited row: read paths still mask every sealed value
+        fields = JobType(row.name, params=params if isinstance(params, dict) else None).sensitive
+        if fields:
+            found[row.name] = fields
+    return found
 
 
 def _misfits(jobtype: JobType, text: str) -> list[str]:

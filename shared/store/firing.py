@@ -58,7 +58,7 @@ def fire(
     options: dict[str, Any] = {"queue": schedule.queue, "priority": schedule.priority}
     if run_at is not None and run_at > slot:
         options["run_at"] = run_at
-    payload, sealed = fired_payload(schedule.name, schedule.payload)
+    payload, sealed = fired_payload(schedule)
     new = build(jobtype, payload, options, recurring=(schedule.name, slot), also_sealed=sealed)
     if schedule.overlap == QUEUE:  # behind the live run, under the schedule's own key (not its type's)
         new = replace(new, concurrency_key=f"recurring:{schedule.name}", concurrency_limit=1)

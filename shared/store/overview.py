@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, bindparam, case, func, literal_column, nul
 
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
-from jobsup.store.reads import _job
+from jobsup.store.reads import jobs_of
 from jobsup.store.rows import Job
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, SUCCEEDED, job
 
@@ -115,7 +115,7 @@ class OverviewReads:
         if name is not None:
             stmt = stmt.where(job.c.name == name)
         with self.db.read("inspect") as conn:
-            return [_job(row, ()) for row in conn.execute(stmt)]
+            return jobs_of(conn, conn.execute(stmt).all())
 
     def id_range(self) -> tuple[int, int] | None:
         """The lowest and highest job ids (None: no jobs), from the primary key's ends."""

@@ -12,6 +12,7 @@ from sqlalchemy import and_, bindparam, func, select
 from jobsup.secrets import mask
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
+from jobsup.store.definitions import sensitive_fields
 from jobsup.store.rows import Attempt, Job, decode_stored
 from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
@@ -30,8 +31,9 @@ class Reads:
             attempts = conn.execute(
                 select(job_attempt).where(job_attempt.c.job_id == job_id).order_by(job_attempt.c.id)
             ).all()
+            sensitive = sensitive_fields(conn, {row.name})
         history = tuple(Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error) for a in attempts)
-        return _job(row, history)
+        return _job(row, history, sensitive.get(row.name, frozenset()))
 
     def job_list(
         self,
@@ -50,7 +52,7 @@ class Reads:
         if queue is not None:
             stmt = stmt.where(job.c.queue == queue)
         with self.db.read("inspect") as conn:
-            return [_job(row, ()) for row in conn.execute(stmt)]
+            return jobs_of(conn, conn.execute(stmt).all())
 
     def job_upstream(self, job_id: int) -> dict[str, Any]:
         """The stored results of a workflow step's dependencies, by step name."""
@@ -167,14 +169,21 @@ class Reads:
         return int(succeeded), first_start, last_finish
 
 
-def _job(row: Any, history: tuple[Attempt, ...]) -> Job:
+def jobs_of(conn: Any, rows: Sequence[Any]) -> list[Job]:
+    """Job rows as `Job`s, their sensitive values masked (those of fields marked sensitive
+    since the rows were written, too)."""
+    sensitive = sensitive_fields(conn, {row.name for row in rows})
+    return [_job(row, (), sensitive.get(row.name, frozenset())) for row in rows]
+
+
+def _job(row: Any, history: tuple[Attempt, ...], sensitive: frozenset[str]) -> Job:
     return Job(
         id=row.id,
         name=row.name,
         queue=row.queue,
         status=row.status,
         priority=row.priority,
-        payload=mask(decode_stored(row.payload)),  # sealed values are opened only by the worker
+        payload=mask(decode_stored(row.payload), sensitive),  # sealed values are opened only by the worker
         attempts=row.attempts,
         max_attempts=row.max_attempts,
         run_at=row.run_at,

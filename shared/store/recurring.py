@@ -54,6 +54,7 @@ class RecurringStore:
         queue: str,
         priority: int,
         key_id: str | None = None,
+        seal_id: str | None = None,
         how: How | None = None,
         now: datetime | None = None,
     ) -> RecurringSchedule:
@@ -73,6 +74,7 @@ class RecurringStore:
             "queue": queue,
             "priority": priority,
             "key_id": key_id,
+            "seal_id": seal_id,
             "updated_at": at,
         }
         for _ in range(3):
@@ -186,6 +188,7 @@ def _schedule(row: Any) -> RecurringSchedule:
         calendar_policy=row.calendar_policy or SKIP,
         skipped=row.skipped or 0,
         last_skipped_at=row.last_skipped_at,
+        seal_id=row.seal_id,
     )
 
 

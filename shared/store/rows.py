@@ -233,9 +233,11 @@ class RecurringSchedule:
     calendar_policy: str = "skip"  # skip | defer_to_end
     skipped: int = 0  # slots not fired (overlap, calendar)
     last_skipped_at: datetime | None = None
+    # New at every `add_recurring`, bound into its sealed values (`jobsup.secrets.schedule_binding`).
+    seal_id: str | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {key: _plain(value) for key, value in asdict(self).items()}
+        return {key: _plain(value) for key, value in asdict(self).items() if key != "seal_id"}
 
 
 def decode_stored(text: str | None) -> Any:

@@ -40,7 +40,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -139,6 +139,7 @@ recurring_job = Table(
     Column("calendar_policy", Name(20)),  # skip | defer_to_end
     Column("skipped", Integer),  # slots not fired (overlap, calendar)
     Column("last_skipped_at", UTCDateTime),
+    Column("seal_id", Name(32)),  # new at every add: bound into its sealed values (`jobsup.secrets`)
 )
 
 # One row per job type, published by the processes that register it (`jobsup start`,

@@ -42,6 +42,7 @@ class Publisher(Protocol):
     def close(self) -> None: ...
 
 
+MIN_SECRET = 32  # characters of events_secret, as for dashboard_secret
 SCHEMES = {"amqp": "amqp", "amqps": "amqp", "http": "webhook", "https": "webhook"}
 
 
@@ -61,6 +62,12 @@ def check(url: str, secret: str = "") -> str:
         )
     if kind == "webhook" and not secret:
         raise ConfigurationError("events_secret: a webhook publisher signs every request; set a secret")
+    if kind == "webhook" and len(secret) < MIN_SECRET:
+        # An HMAC key this short is guessed offline from one captured event.
+        raise ConfigurationError(
+            f"events_secret is {len(secret)} characters; give {MIN_SECRET} or more random ones "
+            "(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
     if kind == "webhook" and (parts.username or parts.password):
         raise ConfigurationError(
             f"events_publisher: {_shown(url)!r} carries a user or password, which a webhook does not send; "

@@ -19,6 +19,7 @@ import http.client
 import time
 import urllib.error
 import urllib.request
+from urllib.parse import urlsplit
 
 from jobsup.events.publishers import PublishFailed
 from jobsup.store.outbox import Pending
@@ -39,7 +40,7 @@ class WebhookPublisher:
 
     def __init__(self, url: str, *, secret: str, timeout: float = 10.0) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
-        self.where = url.split("?", 1)[0]
+        self.where = destination(url)
 
     def publish(self, pending: Pending) -> None:
         body = pending.payload.encode()
@@ -77,6 +78,19 @@ class WebhookPublisher:
 
     def close(self) -> None:
         pass
+
+
+def destination(url: str) -> str:
+    """`url` as logs, stored errors and the API show it: scheme, host and port. Many
+    receivers (Slack, Discord, Teams, Zapier) carry their credential in the path, and a
+    read-only dashboard user reads these errors."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    shown = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        shown += f":{parts.port}"
+    hidden = "/***" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{shown}{hidden}"
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
