@@ -80,7 +80,7 @@ def run(
         "CHAOS_SECRET_DIGEST": hashlib.sha256(marker.encode()).hexdigest(),
         "JOBSUP_ENCRYPTION_KEYS": key,
         "JOBSUP_EVENTS_PUBLISHER": receiver.url,
-        "JOBSUP_EVENTS_SECRET": "chaos-webhook-secret",
+        "JOBSUP_EVENTS_SECRET": "chaos-webhook-secret-of-32-characters-or-more",
     }
     os.environ.update(
         {k: env[k] for k in ("JOBSUP_ENCRYPTION_KEYS", "JOBSUP_EVENTS_PUBLISHER", "JOBSUP_EVENTS_SECRET")}

@@ -76,13 +76,15 @@ class Database:
             self.url = f"mariadb+pymysql://root@127.0.0.1:3306/{self.name}"
         else:
             raise SystemExit(f"unknown database {self.kind!r}: sqlite, postgresql or mariadb")
-        subprocess.run(
+        upgraded = subprocess.run(
             [sys.executable, "-m", "jobsup", "db", "upgrade", "--database-url", self.url],
-            check=True,
             capture_output=True,
+            text=True,
             env=environment({}),
             cwd=ROOT,
         )
+        if upgraded.returncode != 0:  # say why: a campaign that cannot start checks nothing
+            raise SystemExit(f"chaos: jobsup db upgrade failed: {upgraded.stderr.strip() or upgraded.stdout.strip()}")
         return self.url
 
     def restart(self) -> None:
