@@ -1,10 +1,10 @@
 """Who is asking, and may they: bearer tokens, users with hashed passwords (HTTP Basic or
 the login form's signed session cookie), two roles, CSRF tokens and a login rate limit.
 
-With neither tokens nor users configured the dashboard is open to whoever reaches it, as the
-operator ``anonymous``; `jobsup.web.server` therefore refuses to listen anywhere but on a
-loopback address then, and the app refuses requests whose Host header is not a loopback
-name (a page elsewhere cannot rebind its name to 127.0.0.1 and read the dashboard).
+There is no anonymous user. With neither tokens nor users configured the app makes a random
+operator token for its process (`Auth.one_time_token`) and requires it: a connection's
+address, and any header a client or proxy sends, cannot tell the host's own operator from
+anyone a forwarder passes on.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ MIN_SECRET = 32
 @dataclass(frozen=True)
 class Identity:
     """The user of a request: `name` (the audit trail's actor is ``web:<name>``), `role`,
-    and `by` (``bearer``, ``basic``, ``session``, ``anonymous``, ``host``)."""
+    and `by` (``bearer``, ``basic``, ``session``, ``host``)."""
 
     name: str
     role: str
@@ -115,13 +115,20 @@ class Auth:
 
     @property
     def open(self) -> bool:
-        """No credentials configured: everyone reaching the app is the operator."""
+        """No credentials configured (the app then needs a `one_time_token`)."""
         return not self.tokens and not self.users
+
+    def one_time_token(self) -> str:
+        """A random operator token, valid for this process's life only: what an app with no
+        credentials configured requires (printed or logged once, as Jupyter does)."""
+        token = secrets.token_urlsafe(32)
+        self.tokens[token] = OPERATOR
+        return token
 
     def bearer(self, token: str) -> Identity | None:
         for known, role in self.tokens.items():
             if hmac.compare_digest(known.encode(), token.encode()):
-                return Identity(f"token-{hashlib.sha256(known.encode()).hexdigest()[:8]}", role, "bearer")
+                return Identity(token_name(known), role, "bearer")
         return None
 
     def password(self, name: str, password: str, by: str) -> Identity | None:
@@ -137,7 +144,7 @@ class Auth:
 
     def session_cookie(self, who: Identity, *, now: float | None = None) -> str:
         expires = int((now or time.time()) + SESSION_SECONDS)
-        text = f"{who.name}\n{who.role}\n{expires}\n{self._password_mark(who.name)}"
+        text = f"{who.name}\n{who.role}\n{expires}\n{self._credential_mark(who.name)}"
         body = base64.urlsafe_b64encode(text.encode()).decode()
         return f"{body}.{self.sign('session', body)}"
 
@@ -150,17 +157,27 @@ class Auth:
             live = int(expires) > (now or time.time())
         except ValueError:
             return None
-        # A user removed from the configuration, given another role or a new password (its
-        # hash changed) loses the session.
-        if not live or self.users.get(name, ("", ""))[0] != role:
+        # A user (or token) removed from the configuration, given another role or a new
+        # password (its hash changed) loses the session.
+        if not live or self._credential(name)[0] != role:
             return None
-        if not hmac.compare_digest(mark.encode(), self._password_mark(name).encode()):
+        if not hmac.compare_digest(mark.encode(), self._credential_mark(name).encode()):
             return None
         return Identity(name, role, "session")
 
-    def _password_mark(self, name: str) -> str:
-        """A short keyed digest of the user's stored hash: it changes with the password."""
-        return self.sign("password", self.users.get(name, ("", ""))[1])[:16]
+    def _credential_mark(self, name: str) -> str:
+        """A short keyed digest of the user's stored hash (or the token a session was opened
+        with): it changes with the password."""
+        return self.sign("credential", self._credential(name)[1])[:16]
+
+    def _credential(self, name: str) -> tuple[str, str]:
+        """The role and stored secret behind `name`, a user's or a token's (``("", "")``: none)."""
+        if name in self.users:
+            return self.users[name]
+        for token, role in self.tokens.items():
+            if token_name(token) == name:
+                return role, token
+        return "", ""
 
     def csrf_token(self, nonce: str) -> str:
         """The form field that goes with the CSRF cookie `nonce` (a signed double submit)."""
@@ -235,6 +252,12 @@ class LoginLimiter:
         if len(self._failures) > 10_000:  # a flood of names: forget the quiet ones
             for key in [k for k, v in self._failures.items() if not v or v[-1] <= clock - self.window]:
                 del self._failures[key]
+
+
+def token_name(token: str) -> str:
+    """The user name of a bearer token (the audit trail's ``web:token-...``): a short digest,
+    never the token."""
+    return f"token-{hashlib.sha256(token.encode()).hexdigest()[:8]}"
 
 
 def basic_credentials(header_value: str) -> tuple[str, str] | None:

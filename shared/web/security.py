@@ -3,7 +3,6 @@ state-changing requests, and the response headers (CSP with a per-response nonce
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -14,19 +13,17 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobsup.web.api import ApiError
-from jobsup.web.auth import CSRF_COOKIE, LOOPBACK_HOSTS, OPERATOR, SESSION_COOKIE, Auth, Identity, basic_credentials
+from jobsup.web.auth import CSRF_COOKIE, SESSION_COOKIE, Auth, Identity, basic_credentials
 
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# Headers a reverse proxy adds: an open dashboard behind one would serve whoever reaches it.
-PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
 # The host application's own authentication, when the dashboard is mounted under it.
 Identify = Callable[[Request], Awaitable[Identity | None] | Identity | None]
 
 
 async def identify(request: Request) -> Identity:
-    """The request's user, or `ApiError` 401 (no or wrong credentials) / 403 (a request to
-    an open dashboard under a name that is not a loopback one)."""
+    """The request's user, or `ApiError` 401 (no or wrong credentials) / 429 (too many
+    wrong ones)."""
     auth: Auth = request.app.state.auth
     hook: Identify | None = request.app.state.identify
     if hook is not None:
@@ -46,14 +43,6 @@ async def identify(request: Request) -> Identity:
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie and (who := auth.session(cookie)) is not None:
         return who
-    if auth.open:
-        if not _loopback_client(request) or any(name in request.headers for name in PROXY_HEADERS):
-            raise ApiError(
-                403, "without credentials configured the dashboard serves only loopback clients, not via a proxy"
-            )
-        if host_name(request.headers.get("host", "")) not in LOOPBACK_HOSTS:
-            raise ApiError(403, "without credentials configured the dashboard answers only to a loopback host name")
-        return Identity("anonymous", OPERATOR, "anonymous")
     raise ApiError(401, "not authenticated: log in, or send a bearer token or basic credentials")
 
 
@@ -75,24 +64,12 @@ async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
 
 def login_keys(request: Request, name: str) -> tuple[str, str]:
     """The rate limiter's keys for a login as `name`: the client's address and the name."""
-    address = request.client.host if request.client else "unknown"
-    return f"addr:{address}", f"user:{name}"
+    return client_key(request), f"user:{name}"
 
 
-def _loopback_client(request: Request) -> bool:
-    host = request.client.host if request.client else ""
-    try:
-        return ipaddress.ip_address(host.strip("[]").split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def host_name(header: str) -> str:
-    """The name in a Host header, without its port."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header.split("]", 1)[0] + "]"
-    return header.rsplit(":", 1)[0]
+def client_key(request: Request) -> str:
+    """The rate limiter's key for the client's address."""
+    return f"addr:{request.client.host if request.client else 'unknown'}"
 
 
 def csrf_nonce(request: Request) -> str:
@@ -136,6 +113,7 @@ class SecurityHeaders:
 
     def __init__(self, app: ASGIApp, *, secure_cookies: bool = False) -> None:
         self.app, self.secure = app, secure_cookies
+        self.one_time_token: str | None = None  # see `jobsup.web.asgi_app`
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -1,10 +1,13 @@
 """`jobsup dashboard`: the app under uvicorn, in its own process. It listens on loopback
-unless told otherwise, and refuses any other address without credentials configured."""
+unless told otherwise, and refuses any other address without credentials configured. With
+none configured it requires a random operator token of its own, and prints once the login
+link that carries it (as Jupyter does)."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 
 from jobsup.errors import ConfigurationError
 from jobsup.settings import Settings
@@ -38,17 +41,14 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     import uvicorn
 
     from jobsup.client import Client
-    from jobsup.web import asgi_app
+    from jobsup.web.app import build
 
     auth = Auth.parse(settings.dashboard_tokens, settings.dashboard_users, settings.dashboard_secret)
     check_bind(settings.dashboard_host, auth)
-    app = asgi_app(
-        client=Client(settings.database_url),
-        tokens=settings.dashboard_tokens,
-        users=settings.dashboard_users,
-        secret=settings.dashboard_secret,
-        allow_anonymous=True,  # check_bind has made sure it listens on loopback only
-    )
+    token = auth.one_time_token() if auth.open else None
+    app = build(Client(settings.database_url), auth)
+    if token is not None:
+        print(login_link(settings.dashboard_host, settings.dashboard_port, token), file=sys.stderr, flush=True)
     uvicorn.run(
         app,
         host=settings.dashboard_host,
@@ -57,4 +57,13 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
         proxy_headers=False,
         server_header=False,
         h11_max_incomplete_event_size=64 * 1024,
+    )
+
+
+def login_link(host: str, port: int, token: str) -> str:
+    """What `jobsup dashboard` prints when it made its own token."""
+    shown = f"[{host}]" if ":" in host else host
+    return (
+        "no dashboard_tokens or dashboard_users configured: this process's operator token is required; "
+        f"log in at\n    http://{shown}:{port}/?token={token}"
     )

@@ -1,0 +1,56 @@
+"""Browser sessions: the signed cookie a login (the form, or a page's ``?token=`` link)
+sets, and its end at logout."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from jobsup.web.api import ApiError
+from jobsup.web.auth import SESSION_COOKIE, SESSION_SECONDS, Auth, Identity
+from jobsup.web.security import client_key
+
+
+def begin(request: Request, response: Response, who: Identity) -> Response:
+    """`response` with the session cookie of `who`."""
+    auth: Auth = request.app.state.auth
+    response.set_cookie(
+        SESSION_COOKIE,
+        auth.session_cookie(who),
+        max_age=SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=bool(request.app.state.secure_cookies),
+        path=request.scope.get("root_path") or "/",
+    )
+    return response
+
+
+def end(request: Request, response: Response) -> Response:
+    response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
+    return response
+
+
+def wants_token_login(request: Request) -> bool:
+    return "token" in request.query_params and request.app.state.identify is None
+
+
+def token_login(request: Request) -> Response:
+    """A page's address with ``?token=`` (the link `jobsup dashboard` prints): a session for
+    the token's user and a redirect to the same address without the token, so it leaves the
+    address bar and the history. Wrong tokens count against the client's address like
+    wrong passwords (`ApiError` 401, then 429)."""
+    auth: Auth = request.app.state.auth
+    key = client_key(request)
+    wait, stamp = auth.limiter.reserve(key)  # counted before the check: no concurrent bypass
+    if wait:
+        raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
+    who = auth.bearer(request.query_params["token"])
+    if who is None:
+        raise ApiError(401, "the token in the address is not valid: open the login link the dashboard printed")
+    auth.limiter.release(key, stamp=stamp)
+    kept = [(name, value) for name, value in request.query_params.multi_items() if name != "token"]
+    target = request.url.path + (f"?{urlencode(kept)}" if kept else "")
+    return begin(request, RedirectResponse(target, status_code=303), Identity(who.name, who.role, "session"))
