@@ -34,6 +34,7 @@ _WARNINGS = {
     "hook.dropped",
     "events.publish_failed",
     "events.parked",
+    "health.failed",
 }
 _ERRORS = {
     "db.error",
