@@ -87,11 +87,14 @@ class Settings:
     # ``ROLE:TOKEN`` and users ``NAME:ROLE:HASH`` (`jobsup dashboard hash-password`), comma
     # separated or TOML lists; ROLE is ``read`` or ``operator``. The secret signs login
     # sessions (a random one per process when empty: sessions end with the process).
+    # `dashboard_secure_cookies`: users reach it over HTTPS (a TLS-terminating proxy), so its
+    # cookies are marked Secure and its answers carry Strict-Transport-Security.
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 9466
     dashboard_tokens: str = ""
     dashboard_users: str = ""
     dashboard_secret: str = ""
+    dashboard_secure_cookies: bool = False
     # Where the outbox's events go (`jobsup.events`): an amqp:// URL (RabbitMQ) or an
     # http(s):// webhook URL, signed with `events_secret`. Empty: no outbox at all.
     events_publisher: str = ""
@@ -243,7 +246,7 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(app, str) for app in value):
             raise ConfigurationError(f'apps: {value!r} is not a list of module names; use "myapp.jobs,other"')
         return tuple(value)
-    if key in ("migrate", "housekeeping"):
+    if key in ("migrate", "housekeeping", "dashboard_secure_cookies"):
         return _flag(value, key)
     if key == "listen_url":
         # `listen_url = false` in TOML, or OFF, mean off too

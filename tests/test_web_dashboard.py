@@ -57,3 +57,20 @@ def test_the_printed_login_url_logs_a_browser_in_and_its_token_is_a_bearer_token
     read = httpx.get(f"{dashboard.base}{API}/queues", headers=bearer, timeout=10)
     assert read.status_code == 200, read.text
     assert "Traceback" not in dashboard.output()
+
+
+def test_the_secure_cookies_setting_marks_cookies_secure_and_sends_hsts(sqlite_url: str, tmp_path: Path) -> None:
+    env = {"JOBSUP_DASHBOARD_TOKENS": "operator:" + "t" * 32, "JOBSUP_DASHBOARD_SECURE_COOKIES": "true"}
+    dashboard = start_dashboard(sqlite_url, tmp_path, env=env)
+    try:
+        page = httpx.get(f"{dashboard.base}/login", timeout=10)
+    finally:
+        dashboard.stop()
+    assert "; secure" in page.headers["set-cookie"].lower()
+    assert page.headers["strict-transport-security"] == "max-age=31536000"
+    plain = start_dashboard(sqlite_url, tmp_path, env={**env, "JOBSUP_DASHBOARD_SECURE_COOKIES": "false"})
+    try:
+        page = httpx.get(f"{plain.base}/login", timeout=10)
+    finally:
+        plain.stop()
+    assert "secure" not in page.headers["set-cookie"].lower() and "strict-transport-security" not in page.headers

@@ -8,6 +8,7 @@ import hashlib
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 import jobsup
 from jobsup.errors import ConfigurationError
 from jobsup.secrets import ENV
+from jobsup.store.schema import web_session
 from jobsup.web import actions
 from jobsup.web.api import OPERATIONS
 from jobsup.web.auth import Auth, LoginLimiter, check_password, hash_password
@@ -407,3 +409,34 @@ def test_a_host_identity_claiming_bearer_still_needs_the_csrf_token(url: str, cl
         refused = http.post("/actions/queues/mail/pause", data={"back": "/queues"}, follow_redirects=False)
         assert refused.status_code == 403
     assert client.queues()[0]["state"] != "paused"
+
+
+def test_logout_ends_the_session_on_the_server(url: str) -> None:
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        cookie = http.cookies["jobsup_session"]
+        assert http.get("/", follow_redirects=False).status_code == 200
+        out = http.post("/logout", data={"csrf": csrf_of(http, "/")}, follow_redirects=False)
+        assert out.status_code == 303
+    with web(url) as copied:  # the cookie kept from before the logout (another process too)
+        copied.cookies.set("jobsup_session", cookie)
+        assert copied.get("/", follow_redirects=False).status_code == 303
+        assert copied.get(f"{API}/queues").status_code == 401
+    with web(url) as again:  # logging in again works
+        assert log_in(again).status_code == 303 and again.get("/", follow_redirects=False).status_code == 200
+
+
+def test_session_rows_end_at_logout_or_expiry_on_the_database_clock(client: jobsup.Client) -> None:
+    sessions = client.store.web_sessions
+    start = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    sessions.web_session_open("first", "alice", 60, now=start)
+    sessions.web_session_open("second", "alice", 60, now=start)
+    assert sessions.web_session_live("first", now=start + timedelta(seconds=59))
+    assert not sessions.web_session_live("first", now=start + timedelta(seconds=61))
+    assert not sessions.web_session_live("unknown", now=start)
+    assert sessions.web_session_end("second") and not sessions.web_session_end("second")
+    assert not sessions.web_session_live("second", now=start)
+    sessions.web_session_open("third", "bob", 60, now=start + timedelta(hours=1))  # prunes the expired ones
+    with client.database.read() as conn:
+        kept = [row.id for row in conn.execute(web_session.select())]
+    assert kept == [hashlib.sha256(b"third").hexdigest()]  # the id's digest, never the id

@@ -22,7 +22,7 @@ def asgi_app(
     users: str | None = None,
     secret: str | None = None,
     identify: Any = None,
-    secure_cookies: bool = False,
+    secure_cookies: bool | None = None,
 ) -> Any:
     """The dashboard and API as an ASGI app.
 
@@ -37,7 +37,11 @@ def asgi_app(
     With no credentials and no `identify` there is still no anonymous user: the app makes a
     random operator token for this process, logs it once (logger ``jobsup.web``, WARNING)
     and requires it; open the mounted path with ``?token=<it>`` to log a browser in. The
-    token is also the app's ``one_time_token`` attribute (None when credentials are set)."""
+    token is also the app's ``one_time_token`` attribute (None when credentials are set).
+
+    `secure_cookies` (default: the ``dashboard_secure_cookies`` setting) says users reach the
+    app over HTTPS: its cookies are marked ``Secure`` and its answers carry
+    ``Strict-Transport-Security``."""
     from jobsup.client import Client
     from jobsup.settings import load
     from jobsup.web.api import log
@@ -51,7 +55,8 @@ def asgi_app(
         settings.dashboard_secret if secret is None else secret,
     )
     token = auth.one_time_token() if auth.open and identify is None else None
-    app = build(client or Client(settings.database_url), auth, identify_hook=identify, secure_cookies=secure_cookies)
+    secure = settings.dashboard_secure_cookies if secure_cookies is None else secure_cookies
+    app = build(client or Client(settings.database_url), auth, identify_hook=identify, secure_cookies=secure)
     if token is not None:
         log.warning(
             "the dashboard has no credentials configured: log in by opening its path with ?token=%s "

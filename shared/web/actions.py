@@ -141,7 +141,8 @@ async def login(request: Request) -> Response:
     if who is None:
         return login_page(request, status=401, error="wrong user name or password")
     auth.limiter.release(*keys, stamp=stamp)
-    return sessions.begin(request, RedirectResponse(f"{request.scope.get('root_path', '')}/", status_code=303), who)
+    home = RedirectResponse(f"{request.scope.get('root_path', '')}/", status_code=303)
+    return await sessions.begin(request, home, who)
 
 
 async def logout(request: Request) -> Response:
@@ -150,7 +151,7 @@ async def logout(request: Request) -> Response:
         check_csrf(request, None, _first(form, "csrf"))
     except ApiError as exc:
         return error_page(request, exc.status, exc.message)
-    return sessions.end(request, RedirectResponse(f"{request.scope.get('root_path', '')}/login", status_code=303))
+    return await sessions.end(request, RedirectResponse(f"{request.scope.get('root_path', '')}/login", status_code=303))
 
 
 def routes() -> list[BaseRoute]:

@@ -142,18 +142,24 @@ class Auth:
 
     # -- sessions and CSRF --------------------------------------------------------------
 
-    def session_cookie(self, who: Identity, *, now: float | None = None) -> str:
+    def session_cookie(self, who: Identity, *, now: float | None = None) -> tuple[str, str]:
+        """A new session of `who`: its cookie, and its random id (which the server keeps
+        while the session lasts, `jobsup.store.websessions`)."""
         expires = int((now or time.time()) + SESSION_SECONDS)
-        text = f"{who.name}\n{who.role}\n{expires}\n{self._credential_mark(who.name)}"
+        session_id = secrets.token_urlsafe(24)
+        text = f"{who.name}\n{who.role}\n{expires}\n{self._credential_mark(who.name)}\n{session_id}"
         body = base64.urlsafe_b64encode(text.encode()).decode()
-        return f"{body}.{self.sign('session', body)}"
+        return f"{body}.{self.sign('session', body)}", session_id
 
-    def session(self, cookie: str, *, now: float | None = None) -> Identity | None:
+    def session(self, cookie: str, *, now: float | None = None) -> tuple[Identity, str] | None:
+        """The user of a session cookie and the session's id, if the cookie is ours, not
+        expired, and its user (or token) still as it was; whether the session has ended is
+        the server's to say (`jobsup.web.sessions`)."""
         body, _, signature = cookie.partition(".")
         if not self.verify("session", body, signature):
             return None
         try:
-            name, role, expires, mark = base64.urlsafe_b64decode(body).decode().split("\n")
+            name, role, expires, mark, session_id = base64.urlsafe_b64decode(body).decode().split("\n")
             live = int(expires) > (now or time.time())
         except ValueError:
             return None
@@ -163,7 +169,7 @@ class Auth:
             return None
         if not hmac.compare_digest(mark.encode(), self._credential_mark(name).encode()):
             return None
-        return Identity(name, role, "session")
+        return Identity(name, role, "session"), session_id
 
     def _credential_mark(self, name: str) -> str:
         """A short keyed digest of the user's stored hash (or the token a session was opened

@@ -142,7 +142,7 @@ def _audit(client: Client) -> list[dict[str, Any]]:
 async def login_form(request: Request) -> Response:
     if sessions.wants_token_login(request):
         try:
-            return sessions.token_login(request)
+            return await sessions.token_login(request)
         except ApiError as exc:
             return login_page(request, status=exc.status, error=exc.message)
     return login_page(request)

@@ -41,9 +41,16 @@ async def identify(request: Request) -> Identity:
             return who
         raise ApiError(401, "the credentials in the Authorization header are not valid")
     cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie and (who := auth.session(cookie)) is not None:
-        return who
+    if cookie and (found := auth.session(cookie)) is not None and await _not_ended(request, found[1]):
+        return found[0]
     raise ApiError(401, "not authenticated: log in, or send a bearer token or basic credentials")
+
+
+async def _not_ended(request: Request, session_id: str) -> bool:
+    """Whether the session has not ended (logout) on the server: a signed cookie alone
+    would outlive its logout for as long as it had left."""
+    sessions = request.app.state.client.store.web_sessions
+    return bool(await run_in_threadpool(sessions.web_session_live, session_id))
 
 
 async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
@@ -107,7 +114,8 @@ def _origin_host(origin: str) -> str:
 
 class SecurityHeaders:
     """Adds CSP (scripts only with this response's nonce), frame, sniffing, referrer and
-    caching headers to every response, and the CSRF cookie a page handed out. The referrer
+    caching headers (and HSTS, with `secure_cookies`) to every response, and the CSRF cookie
+    a page handed out. The referrer
     policy is same-origin, not no-referrer: under no-referrer a browser posts our own forms
     with "Origin: null", which the CSRF check refuses."""
 
@@ -135,6 +143,8 @@ class SecurityHeaders:
                     (b"referrer-policy", b"same-origin"),
                     (b"cache-control", b"no-store"),
                 ]
+                if self.secure:  # served over HTTPS: browsers must not fall back to plain HTTP
+                    headers.append((b"strict-transport-security", b"max-age=31536000"))
                 new = scope.get("jobsup_new_csrf")
                 if new:
                     flags = f"; Path={scope.get('root_path') or '/'}; SameSite=Strict; HttpOnly" + (
