@@ -293,11 +293,31 @@ def test_a_short_dashboard_secret_is_refused() -> None:
 
 def test_password_hashes_carry_their_cost_and_the_first_format_still_checks() -> None:
     stored = hash_password("pw", salt=b"0" * 16)
-    assert stored.startswith("scrypt$32768$8$1$")
+    assert stored.startswith("scrypt$131072$8$1$")  # OWASP's minimum for scrypt
     assert check_password("pw", stored) and not check_password("other", stored)
     legacy = "scrypt$" + (b"0" * 16).hex() + "$" + hashlib.scrypt(b"pw", salt=b"0" * 16, n=2**14, r=8, p=1).hex()
     assert check_password("pw", legacy) and not check_password("other", legacy)
-    assert not check_password("pw", stored.replace("$32768$", "$4194304$"))  # a cost past the bound
+    assert not check_password("pw", stored.replace("$131072$", "$4194304$"))  # a cost past the bound
+
+
+@pytest.mark.parametrize("cost", ["legacy", "2**15"])
+def test_a_login_with_an_older_hash_rehashes_it_and_says_where_to_put_it(
+    cost: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    salt = b"1" * 16
+    if cost == "legacy":
+        old = "scrypt$" + salt.hex() + "$" + hashlib.scrypt(b"pw-words", salt=salt, n=2**14, r=8, p=1).hex()
+    else:
+        digest = hashlib.scrypt(b"pw-words", salt=salt, n=2**15, r=8, p=1, maxmem=2**26).hex()
+        old = f"scrypt$32768$8$1${salt.hex()}${digest}"
+    auth = Auth.parse(users=f"erin:operator:{old}")
+    assert any("erin" in r.getMessage() and "below" in r.getMessage() for r in caplog.records)  # said at start
+    caplog.clear()
+    assert auth.password("erin", "pw-words", "session") is not None
+    assert auth.password("erin", "pw-words", "session") is not None
+    [said] = [r.getMessage() for r in caplog.records if "erin" in r.getMessage()]  # once
+    new = re.search(r"scrypt\$131072\$\S+", said).group(0)  # type: ignore[union-attr]
+    assert check_password("pw-words", new) and new != old
 
 
 def test_an_action_s_notice_is_shown_only_when_the_app_signed_it(url: str, client: jobsup.Client) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
@@ -26,11 +27,15 @@ SESSION_COOKIE, CSRF_COOKIE = "jobsup_session", "jobsup_csrf"
 SESSION_SECONDS = 12 * 3600
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 # scrypt's cost, stored in each hash so it can be raised without breaking the hashes made
-# before: 2**15 x 8 is 32 MiB and about 0.1 s a check on this project's machines.
-_SCRYPT = {"n": 2**15, "r": 8, "p": 1}
+# before: 2**17 x 8 (OWASP's minimum for scrypt) is 128 MiB a check.
+_SCRYPT = {"n": 2**17, "r": 8, "p": 1}
 _LEGACY_SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # "scrypt$SALT$DIGEST", the first format
 _MAX_N = 2**20
+# At most this many checks at once: each takes 128 MiB, and logins come before any
+# authentication, so a burst of them must not be able to exhaust the host's memory.
+_CHECKS = threading.BoundedSemaphore(2)
 MIN_SECRET = 32
+log = logging.getLogger("jobsup.web")
 
 
 @dataclass(frozen=True)
@@ -73,9 +78,19 @@ def check_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(found.hex(), digest)
 
 
+def below_cost(stored: str) -> bool:
+    """Whether a stored hash was made at less than today's cost (or in the first format)."""
+    cost = stored.split("$")[1:4]
+    try:
+        return len(cost) < 3 or [int(c) for c in cost] < [_SCRYPT["n"], _SCRYPT["r"], _SCRYPT["p"]]
+    except ValueError:
+        return False
+
+
 def _scrypt(password: str, salt: bytes, params: dict[str, int]) -> bytes:
     memory = 128 * params["r"] * (params["n"] + params["p"] + 2)
-    return hashlib.scrypt(password.encode(), salt=salt, maxmem=memory + 2**20, **params)
+    with _CHECKS:
+        return hashlib.scrypt(password.encode(), salt=salt, maxmem=memory + 2**20, **params)
 
 
 @dataclass
@@ -86,6 +101,7 @@ class Auth:
     users: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (role, hash)
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter())
+    rehashed: set[str] = field(default_factory=set)  # users whose new hash was logged
 
     @classmethod
     def parse(cls, tokens: str = "", users: str = "", secret: str = "") -> Auth:
@@ -111,6 +127,13 @@ class Auth:
                     "`jobsup dashboard hash-password`"
                 )
             auth.users[name] = (role, stored)
+            if below_cost(stored):
+                log.warning(
+                    "dashboard user %s has a password hash below the current cost (scrypt N=%d): it is "
+                    "rehashed at the user's next login and the new hash logged, to replace it in dashboard_users",
+                    name,
+                    _SCRYPT["n"],
+                )
         return auth
 
     @property
@@ -134,7 +157,19 @@ class Auth:
     def password(self, name: str, password: str, by: str) -> Identity | None:
         role, stored = self.users.get(name, (READ, _NO_USER))
         ok = check_password(password, stored)  # run for unknown names too: same time taken
-        return Identity(name, role, by) if ok and name in self.users else None
+        if not ok or name not in self.users:
+            return None
+        if below_cost(stored) and name not in self.rehashed:
+            # The hash lives in the settings, which jobsup does not write: the login is the
+            # one moment the password is at hand, so hash it again now and hand it over.
+            self.rehashed.add(name)
+            log.warning(
+                "dashboard user %s logged in with a password hash below the current cost; replace it in "
+                "dashboard_users with %s",
+                name,
+                hash_password(password),
+            )
+        return Identity(name, role, by)
 
     def basic(self, header_value: str) -> Identity | None:
         credentials = basic_credentials(header_value)
