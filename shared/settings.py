@@ -95,6 +95,9 @@ class Settings:
     dashboard_users: str = ""
     dashboard_secret: str = ""
     dashboard_secure_cookies: bool = False
+    # Reverse proxies (addresses or networks, comma separated) whose X-Forwarded-For is
+    # believed: the login limiter then counts failures per real client, not per proxy.
+    dashboard_trusted_proxies: str = ""
     # Where the outbox's events go (`jobsup.events`): an amqp:// URL (RabbitMQ) or an
     # http(s):// webhook URL, signed with `events_secret`. Empty: no outbox at all.
     events_publisher: str = ""
@@ -234,7 +237,7 @@ def _coerce(key: str, value: Any) -> Any:
         raise ConfigurationError(f"unknown setting {key!r}; known settings: {', '.join(sorted(names))}")
     if key in _DURATIONS:
         return parse_duration(value, what=key)
-    if key in ("dashboard_tokens", "dashboard_users") and isinstance(value, list | tuple):
+    if key in ("dashboard_tokens", "dashboard_users", "dashboard_trusted_proxies") and isinstance(value, list | tuple):
         return ",".join(str(item) for item in value)
     if key in ("claim_batch", "metrics_port", "dashboard_port"):
         return _whole(value, key)

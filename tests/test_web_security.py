@@ -460,3 +460,32 @@ def test_session_rows_end_at_logout_or_expiry_on_the_database_clock(client: jobs
     with client.database.read() as conn:
         kept = [row.id for row in conn.execute(web_session.select())]
     assert kept == [hashlib.sha256(b"third").hexdigest()]  # the id's digest, never the id
+
+
+def test_wrong_bearer_tokens_are_rate_limited_per_client_address(url: str) -> None:
+    wrong = {"Authorization": "Bearer " + "w" * 32}
+    with web(url) as http:
+        assert [http.get(f"{API}/queues", headers=wrong).status_code for _ in range(5)] == [401] * 5
+        blocked = http.get(f"{API}/queues", headers=OPERATOR)  # the right token, too late from here
+        assert blocked.status_code == 429 and "too many failed" in blocked.text
+    with web(url, peer=("127.0.0.2", 50000)) as elsewhere:  # another app: its own limiter
+        assert elsewhere.get(f"{API}/queues", headers=OPERATOR).status_code == 200
+
+
+def test_behind_a_trusted_proxy_the_limiter_keys_on_the_forwarded_client(url: str) -> None:
+    def from_client(address: str) -> dict[str, str]:
+        return {"X-Forwarded-For": f"{address}, 10.0.0.7"}  # the client, then a proxy in front
+
+    with web(url, trusted_proxies="127.0.0.1, 10.0.0.0/8") as http:
+        attacker = [log_in_as(http, "wrong password", from_client("203.0.113.9")) for _ in range(6)]
+        assert [r.status_code for r in attacker] == [401] * 5 + [429]
+        assert log_in_as(http, PASSWORD, from_client("198.51.100.7"), user="bob").status_code == 303
+    with web(url, trusted_proxies="10.0.0.1") as http:  # the proxy is not trusted: its header is not believed
+        spread = [log_in_as(http, "wrong password", from_client(f"203.0.113.{n}")) for n in range(6)]
+        assert [r.status_code for r in spread] == [401] * 5 + [429]
+
+
+def log_in_as(http: Any, password: str, headers: dict[str, str], user: str = "alice") -> Any:
+    token = csrf_of(http)
+    form = {"csrf": token, "user": user, "password": password}
+    return http.post("/login", data=form, headers=headers, follow_redirects=False)

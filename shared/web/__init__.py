@@ -23,6 +23,7 @@ def asgi_app(
     secret: str | None = None,
     identify: Any = None,
     secure_cookies: bool | None = None,
+    trusted_proxies: str | None = None,
 ) -> Any:
     """The dashboard and API as an ASGI app.
 
@@ -41,7 +42,10 @@ def asgi_app(
 
     `secure_cookies` (default: the ``dashboard_secure_cookies`` setting) says users reach the
     app over HTTPS: its cookies are marked ``Secure`` and its answers carry
-    ``Strict-Transport-Security``."""
+    ``Strict-Transport-Security``. `trusted_proxies` (default: the
+    ``dashboard_trusted_proxies`` setting) lists the addresses or networks of the reverse
+    proxies whose ``X-Forwarded-For`` is believed, so that the login limiter counts each
+    real client's failures rather than the proxy's."""
     from jobsup.client import Client
     from jobsup.settings import load
     from jobsup.web.api import log
@@ -56,7 +60,14 @@ def asgi_app(
     )
     token = auth.one_time_token() if auth.open and identify is None else None
     secure = settings.dashboard_secure_cookies if secure_cookies is None else secure_cookies
-    app = build(client or Client(settings.database_url), auth, identify_hook=identify, secure_cookies=secure)
+    proxies = settings.dashboard_trusted_proxies if trusted_proxies is None else trusted_proxies
+    app = build(
+        client or Client(settings.database_url),
+        auth,
+        identify_hook=identify,
+        secure_cookies=secure,
+        trusted_proxies=proxies,
+    )
     if token is not None:
         log.warning(
             "the dashboard has no credentials configured: log in by opening its path with ?token=%s "

@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 from jobsup.client import Client
 from jobsup.errors import BadInput, DuplicateJob
 from jobsup.web import sessions
-from jobsup.web.api import MAX_BODY, ApiError
+from jobsup.web.api import MAX_BODY, ApiError, log
 from jobsup.web.auth import Auth, Identity
 from jobsup.web.pages import error_page, login_page
 from jobsup.web.security import check_csrf, identify, login_keys
@@ -139,6 +139,7 @@ async def login(request: Request) -> Response:
         return login_page(request, status=429, error=f"too many failed logins: try again in {wait:.0f}s")
     who = await run_in_threadpool(auth.password, name, password, "session")
     if who is None:
+        log.warning("web.auth_failed by=login client=%s", keys[0].removeprefix("addr:"))
         return login_page(request, status=401, error="wrong user name or password")
     auth.limiter.release(*keys, stamp=stamp)
     home = RedirectResponse(f"{request.scope.get('root_path', '')}/", status_code=303)

@@ -3,6 +3,8 @@ state-changing requests, and the response headers (CSP with a per-response nonce
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,11 +14,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobsup.errors import ConfigurationError
 from jobsup.web.api import ApiError
 from jobsup.web.auth import CSRF_COOKIE, SESSION_COOKIE, Auth, Identity, basic_credentials
 
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+log = logging.getLogger("jobsup.web")
 # The host application's own authentication, when the dashboard is mounted under it.
 Identify = Callable[[Request], Awaitable[Identity | None] | Identity | None]
 
@@ -35,7 +39,7 @@ async def identify(request: Request) -> Identity:
     header = request.headers.get("authorization", "")
     kind, _, value = header.partition(" ")
     if header:
-        if kind.lower() == "bearer" and (who := auth.bearer(value.strip())) is not None:
+        if kind.lower() == "bearer" and (who := _bearer(request, auth, value.strip())) is not None:
             return who
         if kind.lower() == "basic" and (who := await _basic(request, auth, value.strip())) is not None:
             return who
@@ -64,8 +68,25 @@ async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
     if wait:
         raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
     who = await run_in_threadpool(auth.password, *credentials, "basic")
-    if who is not None:
+    if who is None:
+        log.warning("web.auth_failed by=basic client=%s", keys[0].removeprefix("addr:"))
+    else:
         auth.limiter.release(*keys, stamp=stamp)
+    return who
+
+
+def _bearer(request: Request, auth: Auth, token: str) -> Identity | None:
+    """A bearer token, under the login limit of the client's address (429 past it): wrong
+    tokens are guesses like wrong passwords."""
+    key = client_key(request)
+    wait, stamp = auth.limiter.reserve(key)
+    if wait:
+        raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
+    who = auth.bearer(token)
+    if who is None:
+        log.warning("web.auth_failed by=bearer client=%s", key.removeprefix("addr:"))
+    else:
+        auth.limiter.release(key, stamp=stamp)
     return who
 
 
@@ -75,8 +96,56 @@ def login_keys(request: Request, name: str) -> tuple[str, str]:
 
 
 def client_key(request: Request) -> str:
-    """The rate limiter's key for the client's address."""
-    return f"addr:{request.client.host if request.client else 'unknown'}"
+    """The rate limiter's key for the client's address: the socket's peer, or, when that is
+    a proxy listed in `trusted_proxies`, the address that proxy says it forwarded for."""
+    return f"addr:{client_address(request)}"
+
+
+def client_address(request: Request) -> str:
+    peer = request.client.host if request.client else "unknown"
+    trusted: Proxies = request.app.state.trusted_proxies
+    if not trusted.holds(peer):
+        return peer
+    # Read X-Forwarded-For from the right: each trusted proxy appended the address it got
+    # the request from, and the first address no trusted proxy owns is the client's (what
+    # is left of it the client could have written itself).
+    hops = [hop.strip() for header in request.headers.getlist("x-forwarded-for") for hop in header.split(",")]
+    for hop in reversed(hops):
+        if not trusted.holds(hop):
+            return hop if _address(hop) is not None else peer
+    return peer
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Proxies:
+    """The ``dashboard_trusted_proxies`` setting: addresses and networks (``10.0.0.0/8``)
+    whose X-Forwarded-For header is believed."""
+
+    def __init__(self, text: str = "") -> None:
+        self.networks: list[Network] = []
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            try:
+                self.networks.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                raise ConfigurationError(
+                    f"dashboard_trusted_proxies: {item[:60]!r} is not an address or network; "
+                    "list your reverse proxies' addresses, e.g. 127.0.0.1,10.0.0.0/8"
+                ) from None
+
+    def holds(self, address: str) -> bool:
+        found = _address(address)
+        return found is not None and any(found in network for network in self.networks)
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip("[]").split("%")[0])
+    except ValueError:
+        return None
 
 
 def csrf_nonce(request: Request) -> str:

@@ -46,7 +46,12 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     auth = Auth.parse(settings.dashboard_tokens, settings.dashboard_users, settings.dashboard_secret)
     check_bind(settings.dashboard_host, auth)
     token = auth.one_time_token() if auth.open else None
-    app = build(Client(settings.database_url), auth, secure_cookies=settings.dashboard_secure_cookies)
+    app = build(
+        Client(settings.database_url),
+        auth,
+        secure_cookies=settings.dashboard_secure_cookies,
+        trusted_proxies=settings.dashboard_trusted_proxies,
+    )
     if token is not None:
         print(login_link(settings.dashboard_host, settings.dashboard_port, token), file=sys.stderr, flush=True)
     uvicorn.run(
