@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import delete, insert, literal_column, select
+from sqlalchemy import Select, delete, insert, literal_column, select
 
 from jobsup.store.database import Database
 from jobsup.store.schema import web_session
@@ -40,7 +41,7 @@ class WebSessions:
 
     def web_session_live(self, session_id: str, *, now: datetime | None = None) -> bool:
         """Whether the session has neither ended nor expired."""
-        query = select(literal_column("1")).where(
+        query: Select[Any] = select(literal_column("1")).where(
             web_session.c.id == _key(session_id), web_session.c.expires_at > self.dialect.clock()
         )
         with self.db.read("sessions") as conn:

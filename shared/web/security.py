@@ -45,8 +45,8 @@ async def identify(request: Request) -> Identity:
             return who
         raise ApiError(401, "the credentials in the Authorization header are not valid")
     cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie and (found := auth.session(cookie)) is not None and await _not_ended(request, found[1]):
-        return found[0]
+    if cookie and (session := auth.session(cookie)) is not None and await _not_ended(request, session[1]):
+        return session[0]
     raise ApiError(401, "not authenticated: log in, or send a bearer token or basic credentials")
 
 
