@@ -3,6 +3,8 @@ token it printed, whoever forwards the connection."""
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import httpx
 import pytest
 
 import broker
+from helpers import wait_until
 from webhelpers import Dashboard, start_dashboard
 
 API = "/api/v1"
@@ -74,3 +77,45 @@ def test_the_secure_cookies_setting_marks_cookies_secure_and_sends_hsts(sqlite_u
     finally:
         plain.stop()
     assert "secure" not in page.headers["set-cookie"].lower() and "strict-transport-security" not in page.headers
+
+
+def test_one_client_holding_unfinished_requests_cannot_take_the_dashboard_down(sqlite_url: str, tmp_path: Path) -> None:
+    env = {"JOBSUP_DASHBOARD_TOKENS": "operator:" + "t" * 32}
+    dashboard = start_dashboard(sqlite_url, tmp_path, env=env, open_files=256)
+    port = int(dashboard.base.rsplit(":", 1)[1])
+    held: list[socket.socket] = []
+    try:
+        refused = 0
+        while len(held) < 300 and refused < 5:  # more than its open files: a slowloris from 127.0.0.2
+            sock = socket.socket()
+            sock.settimeout(0.5)
+            sock.bind(("127.0.0.2", 0))
+            held.append(sock)
+            try:
+                sock.connect(("127.0.0.1", port))
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+            except OSError:
+                refused += 1  # its queue of connections to accept is full
+        started = time.monotonic()
+        answer = httpx.get(f"{dashboard.base}/login", timeout=10)  # another client, meanwhile
+        assert answer.status_code == 200 and time.monotonic() - started < 5
+        wait_until(lambda: all(_closed(sock) for sock in held), timeout=45, what="the unfinished requests dropped")
+    finally:
+        for sock in held:
+            sock.close()
+        dashboard.stop()
+    output = dashboard.output()
+    assert "Traceback" not in output and "Too many open files" not in output and len(output) < 20_000
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed `sock` (whatever it said first)."""
+    sock.setblocking(False)
+    try:
+        while data := sock.recv(65536):
+            del data
+        return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import socket
 import subprocess
 import sys
@@ -85,14 +86,22 @@ class Dashboard:
         self.process.wait(10)
 
 
-def start_dashboard(url: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Dashboard:
-    """`jobsup dashboard` on a free loopback port, its output in a file; waits until it answers."""
+def start_dashboard(
+    url: str, tmp_path: Path, *args: str, env: dict[str, str] | None = None, open_files: int | None = None
+) -> Dashboard:
+    """`jobsup dashboard` on a free loopback port, its output in a file; waits until it
+    answers. `open_files` lowers its soft limit of open files (`ulimit -n`)."""
     port = free_port()
     log = tmp_path / f"dashboard-{port}.log"
     command = [sys.executable, "-m", "jobsup", "dashboard", "--port", str(port), "--database-url", url, *args]
     environment = {**os.environ, "PYTHONPATH": str(TESTS), **(env or {})}
+
+    def limit() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
     with open(log, "ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=out, env=environment)
+        process = subprocess.Popen(command, stdout=out, stderr=out, env=environment, preexec_fn=limit)
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:

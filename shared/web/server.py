@@ -12,6 +12,7 @@ import sys
 from jobsup.errors import ConfigurationError
 from jobsup.settings import Settings
 from jobsup.web.auth import LOOPBACK_HOSTS, Auth
+from jobsup.web.connections import Guard, protocol, total_connections
 
 
 def is_loopback(host: str) -> bool:
@@ -54,6 +55,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
     )
     if token is not None:
         print(login_link(settings.dashboard_host, settings.dashboard_port, token), file=sys.stderr, flush=True)
+    total = total_connections()
     uvicorn.run(
         app,
         host=settings.dashboard_host,
@@ -62,6 +64,9 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
         proxy_headers=False,
         server_header=False,
         h11_max_incomplete_event_size=64 * 1024,
+        http=protocol(Guard(total)),  # header timeout, connections per client and in all
+        limit_concurrency=total,
+        backlog=128,
     )
 
 
