@@ -87,11 +87,17 @@ class Settings:
     # ``ROLE:TOKEN`` and users ``NAME:ROLE:HASH`` (`jobsup dashboard hash-password`), comma
     # separated or TOML lists; ROLE is ``read`` or ``operator``. The secret signs login
     # sessions (a random one per process when empty: sessions end with the process).
+    # `dashboard_secure_cookies`: users reach it over HTTPS (a TLS-terminating proxy), so its
+    # cookies are marked Secure and its answers carry Strict-Transport-Security.
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 9466
     dashboard_tokens: str = ""
     dashboard_users: str = ""
     dashboard_secret: str = ""
+    dashboard_secure_cookies: bool = False
+    # Reverse proxies (addresses or networks, comma separated) whose X-Forwarded-For is
+    # believed: the login limiter then counts failures per real client, not per proxy.
+    dashboard_trusted_proxies: str = ""
     # Where the outbox's events go (`jobsup.events`): an amqp:// URL (RabbitMQ) or an
     # http(s):// webhook URL, signed with `events_secret`. Empty: no outbox at all.
     events_publisher: str = ""
@@ -231,7 +237,7 @@ def _coerce(key: str, value: Any) -> Any:
         raise ConfigurationError(f"unknown setting {key!r}; known settings: {', '.join(sorted(names))}")
     if key in _DURATIONS:
         return parse_duration(value, what=key)
-    if key in ("dashboard_tokens", "dashboard_users") and isinstance(value, list | tuple):
+    if key in ("dashboard_tokens", "dashboard_users", "dashboard_trusted_proxies") and isinstance(value, list | tuple):
         return ",".join(str(item) for item in value)
     if key in ("claim_batch", "metrics_port", "dashboard_port"):
         return _whole(value, key)
@@ -243,7 +249,7 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(app, str) for app in value):
             raise ConfigurationError(f'apps: {value!r} is not a list of module names; use "myapp.jobs,other"')
         return tuple(value)
-    if key in ("migrate", "housekeeping"):
+    if key in ("migrate", "housekeeping", "dashboard_secure_cookies"):
         return _flag(value, key)
     if key == "listen_url":
         # `listen_url = false` in TOML, or OFF, mean off too

@@ -154,6 +154,7 @@ class Health:
         self.problems: list[str] = []
         self.lock = threading.Lock()
         self.checked, self.answer = 0.0, (False, "not checked yet")
+        self.failure = ""  # the last database error logged
         self.asking_since: float | None = None
 
     def tick(self, problems: list[str]) -> None:
@@ -175,9 +176,15 @@ class Health:
                 self.asking_since = now
                 try:
                     self.ping()
-                    self.answer = (True, "ok")
+                    self.answer, self.failure = (True, "ok"), ""
                 except Exception as exc:
-                    self.answer = (False, f"database: {exc}")
+                    # /healthz is unauthenticated (and often bound to 0.0.0.0 for probes): the
+                    # error names the database's user, host, port and name, so only the log
+                    # gets it, once per distinct failure, not once per probe.
+                    self.answer = (False, "database: unavailable")
+                    if str(exc) != self.failure:
+                        self.failure = str(exc)
+                        emit("health.failed", error=self.failure)
                 finally:
                     self.asking_since = None
                 self.checked = time.monotonic()

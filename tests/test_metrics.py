@@ -10,6 +10,7 @@ import pytest
 
 import jobsup
 
+import broker
 from harness import Supervisor, port_of, records, sample, scrape
 from helpers import wait_until
 
@@ -85,6 +86,30 @@ def test_healthz_turns_503_when_the_database_stops_answering(url: str, tmp_path:
         _, body = wait_until(
             lambda: (r := scrape(port, "/healthz"))[0] == 503 and r, timeout=30, what="healthz to fail"
         )
-        assert "database" in body and "injected fault" in body
+        assert body.strip() == "database: unavailable"
+        wait_until(lambda: "injected fault" in supervisor.output(), timeout=10, what="the reason in the log")
     finally:
         supervisor.stop()
+
+
+def test_healthz_names_no_database_location_when_the_database_is_gone(postgres_url: str, tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    record.mkdir()
+    forwarder = broker.Proxy(("127.0.0.1", 5432))  # the database's address, cut at will
+    forwarder.start()
+    proxied = postgres_url.replace("127.0.0.1:5432", f"127.0.0.1:{forwarder.port}")
+    supervisor = Supervisor(proxied, record, tmp_path / "s.log")
+    try:
+        port = port_of(supervisor)
+        wait_until(lambda: scrape(port, "/healthz")[0] == 200, timeout=30, what="healthz 200 before the cut")
+        forwarder.stop()
+        _, body = wait_until(lambda: (r := scrape(port, "/healthz"))[0] == 503 and r, timeout=30, what="a 503")
+        assert body.strip() == "database: unavailable", body  # no user, host, port or database name
+        wait_until(
+            lambda: "health.failed" in supervisor.output() and str(forwarder.port) in supervisor.output(),
+            timeout=10,
+            what="the details in the log",
+        )
+    finally:
+        supervisor.stop()
+        forwarder.stop()

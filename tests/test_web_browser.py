@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
-import subprocess
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +14,10 @@ import pytest
 
 import jobsup
 from jobsup.secrets import ENV
+from jobsup.web.auth import token_name
 
 from helpers import wait_until
+from webhelpers import Dashboard, start_dashboard
 
 CHROMIUM = Path("/usr/bin/chromium")
 SECRET = "tok-Br0wser-never-shown"
@@ -45,35 +43,12 @@ def browser() -> Iterator[Browser]:
         found.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
-def dashboard(url: str, tmp_path: Path) -> Iterator[str]:
-    """A real `jobsup dashboard` on a free loopback port (no credentials: loopback only)."""
-    port = _free_port()
-    log = open(tmp_path / "dashboard.log", "ab")  # noqa: SIM115 - open for the process's life
-    command = [sys.executable, "-m", "jobsup", "dashboard", "--port", str(port), "--database-url", url]
-    process = subprocess.Popen(command, stdout=log, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if process.poll() is not None:
-            raise AssertionError((tmp_path / "dashboard.log").read_text())
-        try:
-            with urllib.request.urlopen(f"{base}/login", timeout=2) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    wait_until(up, timeout=30, what="the dashboard to answer")
-    yield base
-    process.terminate()
-    process.wait(10)
-    log.close()
+def dashboard(url: str, tmp_path: Path) -> Iterator[Dashboard]:
+    """A real `jobsup dashboard` with no credentials configured: its one-time login link."""
+    started = start_dashboard(url, tmp_path, env={"JOBSUP_DASHBOARD_TOKENS": "", "JOBSUP_DASHBOARD_USERS": ""})
+    yield started
+    started.stop()
 
 
 def shot(page: Page, tmp_path: Path, name: str) -> None:
@@ -105,12 +80,13 @@ def three_states(client: jobsup.Client, start: Any, monkeypatch: pytest.MonkeyPa
 
 
 def test_overview_failed_job_retry_pause_resume_and_live_refresh(
-    browser: Browser, dashboard: str, three_states: dict[str, int], client: jobsup.Client, tmp_path: Path
+    browser: Browser, dashboard: Dashboard, three_states: dict[str, int], client: jobsup.Client, tmp_path: Path
 ) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
     page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    page.goto(f"{dashboard}/")
+    page.goto(dashboard.login_url())  # the link the dashboard printed: it logs in and drops the token
+    assert page.url == f"{dashboard.base}/"
     default, later = page.locator('.card[data-queue="default"]'), page.locator('.card[data-queue="later"]')
     expect(default.locator(".n-running")).to_have_text("1")
     expect(default.locator(".n-failed")).to_have_text("1")
@@ -136,7 +112,7 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     expect(page.locator(".timeline li")).to_have_count(2)
     shot(page, tmp_path, "retried-job")
 
-    page.goto(f"{dashboard}/queues")
+    page.goto(f"{dashboard.base}/queues")
     row = page.locator('tr[data-queue="default"]')
     row.get_by_role("button", name="Pause").click()
     expect(row.locator(".status")).to_have_text("paused")
@@ -144,22 +120,24 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     assert [q["state"] for q in client.queues() if q["queue"] == "default"] == ["paused"]
     row.get_by_role("button", name="Resume").click()
     expect(row.locator(".status")).to_have_text("active")
+    token_user = token_name(dashboard.login_url().rsplit("token=", 1)[1])
     actors = {(entry.action, entry.actor) for entry in client.audit(action="queue.")}
-    assert actors == {("queue.pause", "web:anonymous"), ("queue.resume", "web:anonymous")}
+    assert actors == {("queue.pause", f"web:{token_user}"), ("queue.resume", f"web:{token_user}")}
     assert errors == []  # no script blocked by the CSP, no failed refresh
 
 
 def test_the_phone_width_layout_fits_the_screen(
-    browser: Browser, dashboard: str, three_states: dict[str, int], tmp_path: Path
+    browser: Browser, dashboard: Dashboard, three_states: dict[str, int], tmp_path: Path
 ) -> None:
     phone = browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2, is_mobile=True)
     page = phone.new_page()
+    page.goto(dashboard.login_url())
     for path in ("/", "/jobs", f"/jobs/{three_states['dead_lettered']}", "/queues"):
-        page.goto(dashboard + path)
+        page.goto(dashboard.base + path)
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"{path} is {overflow}px wider than the phone"
         shot(page, tmp_path, "phone" + path.replace("/", "-").rstrip("-"))
-    page.goto(dashboard + "/")
+    page.goto(dashboard.base + "/")
     cards = page.locator(".card")
     boxes = [cards.nth(i).bounding_box() for i in range(cards.count())]
     assert all(box is not None and box["width"] <= 390 for box in boxes)

@@ -8,6 +8,7 @@ import hashlib
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import jobsup
 from jobsup.errors import ConfigurationError
 from jobsup.secrets import ENV
+from jobsup.store.schema import web_session
 from jobsup.web import actions
 from jobsup.web.api import OPERATIONS
 from jobsup.web.auth import Auth, LoginLimiter, check_password, hash_password
@@ -292,11 +294,31 @@ def test_a_short_dashboard_secret_is_refused() -> None:
 
 def test_password_hashes_carry_their_cost_and_the_first_format_still_checks() -> None:
     stored = hash_password("pw", salt=b"0" * 16)
-    assert stored.startswith("scrypt$32768$8$1$")
+    assert stored.startswith("scrypt$131072$8$1$")  # OWASP's minimum for scrypt
     assert check_password("pw", stored) and not check_password("other", stored)
     legacy = "scrypt$" + (b"0" * 16).hex() + "$" + hashlib.scrypt(b"pw", salt=b"0" * 16, n=2**14, r=8, p=1).hex()
     assert check_password("pw", legacy) and not check_password("other", legacy)
-    assert not check_password("pw", stored.replace("$32768$", "$4194304$"))  # a cost past the bound
+    assert not check_password("pw", stored.replace("$131072$", "$4194304$"))  # a cost past the bound
+
+
+@pytest.mark.parametrize("cost", ["legacy", "2**15"])
+def test_a_login_with_an_older_hash_rehashes_it_and_says_where_to_put_it(
+    cost: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    salt = b"1" * 16
+    if cost == "legacy":
+        old = "scrypt$" + salt.hex() + "$" + hashlib.scrypt(b"pw-words", salt=salt, n=2**14, r=8, p=1).hex()
+    else:
+        digest = hashlib.scrypt(b"pw-words", salt=salt, n=2**15, r=8, p=1, maxmem=2**26).hex()
+        old = f"scrypt$32768$8$1${salt.hex()}${digest}"
+    auth = Auth.parse(users=f"erin:operator:{old}")
+    assert any("erin" in r.getMessage() and "below" in r.getMessage() for r in caplog.records)  # said at start
+    caplog.clear()
+    assert auth.password("erin", "pw-words", "session") is not None
+    assert auth.password("erin", "pw-words", "session") is not None
+    [said] = [r.getMessage() for r in caplog.records if "erin" in r.getMessage()]  # once
+    new = re.search(r"scrypt\$131072\$\S+", said).group(0)  # type: ignore[union-attr]
+    assert check_password("pw-words", new) and new != old
 
 
 def test_an_action_s_notice_is_shown_only_when_the_app_signed_it(url: str, client: jobsup.Client) -> None:
@@ -312,29 +334,35 @@ def test_an_action_s_notice_is_shown_only_when_the_app_signed_it(url: str, clien
         assert "evil.example" not in spoofed
 
 
-def test_without_credentials_only_loopback_is_served(url: str) -> None:
+def test_without_credentials_the_command_listens_only_on_loopback() -> None:
     with pytest.raises(ConfigurationError, match="without authentication"):
         check_bind("0.0.0.0", Auth.parse())
     check_bind("127.0.0.1", Auth.parse())
     check_bind("0.0.0.0", Auth.parse(tokens="operator:" + "t" * 20))
-    with web(url, tokens="", users="", allow_anonymous=True) as http:
-        assert http.get("/").status_code == 200  # the operator `anonymous`, on loopback
-        rebound = http.get("/", headers={"Host": "attacker.example"})
-        assert rebound.status_code == 403 and "loopback" in rebound.text
-        assert http.post(f"{API}/queues/default/pause", json={}).status_code == 403  # no CSRF token: refused
 
 
-def test_an_open_dashboard_needs_allow_anonymous_and_serves_only_loopback_clients_not_via_a_proxy(url: str) -> None:
-    with pytest.raises(ConfigurationError, match="allow_anonymous") as refused, web(url, tokens="", users=""):
-        pass
-    assert all(word in str(refused.value) for word in ("dashboard_tokens", "dashboard_users", "identify"))
-    with web(url, tokens="", users="", allow_anonymous=True, peer=("203.0.113.9", 4000)) as http:
-        spoofed = http.get(f"{API}/queues", headers={"Host": "localhost"})  # a remote client naming localhost
-        assert spoofed.status_code == 403 and "loopback" in spoofed.text
-    with web(url, tokens="", users="", allow_anonymous=True) as http:
-        assert http.get(f"{API}/queues").status_code == 200
-        for header in ("Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-IP"):
-            assert http.get(f"{API}/queues", headers={header: "203.0.113.9"}).status_code == 403, header
+def test_mounted_without_credentials_it_requires_the_token_it_logged(
+    url: str, client: jobsup.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from jobsup.web import asgi_app
+
+    app = asgi_app(client=client, tokens="", users="", secret=WEB_SECRET)
+    token = app.one_time_token
+    assert token and len(token) >= 32
+    assert [r.getMessage().count(f"?token={token}") for r in caplog.records if r.name == "jobsup.web"] == [1]
+    host = Starlette(routes=[Mount("/ops", app=app)])
+    with TestClient(host, base_url="http://127.0.0.1", client=("127.0.0.1", 50000)) as http:
+        assert http.get("/ops/api/v1/queues").status_code == 401  # loopback, loopback Host: still no one
+        assert http.get("/ops/jobs", follow_redirects=False).headers["location"] == "/ops/login"
+        assert "?token=" in http.get("/ops/login").text  # the login page says how to get in
+        entered = http.get(f"/ops/jobs?token={token}", follow_redirects=False)
+        assert entered.status_code == 303 and entered.headers["location"] == "/ops/jobs"
+        assert http.get("/ops/jobs", follow_redirects=False).status_code == 200
+        assert http.get("/ops/api/v1/queues", headers={"Authorization": f"Bearer {token}"}).status_code == 200
 
 
 def test_bad_credentials_settings_are_refused() -> None:
@@ -411,3 +439,63 @@ def test_a_host_identity_claiming_bearer_still_needs_the_csrf_token(url: str, cl
         refused = http.post("/actions/queues/mail/pause", data={"back": "/queues"}, follow_redirects=False)
         assert refused.status_code == 403
     assert client.queues()[0]["state"] != "paused"
+
+
+def test_logout_ends_the_session_on_the_server(url: str) -> None:
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        cookie = http.cookies["jobsup_session"]
+        assert http.get("/", follow_redirects=False).status_code == 200
+        out = http.post("/logout", data={"csrf": csrf_of(http, "/")}, follow_redirects=False)
+        assert out.status_code == 303
+    with web(url) as copied:  # the cookie kept from before the logout (another process too)
+        copied.cookies.set("jobsup_session", cookie)
+        assert copied.get("/", follow_redirects=False).status_code == 303
+        assert copied.get(f"{API}/queues").status_code == 401
+    with web(url) as again:  # logging in again works
+        assert log_in(again).status_code == 303 and again.get("/", follow_redirects=False).status_code == 200
+
+
+def test_session_rows_end_at_logout_or_expiry_on_the_database_clock(client: jobsup.Client) -> None:
+    sessions = client.store.web_sessions
+    start = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    sessions.web_session_open("first", "alice", 60, now=start)
+    sessions.web_session_open("second", "alice", 60, now=start)
+    assert sessions.web_session_live("first", now=start + timedelta(seconds=59))
+    assert not sessions.web_session_live("first", now=start + timedelta(seconds=61))
+    assert not sessions.web_session_live("unknown", now=start)
+    assert sessions.web_session_end("second") and not sessions.web_session_end("second")
+    assert not sessions.web_session_live("second", now=start)
+    sessions.web_session_open("third", "bob", 60, now=start + timedelta(hours=1))  # prunes the expired ones
+    with client.database.read() as conn:
+        kept = [row.id for row in conn.execute(web_session.select())]
+    assert kept == [hashlib.sha256(b"third").hexdigest()]  # the id's digest, never the id
+
+
+def test_wrong_bearer_tokens_are_rate_limited_per_client_address(url: str) -> None:
+    wrong = {"Authorization": "Bearer " + "w" * 32}
+    with web(url) as http:
+        assert [http.get(f"{API}/queues", headers=wrong).status_code for _ in range(5)] == [401] * 5
+        blocked = http.get(f"{API}/queues", headers=OPERATOR)  # the right token, too late from here
+        assert blocked.status_code == 429 and "too many failed" in blocked.text
+    with web(url, peer=("127.0.0.2", 50000)) as elsewhere:  # another app: its own limiter
+        assert elsewhere.get(f"{API}/queues", headers=OPERATOR).status_code == 200
+
+
+def test_behind_a_trusted_proxy_the_limiter_keys_on_the_forwarded_client(url: str) -> None:
+    def from_client(address: str) -> dict[str, str]:
+        return {"X-Forwarded-For": f"{address}, 10.0.0.7"}  # the client, then a proxy in front
+
+    with web(url, trusted_proxies="127.0.0.1, 10.0.0.0/8") as http:
+        attacker = [log_in_as(http, "wrong password", from_client("203.0.113.9")) for _ in range(6)]
+        assert [r.status_code for r in attacker] == [401] * 5 + [429]
+        assert log_in_as(http, PASSWORD, from_client("198.51.100.7"), user="bob").status_code == 303
+    with web(url, trusted_proxies="10.0.0.1") as http:  # the proxy is not trusted: its header is not believed
+        spread = [log_in_as(http, "wrong password", from_client(f"203.0.113.{n}")) for n in range(6)]
+        assert [r.status_code for r in spread] == [401] * 5 + [429]
+
+
+def log_in_as(http: Any, password: str, headers: dict[str, str], user: str = "alice") -> Any:
+    token = csrf_of(http)
+    form = {"csrf": token, "user": user, "password": password}
+    return http.post("/login", data=form, headers=headers, follow_redirects=False)

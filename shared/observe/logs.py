@@ -36,6 +36,7 @@ _WARNINGS = {
     "hook.dropped",
     "events.publish_failed",
     "events.parked",
+    "health.failed",
 }
 _ERRORS = {
     "db.error",

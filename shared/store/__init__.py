@@ -7,7 +7,7 @@
 - `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `outbox`
   (events on their way out), `calendars`,
   `pauses` (paused queues, a part of the claim), `breakers` (circuit breakers, a part of the
-  claim and a settle step): the other tables, one module each.
+  claim and a settle step), `web_sessions` (dashboard logins): the other tables, one module each.
 - `claim`: the claim predicate and the parts of a claim every dialect shares.
 - `dialects/`: what differs between databases; `database`: connections and error
   translation; `schema` and `migrate`: the tables and their Alembic upgrades.
@@ -33,6 +33,7 @@ from jobsup.store.retention import Retention
 from jobsup.store.sealed import SealedRows
 from jobsup.store.sla import SlaMarks
 from jobsup.store.transitions import Transitions
+from jobsup.store.websessions import WebSessions
 
 
 class Store:
@@ -57,6 +58,7 @@ class Store:
         self.pauses = Pauses(db, self.audit)
         self.breakers = Breakers(db, self.audit, self.resolver)
         self.sla = SlaMarks(self.transitions)
+        self.web_sessions = WebSessions(db)
 
     def schema_check(self) -> None:
         """Raise `SchemaOutdated` unless the schema is at this code's revision."""

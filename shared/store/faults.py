@@ -36,7 +36,7 @@ OPERATIONS = frozenset(
         "read", "write", "claim", "renew", "settle", "release", "cancel", "enqueue", "maintenance",
         "retention", "dead_letters", "recurring", "definitions", "process", "inspect", "stats",
         "schema", "health", "joblog", "workflows", "batches", "keys", "queues", "audit", "breakers", "sla",
-        "calendars", "outbox", "other",
+        "calendars", "outbox", "sessions", "other",
     }
 )  # fmt: skip
 

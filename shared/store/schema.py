@@ -40,7 +40,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0011"
+SCHEMA_REVISION = "0012"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -283,6 +283,16 @@ calendar = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# A row per live dashboard login session (`jobsup.store.websessions`): a signed session
+# cookie counts only while its row is here, so logging out ends it in every dashboard process.
+web_session = Table(
+    "jobsup_web_session",
+    metadata,
+    Column("id", Name(64), primary_key=True),  # SHA-256 of the cookie's session id, in hex
+    Column("user_name", _NAME, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
+
 # Events on their way out of the process (`jobsup.events`): written in the transaction of the
 # change they announce, deleted once a relay delivered them. `locked_by`/`locked_until` is a
 # relay's claim on a row, which lapses if that relay dies.
@@ -370,6 +380,7 @@ Index("jobsup_job_attempt_job", job_attempt.c.job_id, job_attempt.c.attempt)
 Index("jobsup_process_heartbeat", process.c.heartbeat_at)
 Index("jobsup_job_sealed", job.c.id, **_filtered("key_id IS NOT NULL"))
 Index("jobsup_audit_at", audit.c.at)
+Index("jobsup_web_session_expires", web_session.c.expires_at)
 Index("jobsup_outbox_job", outbox.c.job_id, outbox.c.id)  # "is an earlier event of this job left"
 Index("jobsup_workflow_unfinished", workflow.c.id, **_filtered("finished_at IS NULL"))  # the sweep's
 Index("jobsup_outbox_subject", outbox.c.subject, outbox.c.id, **_filtered("subject IS NOT NULL"))

@@ -22,8 +22,8 @@ def asgi_app(
     users: str | None = None,
     secret: str | None = None,
     identify: Any = None,
-    secure_cookies: bool = False,
-    allow_anonymous: bool = False,
+    secure_cookies: bool | None = None,
+    trusted_proxies: str | None = None,
 ) -> Any:
     """The dashboard and API as an ASGI app.
 
@@ -35,12 +35,20 @@ def asgi_app(
     under its own login, it says who the user is and whether they are an ``operator`` or
     ``read`` only. CSRF checks, security headers and the audit trail apply either way.
 
-    With no credentials and no `identify` the app would let anyone act as the operator
-    ``anonymous``: that is refused (`ConfigurationError`) unless `allow_anonymous` is true,
-    and even then only loopback clients not behind a proxy are served."""
+    With no credentials and no `identify` there is still no anonymous user: the app makes a
+    random operator token for this process, logs it once (logger ``jobsup.web``, WARNING)
+    and requires it; open the mounted path with ``?token=<it>`` to log a browser in. The
+    token is also the app's ``one_time_token`` attribute (None when credentials are set).
+
+    `secure_cookies` (default: the ``dashboard_secure_cookies`` setting) says users reach the
+    app over HTTPS: its cookies are marked ``Secure`` and its answers carry
+    ``Strict-Transport-Security``. `trusted_proxies` (default: the
+    ``dashboard_trusted_proxies`` setting) lists the addresses or networks of the reverse
+    proxies whose ``X-Forwarded-For`` is believed, so that the login limiter counts each
+    real client's failures rather than the proxy's."""
     from jobsup.client import Client
-    from jobsup.errors import ConfigurationError
     from jobsup.settings import load
+    from jobsup.web.api import log
     from jobsup.web.app import build
     from jobsup.web.auth import Auth
 
@@ -50,10 +58,21 @@ def asgi_app(
         settings.dashboard_users if users is None else users,
         settings.dashboard_secret if secret is None else secret,
     )
-    if auth.open and identify is None and not allow_anonymous:
-        raise ConfigurationError(
-            "the dashboard has no authentication: set dashboard_tokens or dashboard_users (or pass "
-            "tokens= / users=), pass identify= to use the host application's login, or pass "
-            "allow_anonymous=True to serve loopback clients as the operator `anonymous`"
+    token = auth.one_time_token() if auth.open and identify is None else None
+    secure = settings.dashboard_secure_cookies if secure_cookies is None else secure_cookies
+    proxies = settings.dashboard_trusted_proxies if trusted_proxies is None else trusted_proxies
+    app = build(
+        client or Client(settings.database_url),
+        auth,
+        identify_hook=identify,
+        secure_cookies=secure,
+        trusted_proxies=proxies,
+    )
+    if token is not None:
+        log.warning(
+            "the dashboard has no credentials configured: log in by opening its path with ?token=%s "
+            "(an operator token of this process only; set dashboard_tokens or dashboard_users to choose your own)",
+            token,
         )
-    return build(client or Client(settings.database_url), auth, identify_hook=identify, secure_cookies=secure_cookies)
+    app.one_time_token = token
+    return app

@@ -14,10 +14,10 @@ from starlette.routing import BaseRoute, Route
 
 from jobsup.client import Client
 from jobsup.errors import BadInput, DuplicateJob
-from jobsup.web.api import MAX_BODY, ApiError
-from jobsup.web.auth import SESSION_COOKIE, SESSION_SECONDS, Auth, Identity
-from jobsup.web.pages import error_page
-from jobsup.web.render import page
+from jobsup.web import sessions
+from jobsup.web.api import MAX_BODY, ApiError, log
+from jobsup.web.auth import Auth, Identity
+from jobsup.web.pages import error_page, login_page
 from jobsup.web.security import check_csrf, identify, login_keys
 
 Act = Callable[[Client, Identity, dict[str, list[str]], dict[str, str]], str]
@@ -136,22 +136,14 @@ async def login(request: Request) -> Response:
     keys = login_keys(request, name)
     wait, stamp = auth.limiter.reserve(*keys)  # counted before the check: no concurrent bypass
     if wait:
-        return page(request, "login.html", None, status=429, error=f"too many failed logins: try again in {wait:.0f}s")
+        return login_page(request, status=429, error=f"too many failed logins: try again in {wait:.0f}s")
     who = await run_in_threadpool(auth.password, name, password, "session")
     if who is None:
-        return page(request, "login.html", None, status=401, error="wrong user name or password")
+        log.warning("web.auth_failed by=login client=%s", keys[0].removeprefix("addr:"))
+        return login_page(request, status=401, error="wrong user name or password")
     auth.limiter.release(*keys, stamp=stamp)
-    response = RedirectResponse(f"{request.scope.get('root_path', '')}/", status_code=303)
-    response.set_cookie(
-        SESSION_COOKIE,
-        auth.session_cookie(who),
-        max_age=SESSION_SECONDS,
-        httponly=True,
-        samesite="strict",
-        secure=bool(request.app.state.secure_cookies),
-        path=request.scope.get("root_path") or "/",
-    )
-    return response
+    home = RedirectResponse(f"{request.scope.get('root_path', '')}/", status_code=303)
+    return await sessions.begin(request, home, who)
 
 
 async def logout(request: Request) -> Response:
@@ -160,9 +152,7 @@ async def logout(request: Request) -> Response:
         check_csrf(request, None, _first(form, "csrf"))
     except ApiError as exc:
         return error_page(request, exc.status, exc.message)
-    response = RedirectResponse(f"{request.scope.get('root_path', '')}/login", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
-    return response
+    return await sessions.end(request, RedirectResponse(f"{request.scope.get('root_path', '')}/login", status_code=303))
 
 
 def routes() -> list[BaseRoute]:

@@ -18,14 +18,22 @@ from jobsup.web import api_jobs, api_ops, pages  # noqa: F401 - declare their op
 from jobsup.web.api import OPERATIONS, ApiError, endpoint, error_response
 from jobsup.web.auth import Auth
 from jobsup.web.openapi import PREFIX, document
-from jobsup.web.security import Identify, SecurityHeaders, identify
+from jobsup.web.security import Identify, Proxies, SecurityHeaders, identify
 
 STATIC = Path(__file__).parent / "static"
 
 
-def build(client: Client, auth: Auth, *, identify_hook: Identify | None = None, secure_cookies: bool = False) -> Any:
+def build(
+    client: Client,
+    auth: Auth,
+    *,
+    identify_hook: Identify | None = None,
+    secure_cookies: bool = False,
+    trusted_proxies: str = "",
+) -> Any:
     """The app on `client`; `auth` holds the credentials; `identify_hook` replaces them with
-    the host application's own authentication when mounted (see `jobsup.web.asgi_app`)."""
+    the host application's own authentication when mounted (see `jobsup.web.asgi_app`);
+    `trusted_proxies` lists the proxies whose X-Forwarded-For names the client."""
     from jobsup.cli import _version
 
     spec = document(OPERATIONS.all, _version())
@@ -50,6 +58,7 @@ def build(client: Client, auth: Auth, *, identify_hook: Identify | None = None, 
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash})
     app.state.client, app.state.auth, app.state.identify = client, auth, identify_hook
     app.state.secure_cookies = secure_cookies  # the session cookie's Secure flag, as the CSRF cookie's
+    app.state.trusted_proxies = Proxies(trusted_proxies)
     return SecurityHeaders(app, secure_cookies=secure_cookies)
 
 

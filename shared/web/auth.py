@@ -1,10 +1,10 @@
 """Who is asking, and may they: bearer tokens, users with hashed passwords (HTTP Basic or
 the login form's signed session cookie), two roles, CSRF tokens and a login rate limit.
 
-With neither tokens nor users configured the dashboard is open to whoever reaches it, as the
-operator ``anonymous``; `jobsup.web.server` therefore refuses to listen anywhere but on a
-loopback address then, and the app refuses requests whose Host header is not a loopback
-name (a page elsewhere cannot rebind its name to 127.0.0.1 and read the dashboard).
+There is no anonymous user. With neither tokens nor users configured the app makes a random
+operator token for its process (`Auth.one_time_token`) and requires it: a connection's
+address, and any header a client or proxy sends, cannot tell the host's own operator from
+anyone a forwarder passes on.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import threading
 import time
@@ -26,17 +27,21 @@ SESSION_COOKIE, CSRF_COOKIE = "jobsup_session", "jobsup_csrf"
 SESSION_SECONDS = 12 * 3600
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 # scrypt's cost, stored in each hash so it can be raised without breaking the hashes made
-# before: 2**15 x 8 is 32 MiB and about 0.1 s a check on this project's machines.
-_SCRYPT = {"n": 2**15, "r": 8, "p": 1}
+# before: 2**17 x 8 (OWASP's minimum for scrypt) is 128 MiB a check.
+_SCRYPT = {"n": 2**17, "r": 8, "p": 1}
 _LEGACY_SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # "scrypt$SALT$DIGEST", the first format
 _MAX_N = 2**20
+# At most this many checks at once: each takes 128 MiB, and logins come before any
+# authentication, so a burst of them must not be able to exhaust the host's memory.
+_CHECKS = threading.BoundedSemaphore(2)
 MIN_SECRET = 32
+log = logging.getLogger("jobsup.web")
 
 
 @dataclass(frozen=True)
 class Identity:
     """The user of a request: `name` (the audit trail's actor is ``web:<name>``), `role`,
-    and `by` (``bearer``, ``basic``, ``session``, ``anonymous``, ``host``)."""
+    and `by` (``bearer``, ``basic``, ``session``, ``host``)."""
 
     name: str
     role: str
@@ -73,9 +78,19 @@ def check_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(found.hex(), digest)
 
 
+def below_cost(stored: str) -> bool:
+    """Whether a stored hash was made at less than today's cost (or in the first format)."""
+    cost = stored.split("$")[1:4]
+    try:
+        return len(cost) < 3 or [int(c) for c in cost] < [_SCRYPT["n"], _SCRYPT["r"], _SCRYPT["p"]]
+    except ValueError:
+        return False
+
+
 def _scrypt(password: str, salt: bytes, params: dict[str, int]) -> bytes:
     memory = 128 * params["r"] * (params["n"] + params["p"] + 2)
-    return hashlib.scrypt(password.encode(), salt=salt, maxmem=memory + 2**20, **params)
+    with _CHECKS:
+        return hashlib.scrypt(password.encode(), salt=salt, maxmem=memory + 2**20, **params)
 
 
 @dataclass
@@ -86,6 +101,7 @@ class Auth:
     users: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (role, hash)
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter())
+    rehashed: set[str] = field(default_factory=set)  # users whose new hash was logged
 
     @classmethod
     def parse(cls, tokens: str = "", users: str = "", secret: str = "") -> Auth:
@@ -111,23 +127,49 @@ class Auth:
                     "`jobsup dashboard hash-password`"
                 )
             auth.users[name] = (role, stored)
+            if below_cost(stored):
+                log.warning(
+                    "dashboard user %s has a password hash below the current cost (scrypt N=%d): it is "
+                    "rehashed at the user's next login and the new hash logged, to replace it in dashboard_users",
+                    name,
+                    _SCRYPT["n"],
+                )
         return auth
 
     @property
     def open(self) -> bool:
-        """No credentials configured: everyone reaching the app is the operator."""
+        """No credentials configured (the app then needs a `one_time_token`)."""
         return not self.tokens and not self.users
+
+    def one_time_token(self) -> str:
+        """A random operator token, valid for this process's life only: what an app with no
+        credentials configured requires (printed or logged once, as Jupyter does)."""
+        token = secrets.token_urlsafe(32)
+        self.tokens[token] = OPERATOR
+        return token
 
     def bearer(self, token: str) -> Identity | None:
         for known, role in self.tokens.items():
             if hmac.compare_digest(known.encode(), token.encode()):
-                return Identity(f"token-{hashlib.sha256(known.encode()).hexdigest()[:8]}", role, "bearer")
+                return Identity(token_name(known), role, "bearer")
         return None
 
     def password(self, name: str, password: str, by: str) -> Identity | None:
         role, stored = self.users.get(name, (READ, _NO_USER))
         ok = check_password(password, stored)  # run for unknown names too: same time taken
-        return Identity(name, role, by) if ok and name in self.users else None
+        if not ok or name not in self.users:
+            return None
+        if below_cost(stored) and name not in self.rehashed:
+            # The hash lives in the settings, which jobsup does not write: the login is the
+            # one moment the password is at hand, so hash it again now and hand it over.
+            self.rehashed.add(name)
+            log.warning(
+                "dashboard user %s logged in with a password hash below the current cost; replace it in "
+                "dashboard_users with %s",
+                name,
+                hash_password(password),
+            )
+        return Identity(name, role, by)
 
     def basic(self, header_value: str) -> Identity | None:
         credentials = basic_credentials(header_value)
@@ -135,32 +177,48 @@ class Auth:
 
     # -- sessions and CSRF --------------------------------------------------------------
 
-    def session_cookie(self, who: Identity, *, now: float | None = None) -> str:
+    def session_cookie(self, who: Identity, *, now: float | None = None) -> tuple[str, str]:
+        """A new session of `who`: its cookie, and its random id (which the server keeps
+        while the session lasts, `jobsup.store.websessions`)."""
         expires = int((now or time.time()) + SESSION_SECONDS)
-        text = f"{who.name}\n{who.role}\n{expires}\n{self._password_mark(who.name)}"
+        session_id = secrets.token_urlsafe(24)
+        text = f"{who.name}\n{who.role}\n{expires}\n{self._credential_mark(who.name)}\n{session_id}"
         body = base64.urlsafe_b64encode(text.encode()).decode()
-        return f"{body}.{self.sign('session', body)}"
+        return f"{body}.{self.sign('session', body)}", session_id
 
-    def session(self, cookie: str, *, now: float | None = None) -> Identity | None:
+    def session(self, cookie: str, *, now: float | None = None) -> tuple[Identity, str] | None:
+        """The user of a session cookie and the session's id, if the cookie is ours, not
+        expired, and its user (or token) still as it was; whether the session has ended is
+        the server's to say (`jobsup.web.sessions`)."""
         body, _, signature = cookie.partition(".")
         if not self.verify("session", body, signature):
             return None
         try:
-            name, role, expires, mark = base64.urlsafe_b64decode(body).decode().split("\n")
+            name, role, expires, mark, session_id = base64.urlsafe_b64decode(body).decode().split("\n")
             live = int(expires) > (now or time.time())
         except ValueError:
             return None
-        # A user removed from the configuration, given another role or a new password (its
-        # hash changed) loses the session.
-        if not live or self.users.get(name, ("", ""))[0] != role:
+        # A user (or token) removed from the configuration, given another role or a new
+        # password (its hash changed) loses the session.
+        if not live or self._credential(name)[0] != role:
             return None
-        if not hmac.compare_digest(mark.encode(), self._password_mark(name).encode()):
+        if not hmac.compare_digest(mark.encode(), self._credential_mark(name).encode()):
             return None
-        return Identity(name, role, "session")
+        return Identity(name, role, "session"), session_id
 
-    def _password_mark(self, name: str) -> str:
-        """A short keyed digest of the user's stored hash: it changes with the password."""
-        return self.sign("password", self.users.get(name, ("", ""))[1])[:16]
+    def _credential_mark(self, name: str) -> str:
+        """A short keyed digest of the user's stored hash (or the token a session was opened
+        with): it changes with the password."""
+        return self.sign("credential", self._credential(name)[1])[:16]
+
+    def _credential(self, name: str) -> tuple[str, str]:
+        """The role and stored secret behind `name`, a user's or a token's (``("", "")``: none)."""
+        if name in self.users:
+            return self.users[name]
+        for token, role in self.tokens.items():
+            if token_name(token) == name:
+                return role, token
+        return "", ""
 
     def csrf_token(self, nonce: str) -> str:
         """The form field that goes with the CSRF cookie `nonce` (a signed double submit)."""
@@ -235,6 +293,12 @@ class LoginLimiter:
         if len(self._failures) > 10_000:  # a flood of names: forget the quiet ones
             for key in [k for k, v in self._failures.items() if not v or v[-1] <= clock - self.window]:
                 del self._failures[key]
+
+
+def token_name(token: str) -> str:
+    """The user name of a bearer token (the audit trail's ``web:token-...``): a short digest,
+    never the token."""
+    return f"token-{hashlib.sha256(token.encode()).hexdigest()[:8]}"
 
 
 def basic_credentials(header_value: str) -> tuple[str, str] | None:

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Route
 from jobsup.client import Client
 from jobsup.errors import BadInput
 from jobsup.store.schema import STATUSES
-from jobsup.web import api_jobs, api_ops
+from jobsup.web import api_jobs, api_ops, sessions
 from jobsup.web.api import ApiError
 from jobsup.web.auth import Identity
 from jobsup.web.render import page
@@ -31,6 +31,8 @@ def view(template: str, read: PageFn) -> Callable[[Request], Awaitable[Response]
     """A page: who is asking (to the login page if no one), then `read`, then `template`."""
 
     async def render(request: Request) -> Response:
+        if sessions.wants_token_login(request):
+            return await login_form(request)
         try:
             who = await identify(request)
         except ApiError as exc:
@@ -138,7 +140,16 @@ def _audit(client: Client) -> list[dict[str, Any]]:
 
 
 async def login_form(request: Request) -> Response:
-    return page(request, "login.html", None)
+    if sessions.wants_token_login(request):
+        try:
+            return await sessions.token_login(request)
+        except ApiError as exc:
+            return login_page(request, status=exc.status, error=exc.message)
+    return login_page(request)
+
+
+def login_page(request: Request, **context: Any) -> Response:
+    return page(request, "login.html", None, users=bool(request.app.state.auth.users), **context)
 
 
 def routes() -> list[BaseRoute]:

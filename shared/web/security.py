@@ -4,6 +4,7 @@ state-changing requests, and the response headers (CSP with a per-response nonce
 from __future__ import annotations
 
 import ipaddress
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,20 +14,20 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from jobsup.errors import ConfigurationError
 from jobsup.web.api import ApiError
-from jobsup.web.auth import CSRF_COOKIE, LOOPBACK_HOSTS, OPERATOR, SESSION_COOKIE, Auth, Identity, basic_credentials
+from jobsup.web.auth import CSRF_COOKIE, SESSION_COOKIE, Auth, Identity, basic_credentials
 
 CSRF_HEADER = "x-csrf-token"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-# Headers a reverse proxy adds: an open dashboard behind one would serve whoever reaches it.
-PROXY_HEADERS = ("forwarded", "x-forwarded-for", "x-forwarded-host", "x-real-ip")
+log = logging.getLogger("jobsup.web")
 # The host application's own authentication, when the dashboard is mounted under it.
 Identify = Callable[[Request], Awaitable[Identity | None] | Identity | None]
 
 
 async def identify(request: Request) -> Identity:
-    """The request's user, or `ApiError` 401 (no or wrong credentials) / 403 (a request to
-    an open dashboard under a name that is not a loopback one)."""
+    """The request's user, or `ApiError` 401 (no or wrong credentials) / 429 (too many
+    wrong ones)."""
     auth: Auth = request.app.state.auth
     hook: Identify | None = request.app.state.identify
     if hook is not None:
@@ -38,23 +39,22 @@ async def identify(request: Request) -> Identity:
     header = request.headers.get("authorization", "")
     kind, _, value = header.partition(" ")
     if header:
-        if kind.lower() == "bearer" and (who := auth.bearer(value.strip())) is not None:
+        if kind.lower() == "bearer" and (who := _bearer(request, auth, value.strip())) is not None:
             return who
         if kind.lower() == "basic" and (who := await _basic(request, auth, value.strip())) is not None:
             return who
         raise ApiError(401, "the credentials in the Authorization header are not valid")
     cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie and (who := auth.session(cookie)) is not None:
-        return who
-    if auth.open:
-        if not _loopback_client(request) or any(name in request.headers for name in PROXY_HEADERS):
-            raise ApiError(
-                403, "without credentials configured the dashboard serves only loopback clients, not via a proxy"
-            )
-        if host_name(request.headers.get("host", "")) not in LOOPBACK_HOSTS:
-            raise ApiError(403, "without credentials configured the dashboard answers only to a loopback host name")
-        return Identity("anonymous", OPERATOR, "anonymous")
+    if cookie and (session := auth.session(cookie)) is not None and await _not_ended(request, session[1]):
+        return session[0]
     raise ApiError(401, "not authenticated: log in, or send a bearer token or basic credentials")
+
+
+async def _not_ended(request: Request, session_id: str) -> bool:
+    """Whether the session has not ended (logout) on the server: a signed cookie alone
+    would outlive its logout for as long as it had left."""
+    sessions = request.app.state.client.store.web_sessions
+    return bool(await run_in_threadpool(sessions.web_session_live, session_id))
 
 
 async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
@@ -68,31 +68,84 @@ async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:
     if wait:
         raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
     who = await run_in_threadpool(auth.password, *credentials, "basic")
-    if who is not None:
+    if who is None:
+        log.warning("web.auth_failed by=basic client=%s", keys[0].removeprefix("addr:"))
+    else:
         auth.limiter.release(*keys, stamp=stamp)
+    return who
+
+
+def _bearer(request: Request, auth: Auth, token: str) -> Identity | None:
+    """A bearer token, under the login limit of the client's address (429 past it): wrong
+    tokens are guesses like wrong passwords."""
+    key = client_key(request)
+    wait, stamp = auth.limiter.reserve(key)
+    if wait:
+        raise ApiError(429, f"too many failed logins: try again in {wait:.0f}s")
+    who = auth.bearer(token)
+    if who is None:
+        log.warning("web.auth_failed by=bearer client=%s", key.removeprefix("addr:"))
+    else:
+        auth.limiter.release(key, stamp=stamp)
     return who
 
 
 def login_keys(request: Request, name: str) -> tuple[str, str]:
     """The rate limiter's keys for a login as `name`: the client's address and the name."""
-    address = request.client.host if request.client else "unknown"
-    return f"addr:{address}", f"user:{name}"
+    return client_key(request), f"user:{name}"
 
 
-def _loopback_client(request: Request) -> bool:
-    host = request.client.host if request.client else ""
+def client_key(request: Request) -> str:
+    """The rate limiter's key for the client's address: the socket's peer, or, when that is
+    a proxy listed in `trusted_proxies`, the address that proxy says it forwarded for."""
+    return f"addr:{client_address(request)}"
+
+
+def client_address(request: Request) -> str:
+    peer = request.client.host if request.client else "unknown"
+    trusted: Proxies = request.app.state.trusted_proxies
+    if not trusted.holds(peer):
+        return peer
+    # Read X-Forwarded-For from the right: each trusted proxy appended the address it got
+    # the request from, and the first address no trusted proxy owns is the client's (what
+    # is left of it the client could have written itself).
+    hops = [hop.strip() for header in request.headers.getlist("x-forwarded-for") for hop in header.split(",")]
+    for hop in reversed(hops):
+        if not trusted.holds(hop):
+            return hop if _address(hop) is not None else peer
+    return peer
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Proxies:
+    """The ``dashboard_trusted_proxies`` setting: addresses and networks (``10.0.0.0/8``)
+    whose X-Forwarded-For header is believed."""
+
+    def __init__(self, text: str = "") -> None:
+        self.networks: list[Network] = []
+        for item in (part.strip() for part in text.split(",")):
+            if not item:
+                continue
+            try:
+                self.networks.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                raise ConfigurationError(
+                    f"dashboard_trusted_proxies: {item[:60]!r} is not an address or network; "
+                    "list your reverse proxies' addresses, e.g. 127.0.0.1,10.0.0.0/8"
+                ) from None
+
+    def holds(self, address: str) -> bool:
+        found = _address(address)
+        return found is not None and any(found in network for network in self.networks)
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
-        return ipaddress.ip_address(host.strip("[]").split("%")[0]).is_loopback
+        return ipaddress.ip_address(text.strip("[]").split("%")[0])
     except ValueError:
-        return False
-
-
-def host_name(header: str) -> str:
-    """The name in a Host header, without its port."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header.split("]", 1)[0] + "]"
-    return header.rsplit(":", 1)[0]
+        return None
 
 
 def csrf_nonce(request: Request) -> str:
@@ -130,12 +183,14 @@ def _origin_host(origin: str) -> str:
 
 class SecurityHeaders:
     """Adds CSP (scripts only with this response's nonce), frame, sniffing, referrer and
-    caching headers to every response, and the CSRF cookie a page handed out. The referrer
+    caching headers (and HSTS, with `secure_cookies`) to every response, and the CSRF cookie
+    a page handed out. The referrer
     policy is same-origin, not no-referrer: under no-referrer a browser posts our own forms
     with "Origin: null", which the CSRF check refuses."""
 
     def __init__(self, app: ASGIApp, *, secure_cookies: bool = False) -> None:
         self.app, self.secure = app, secure_cookies
+        self.one_time_token: str | None = None  # see `jobsup.web.asgi_app`
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -157,6 +212,8 @@ class SecurityHeaders:
                     (b"referrer-policy", b"same-origin"),
                     (b"cache-control", b"no-store"),
                 ]
+                if self.secure:  # served over HTTPS: browsers must not fall back to plain HTTP
+                    headers.append((b"strict-transport-security", b"max-age=31536000"))
                 new = scope.get("jobsup_new_csrf")
                 if new:
                     flags = f"; Path={scope.get('root_path') or '/'}; SameSite=Strict; HttpOnly" + (

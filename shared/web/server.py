@@ -1,5 +1,7 @@
 """`jobsup dashboard`: the app under uvicorn, in its own process. It listens on loopback
-unless told otherwise, and refuses any other address without credentials configured.
+unless told otherwise, and refuses any other address without credentials configured. With
+none configured it requires a random operator token of its own, and prints once the login
+link that carries it (as Jupyter does).
 
 Importing this module imports the whole ``web`` extra (uvicorn here, Starlette and Jinja2
 through the app), so the command's guarded import of it is what names a missing extra."""
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import sys
 
 import uvicorn
 
@@ -16,6 +19,7 @@ from jobsup.errors import ConfigurationError
 from jobsup.settings import Settings
 from jobsup.web.app import build
 from jobsup.web.auth import LOOPBACK_HOSTS, Auth
+from jobsup.web.connections import Guard, protocol, total_connections
 
 
 def is_loopback(host: str) -> bool:
@@ -44,7 +48,16 @@ def check_bind(host: str, auth: Auth) -> None:
 def serve(settings: Settings, *, log_level: str = "info") -> None:
     auth = Auth.parse(settings.dashboard_tokens, settings.dashboard_users, settings.dashboard_secret)
     check_bind(settings.dashboard_host, auth)  # so open credentials serve loopback only
-    app = build(Client(settings.database_url), auth)
+    token = auth.one_time_token() if auth.open else None
+    app = build(
+        Client(settings.database_url),
+        auth,
+        secure_cookies=settings.dashboard_secure_cookies,
+        trusted_proxies=settings.dashboard_trusted_proxies,
+    )
+    if token is not None:
+        print(login_link(settings.dashboard_host, settings.dashboard_port, token), file=sys.stderr, flush=True)
+    total = total_connections()
     uvicorn.run(
         app,
         host=settings.dashboard_host,
@@ -53,4 +66,16 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
         proxy_headers=False,
         server_header=False,
         h11_max_incomplete_event_size=64 * 1024,
+        http=protocol(Guard(total)),  # header timeout, connections per client and in all
+        limit_concurrency=total,
+        backlog=128,
+    )
+
+
+def login_link(host: str, port: int, token: str) -> str:
+    """What `jobsup dashboard` prints when it made its own token."""
+    shown = f"[{host}]" if ":" in host else host
+    return (
+        "no dashboard_tokens or dashboard_users configured: this process's operator token is required; "
+        f"log in at\n    http://{shown}:{port}/?token={token}"
     )
