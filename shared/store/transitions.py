@@ -160,7 +160,7 @@ class Transitions:
         renew = self.sql.renew
         with (self.db.statement if renew.single else self.db.transaction)("renew") as conn:
             rows = renew.run(conn, params)
-        return Renewed((row[0] for row in rows), (row[0] for row in rows if row[1] is not None))
+        return Renewed((row.id for row in rows), (row.id for row in rows if row.cancel_requested_at is not None))
 
     # -- settle: running -> succeeded | pending | dead_lettered -----------------------------------
 
