@@ -54,31 +54,59 @@ class PruneProcesses:
         return len(pruned)
 
 
+MAX_QUEUE_LABELS = 100  # queues seen besides the served ones that get a label of their own
+OTHER_QUEUE = "_other"
+
+
 class QueueGauges:
     """Refresh the queue depth, oldest-pending-age and paused gauges of every queue this
     instance serves or has seen, zeros included, so a queue that drains (or is resumed)
-    reads 0 instead of its last values."""
+    reads 0 instead of its last values.
+
+    The label values are bounded: the served queues, and the first `others` queues seen
+    besides; any queue after those is counted under `_other`. A series once written stays in
+    the metrics files for the process's life, so admitting every queue name ever enqueued
+    (an API caller's, or names made from input) would grow the scrape without end."""
 
     name = "queue_gauges"
     STATUSES = (PENDING, RUNNING, DEAD_LETTERED)
 
-    def __init__(self, store: Store, served: Iterable[str]) -> None:
+    def __init__(self, store: Store, served: Iterable[str], others: int = MAX_QUEUE_LABELS) -> None:
         self.store = store
-        self.seen = set(served)
+        self.seen = set(served)  # the label values given so far
+        self.most = len(self.seen) + others
+        self.overflowed = False
+
+    def label(self, queue: str) -> str:
+        if queue not in self.seen and len(self.seen) < self.most:
+            self.seen.add(queue)
+        if queue in self.seen:
+            return queue
+        self.overflowed = True
+        return OTHER_QUEUE
 
     def run_once(self, now: datetime | None = None) -> int:
         counts, first_due = self.store.reads.job_counts(self.STATUSES, now=now)
         states = self.store.pauses.states()
-        self.seen |= {queue for queue, _ in counts} | set(first_due) | set(states)
-        depths = {(queue, status): counts.get((queue, status), 0) for queue in self.seen for status in self.STATUSES}
+        # In name order, so which queues get a label of their own does not depend on the tick.
+        for queue in sorted({queue for queue, _ in counts} | set(first_due) | set(states)):
+            self.label(queue)
+        labels = self.seen | ({OTHER_QUEUE} if self.overflowed else set())
+        depths = {(label, status): 0 for label in labels for status in self.STATUSES}
+        for (queue, status), count in counts.items():
+            depths[(self.label(queue), status)] += count
         at = now or host_clock()
-        oldest = {queue: 0.0 for queue in self.seen}
+        oldest = {label: 0.0 for label in labels}
         for queue, first in first_due.items():
             if first is not None:
-                oldest[queue] = max(0.0, (at - first).total_seconds())
+                label = self.label(queue)
+                oldest[label] = max(oldest[label], (at - first).total_seconds())
+        paused = {label: False for label in labels}
+        for queue, state in states.items():
+            paused[self.label(queue)] |= bool(state.paused)
         metrics.set_queue_depths(depths, oldest)
-        metrics.set_queues_paused({queue: queue in states and states[queue].paused for queue in self.seen})
-        return len(self.seen)
+        metrics.set_queues_paused(paused)
+        return len(labels)
 
 
 class OutboxGauges:

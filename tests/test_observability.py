@@ -178,3 +178,18 @@ def test_a_supervisor_that_cannot_boot_leaves_no_metrics_directory(tmp_path: Pat
     )
     assert result.returncode == 1, result.stderr
     assert list(scratch.iterdir()) == []
+
+
+def test_the_queue_label_is_bounded_and_the_rest_count_under_other(sqlite_url: str) -> None:
+    """Security review, finding 12: 500 queue names made 1,500 more series. The served
+    queues and the first few seen keep their own label; the rest count under `_other`."""
+    client = jobsup.Client(sqlite_url)
+    gauges = QueueGauges(client.store, served=["served"], others=3)
+    for n in range(8):
+        client.enqueue("a", queue=f"flood-{n}")
+    gauges.run_once()
+    own = [f"flood-{n}" for n in range(3)]
+    assert [gauge(queue, "pending") for queue in own] == [1, 1, 1]
+    assert gauge("flood-5", "pending") is None
+    assert gauge("_other", "pending") == 5
+    assert gauges.seen == {"served", *own}
