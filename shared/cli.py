@@ -6,6 +6,7 @@ Exit status: 0 success; 2 bad usage or bad input (one readable line, no tracebac
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from setproctitle import setproctitle
 
 from jobsup.errors import BadInput, ConfigurationError, JobsupError
 from jobsup.ops.options import Target, config_option, database_url_option, with_target
@@ -113,8 +115,29 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: jobsup errors become one line and an exit status, not a traceback."""
     from jobsup import ops
 
+    hide_passwords_from_ps()
     ops.register()
     run(cli, argv)
+
+
+# A URL's password: `scheme://user:PASSWORD@host`.
+_URL_PASSWORD = re.compile(r"(\w[\w+.-]*://[^\s:/@]*:)([^\s@/]*)(@)")
+
+
+def without_passwords(words: list[str]) -> list[str]:
+    """`words` with every URL's password shown as ***."""
+    return [_URL_PASSWORD.sub(r"\1***\3", word) for word in words]
+
+
+def hide_passwords_from_ps() -> None:
+    """A `--database-url` given with its password on the command line is readable by every
+    local user in `ps` and /proc/PID/cmdline for as long as the command runs (a dashboard, a
+    supervisor: days). Rewrite this process's title without it, first thing. (Before this
+    runs it is visible for a moment: a password is better given by JOBSUP_DATABASE_URL or the
+    settings file.)"""
+    shown = without_passwords(sys.argv)
+    if shown != sys.argv:
+        setproctitle(" ".join(shown))
 
 
 def run(command: Callable[..., Any], argv: list[str] | None) -> None:

@@ -499,3 +499,21 @@ def log_in_as(http: Any, password: str, headers: dict[str, str], user: str = "al
     token = csrf_of(http)
     form = {"csrf": token, "user": user, "password": password}
     return http.post("/login", data=form, headers=headers, follow_redirects=False)
+
+
+@pytest.mark.postgres
+def test_a_password_on_the_command_line_is_not_shown_in_ps(postgres_url: str, tmp_path: Path) -> None:
+    """Security review, finding 8: `--database-url` with a password, as the README writes it,
+    was readable in /proc/PID/cmdline by every local user for as long as the dashboard ran.
+    (The server trusts local connections, so the password given here is not checked.)"""
+    from webhelpers import start_dashboard
+
+    with_password = postgres_url.replace("postgres@", "postgres:s3cret-pw@", 1)
+    assert "s3cret-pw" in with_password
+    dashboard = start_dashboard(with_password, tmp_path)
+    try:
+        shown = Path(f"/proc/{dashboard.process.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert "s3cret-pw" not in shown, shown
+        assert "postgres:***@" in shown
+    finally:
+        dashboard.stop()
