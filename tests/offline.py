@@ -47,7 +47,7 @@ class Result:
         return self.rows[0]
 
     def scalars(self) -> Result:
-        return Result([(row[0],) for row in self.rows]) if self.rows else self
+        return Result([row[0] for row in self.rows]) if self.rows else self
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.rows)
@@ -73,6 +73,8 @@ class _Row(tuple):  # type: ignore[type-arg]
             return self[_CLAIMED.index(name)]
         if name in ("status", "priority"):
             return "pending" if name == "status" else 0
+        if name == "cancel_requested_at":  # nobody asked to cancel it
+            return None
         raise AttributeError(name)
 
 

@@ -12,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 import pymysql
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 import jobsup
+from jobsup.errors import LockBusy
 from jobsup.store.dialects import normalise_url
 from jobsup.store.dialects.mariadb import MariaDBDialect, check_version
 
@@ -145,5 +146,7 @@ def test_a_server_full_or_read_only_for_now_is_unavailable_not_a_refusal(number:
     raised for real in test_hardening_store."""
     error = OperationalError("UPDATE jobsup_job ...", {}, pymysql.err.OperationalError(number, message))
     assert MariaDBDialect().classify(error) is jobsup.DatabaseBusy
+    duplicate = IntegrityError("INSERT ...", {}, pymysql.err.IntegrityError(1062, "Duplicate entry"))
+    assert MariaDBDialect().classify(duplicate) is jobsup.DatabaseError  # a refusal, not an outage
     lock_wait = OperationalError("UPDATE jobsup_job ...", {}, pymysql.err.OperationalError(1205, "Lock wait timeout"))
-    assert MariaDBDialect().classify(lock_wait) is jobsup.DatabaseError
+    assert MariaDBDialect().classify(lock_wait) is LockBusy  # a held row: tried again, not an outage

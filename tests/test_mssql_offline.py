@@ -79,18 +79,28 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
     ),
     "fail": (
         lambda t: t.fail(Outcome(HELD, FAILED, "boom", retry_in=90.5)),
-        ["status=CASE WHEN (:p_discard = 1 OR jobsup_job.attempts >= jobsup_job.max_attempts)", "OUTPUT inserted.id"],
+        [
+            "status=CASE WHEN (jobsup_job.cancel_requested_at IS NOT NULL) THEN :param_1 "
+            "WHEN (:p_discard = 1 OR jobsup_job.attempts >= jobsup_job.max_attempts)",
+            "OUTPUT inserted.id",
+        ],
         {"p_error": "boom", "p_off_s_retry": 90, "p_off_ms_retry": 500, "p_discard": False},
     ),
     "release": (
         lambda t: t.release([HELD]),
-        ["attempts=(jobsup_job.attempts - :attempts_1)"],
-        {"status": "pending", "p_outcome": "released"},
+        [
+            "status=CASE WHEN (jobsup_job.cancel_requested_at IS NOT NULL)",
+            "attempts=(jobsup_job.attempts - :attempts_1)",
+        ],
+        {"p_outcome": "released"},
     ),
     "cancel": (
         lambda t: t.cancel(7),
-        ["WHERE jobsup_job.id = :p_job AND jobsup_job.status IN (:status_1_1, :status_1_2, :status_1_3)"],
-        {"status": "cancelled", "p_job": 7},
+        [
+            "WHERE jobsup_job.id = :p_job AND jobsup_job.status IN (:status_1_1, :status_1_2, :status_1_3)",
+            "cancel_requested_at=CASE WHEN (jobsup_job.status = 'running')",  # a running job is asked
+        ],
+        {"p_job": 7},
     ),
     "expire": (
         lambda t: t.sweep.expire(now=T0),
@@ -133,7 +143,8 @@ def test_the_sweep_releases_the_waiting_leases_then_charges_the_running_one(db: 
     assert transitions(db).sweep.expire(now=T0) == 2
     writes = [sql for sql in db.sql if sql.startswith("UPDATE jobsup_job SET")]
     assert len(writes) == 2
-    assert writes[0].startswith("UPDATE jobsup_job SET status=:status, attempts=(jobsup_job.attempts - ")
+    assert writes[0].startswith("UPDATE jobsup_job SET status=CASE WHEN (jobsup_job.cancel_requested_at IS NOT NULL)")
+    assert "attempts=(jobsup_job.attempts - " in writes[0]  # the release first
     assert "CASE WHEN" in writes[1]  # the fail: retried or dead-lettered
     for sql in writes:  # the sweep's compare-and-set: only a lease that lapsed still
         assert "jobsup_job.lease_expires_at < coalesce(:p_now" in sql

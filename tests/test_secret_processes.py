@@ -85,7 +85,7 @@ def test_a_sealed_value_is_nowhere_but_in_the_worker(
     for where, text in [("metrics", metrics), ("logs", logs), *(("cli", s) for s in shown)]:
         assert SECRET not in text, f"the secret is in the {where}"
     dumped = database_bytes(url)
-    assert b"calling *** with" in dumped  # the dump does hold the job's rows
+    assert b"calling fail-first with token ***" in dumped  # the dump does hold the job's rows
     assert SECRET.encode() not in dumped and SECRET[4:12].encode() not in dumped
 
 

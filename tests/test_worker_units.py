@@ -9,7 +9,7 @@ import threading
 import jobsup
 from jobsup import exits
 from jobsup.registry import lookup
-from jobsup.scrub import error_text, secrets_of
+from jobsup.scrub import Secrets, error_text, secrets_of
 from jobsup.store.rows import ClaimedJob
 from jobsup.worker.execute import execute
 from jobsup.worker.slot import SlotTable
@@ -50,7 +50,7 @@ def test_sensitive_values_are_masked_in_stored_errors_short_ones_as_words() -> N
 
 
 def test_stored_errors_are_capped() -> None:
-    assert len(error_text(RuntimeError("x" * 5000), [])) == 2000
+    assert len(error_text(RuntimeError("x" * 5000), Secrets())) == 2000
 
 
 def test_a_worker_killed_by_a_signal_without_a_name_is_described() -> None:

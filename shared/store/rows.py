@@ -4,6 +4,7 @@ what they hand back to it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
@@ -65,6 +66,15 @@ class Lease:
     job_id: int
     owner: str
     attempt: int
+
+
+class Renewed(set[int]):
+    """The ids of the leases a renewal extended, and `cancel_requested`: those of jobs an
+    operator asked to cancel."""
+
+    def __init__(self, ids: Iterable[int] = (), cancel_requested: Iterable[int] = ()) -> None:
+        super().__init__(ids)
+        self.cancel_requested = set(cancel_requested)
 
 
 def lease_owner(host: str, worker: str, token: str, at_once: int) -> str:

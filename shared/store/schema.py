@@ -25,14 +25,8 @@ from sqlalchemy import (
 from jobsup.store.dialects.types import LongText, Name, Seconds, UTCDateTime
 
 # Job statuses and attempt outcomes, as stored.
-WAITING, PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED = (
-    "waiting",
-    "pending",
-    "running",
-    "succeeded",
-    "dead_lettered",
-    "cancelled",
-)
+WAITING, PENDING, RUNNING = "waiting", "pending", "running"
+SUCCEEDED, DEAD_LETTERED, CANCELLED = "succeeded", "dead_lettered", "cancelled"
 STATUSES = (WAITING, PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED)
 LIVE_STATUSES = (PENDING, RUNNING)  # what a unique key is held by
 UNFINISHED_STATUSES = (WAITING, PENDING, RUNNING)
@@ -392,21 +386,9 @@ Index(
     job.c.id,
     **_filtered("status = 'waiting' AND concurrency_key IS NOT NULL"),
 )
-Index(
-    "jobsup_job_concurrency_admitted",
-    job.c.concurrency_key,
-    job.c.status,
-    **_filtered("concurrency_key IS NOT NULL AND status IN ('pending', 'running')"),
-)
-Index(
-    "jobsup_job_sla_start",
-    job.c.sla_start_by,
-    **_filtered("sla_start_by IS NOT NULL AND sla_breached_at IS NULL AND status IN ('waiting', 'pending')"),
-)
-Index(
-    "jobsup_job_sla_finish",
-    job.c.sla_finish_by,
-    **_filtered(
-        "sla_finish_by IS NOT NULL AND sla_breached_at IS NULL AND status IN ('waiting', 'pending', 'running')"
-    ),
-)
+_ADMITTED = "concurrency_key IS NOT NULL AND status IN ('pending', 'running')"  # a key's slots, recounted
+Index("jobsup_job_concurrency_admitted", job.c.concurrency_key, job.c.status, **_filtered(_ADMITTED))
+_SLA_START = "sla_start_by IS NOT NULL AND sla_breached_at IS NULL AND status IN ('waiting', 'pending')"
+_SLA_FINISH = "sla_finish_by IS NOT NULL AND sla_breached_at IS NULL AND status IN ('waiting', 'pending', 'running')"
+Index("jobsup_job_sla_start", job.c.sla_start_by, **_filtered(_SLA_START))
+Index("jobsup_job_sla_finish", job.c.sla_finish_by, **_filtered(_SLA_FINISH))

@@ -13,7 +13,7 @@ time-dependent transition takes an optional `now`; without it the reference cloc
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,7 @@ from jobsup.store.rows import (
     NewJob,
     Outcome,
     RecurringSchedule,
+    Renewed,
     has_links,
 )
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED
@@ -378,15 +379,6 @@ class Transitions:
             if matched:
                 steps.run(conn, steps.Change(transition, matched, each[0], self), linked=linked)
         return matched
-
-
-class Renewed(set[int]):
-    """The ids of the leases a renewal extended, and `cancel_requested`: those of jobs an
-    operator asked to cancel."""
-
-    def __init__(self, ids: Iterable[int] = (), cancel_requested: Iterable[int] = ()) -> None:
-        super().__init__(ids)
-        self.cancel_requested = set(cancel_requested)
 
 
 def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
