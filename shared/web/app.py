@@ -20,7 +20,9 @@ from jobsup.web.auth import Auth
 from jobsup.web.openapi import PREFIX, document
 from jobsup.web.security import Identify, Proxies, SecurityHeaders, identify
 
-STATIC = Path(__file__).parent / "static"
+# Resolved: a strict editable install links each file into a build folder, and StaticFiles
+# refuses to serve a link that leads out of its directory (a 404 for every asset).
+STATIC = Path(__file__).resolve().parent / "static"
 
 
 def build(
