@@ -207,6 +207,10 @@ def test_cancel_ends_every_unfinished_step_and_retry_reruns_failed_and_cancelled
         "load-b": "waiting",
         "report": "waiting",
     }
+    again = claim_one(client)  # clean, reopened: the request was its first attempt's, not this one's
+    assert again.id == running.id
+    assert client.store.transitions.renew([again.lease], lease=60.0).cancel_requested == set()
+    succeed(client, [again])
     run_all(client)
     assert client.get_workflow(workflow_id).status == "succeeded"  # type: ignore[union-attr]
 

@@ -126,6 +126,9 @@ def claim_values(clock: ColumnElement[datetime], lease_expires_at: ColumnElement
         "lease_owner": bindparam("p_owner"),
         "lease_expires_at": lease_expires_at,
         "updated_at": clock,
+        # A request to cancel an attempt that has ended (the job reopened by a workflow retry,
+        # or retried from the dead letters) is not this attempt's.
+        "cancel_requested_at": None,
     }
 
 

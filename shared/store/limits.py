@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Integer, bindparam, delete, func, select, update
+from sqlalchemy import Connection, Integer, bindparam, delete, func, or_, select, update
 
 from jobsup.store import steps
 from jobsup.store.claim import status_is
@@ -156,7 +156,7 @@ _keys_waiting = (
 _admitted_now = (
     select(func.count())
     .select_from(job)
-    .where(job.c.concurrency_key == bindparam("p_key"), job.c.status.in_([PENDING, RUNNING]))
+    .where(job.c.concurrency_key == bindparam("p_key"), or_(status_is(PENDING), status_is(RUNNING)))
 )
 _set = update(concurrency).where(concurrency.c.key == bindparam("p_key")).values(admitted=bindparam("p_admitted"))
 

@@ -8,6 +8,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from jobsup.errors import LockBusy
 from jobsup.store.rows import LEASE_EXPIRED, RELEASED, Held, Outcome, owner_runs_at_once
 
 if TYPE_CHECKING:
@@ -58,10 +59,13 @@ class Sweep:
             # ones, never a waiting job alone that it would take for a running one.
             charged = {row.id for row in running}
             rest = [Held.of_row(row) for row in held if row.id not in charged]
-            closed += len(self.t.release(rest, now=now, expired_only=True, operation="maintenance"))
-            for row in running:
-                outcome = Outcome(Held.of_row(row), LEASE_EXPIRED, LAPSED)
-                closed += self.t.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
+            try:
+                closed += len(self.t.release(rest, now=now, expired_only=True, operation="maintenance"))
+                for row in running:
+                    outcome = Outcome(Held.of_row(row), LEASE_EXPIRED, LAPSED)
+                    closed += self.t.fail(outcome, now=now, expired_only=True, operation="maintenance") is not None
+            except LockBusy:
+                continue  # a key held by a caller's open transaction: the next tick; the other owners now
         return closed
 
     def release_orphans(self, owner: str, known: Collection[int]) -> list[int]:

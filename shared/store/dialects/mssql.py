@@ -174,7 +174,7 @@ class SQLServerDialect(
 
     def classify(self, error: DBAPIError) -> type[DatabaseError]:
         state = str(getattr(error.orig, "args", [""])[0])
-        if "1222" in str(error.orig):  # lock request time out period exceeded
+        if "(1222)" in str(error.orig):  # lock request time out period exceeded
             return LockBusy
         if state == "42S02":
             return SchemaOutdated
