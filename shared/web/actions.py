@@ -85,7 +85,12 @@ def _retry(client: Client, who: Identity, form: dict[str, list[str]], params: di
 
 def _cancel(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     job_id = _job_id(params)
-    return f"job {job_id} cancelled" if client.cancel(job_id, actor=who.actor) else f"job {job_id} had finished"
+    if not client.cancel(job_id, actor=who.actor):
+        return f"job {job_id} had finished"
+    job = client.get(job_id)
+    if job is not None and job.status == "running":  # a request: it ends once its worker stops it
+        return f"job {job_id} asked to stop: it ends cancelled once its worker stops it"
+    return f"job {job_id} cancelled"
 
 
 def _retry_dead(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
