@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, select
+from sqlalchemy import and_, func, select
 
 from jobsup.secrets import mask
 from jobsup.store.claim import status_is
@@ -64,12 +64,6 @@ class Reads:
         )
         with self.db.read("inspect") as conn:
             return {row.step: decode_stored(row.result) for row in conn.execute(stmt)}
-
-    def job_statuses(self, job_ids: Sequence[int]) -> dict[int, str]:
-        """The status of each of `job_ids` that exists."""
-        stmt = select(job.c.id, job.c.status).where(job.c.id.in_(bindparam("p_ids", expanding=True)))
-        with self.db.read("inspect") as conn:
-            return {int(i): str(s) for i, s in conn.execute(stmt, {"p_ids": list(job_ids)})}
 
     def job_counts(
         self, statuses: Sequence[str], *, now: datetime | None = None
