@@ -48,12 +48,9 @@ class Sweep:
                 held = conn.execute(self.t.sql.lapsed_of, {**clock, "p_owner": owner}).all()
             if not held:
                 continue
-            at_once = owner_runs_at_once(owner)
-            if at_once == 1:
-                latest = max(row.started_at for row in held)
-                running = [next(row for row in held if row.started_at == latest)]
-            else:  # stable: in claim order within one claim
-                running = sorted(held, key=lambda row: row.started_at, reverse=True)[:at_once]
+            # The latest claims first; a stable sort keeps claim order within one claim, so
+            # for a worker of one job at a time this is the first job of its latest claim.
+            running = sorted(held, key=lambda row: row.started_at, reverse=True)[: owner_runs_at_once(owner)]
             # Release before charging: another sweep (or this one's next tick, if the release
             # fails) that reads in between then still sees the running jobs among the lapsed
             # ones, never a waiting job alone that it would take for a running one.
