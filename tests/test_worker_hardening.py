@@ -142,7 +142,8 @@ def test_raise_if_cancelled_stops_a_job_an_operator_cancelled(url: str, start, r
     # The lease renewal notices the cancel; the job's own call then raises, so the worker
     # need not be ended for it.
     wait_until(lambda: "raised" in [e["what"] for e in records(record, job_id)], timeout=15, what="the raise")
-    assert history(client, job_id) == [(1, "cancelled")]
+    # A cancel of a running job is a request: the worker writes the end after the raise.
+    wait_until(lambda: history(client, job_id) == [(1, "cancelled")], timeout=15, what="the cancelled attempt")
     assert status_of(client, job_id) == "cancelled"
     assert alive(worker) and worker in supervisor.workers()
     assert "worker.ending" not in supervisor.output()
