@@ -18,20 +18,22 @@ paused queue) or ``refused`` (the database's state forbade it, with the reason i
 write it right after their change has committed: they run through the store's transitions,
 which the worker shares and which are one or many transactions (a retry-all or a purge works
 in batches), and their outcome is known only once their compare-and-set has run. A process
-that dies in that instant keeps the change and loses its row; a row that cannot be written
-(the database went away) is logged as ``audit.failed`` with its fields, rather than making a
+that dies in that instant keeps the change and loses its row; a write that meets a dead
+pooled connection (the first use of a pool after the database restarted) is tried once more;
+a row that still cannot be written (the database went away) is logged as ``audit.failed`` with its fields, rather than making a
 change that happened look failed.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobsup.audit import actor_of
 from jobsup.durations import parse_duration
-from jobsup.errors import BadInput, ConfigurationError, DatabaseError
+from jobsup.errors import BadInput, ConfigurationError, DatabaseError, DatabaseUnavailable
 from jobsup.observe.events import emit
 from jobsup.registry import check_limit, check_name, check_text
 from jobsup.secrets import SealedParameterError
@@ -197,10 +199,23 @@ class OpsAPI:
         detail: dict[str, Any] | None = None,
     ) -> None:
         """Record an action that has already happened (see the module's docstring)."""
+        record = functools.partial(
+            self.store.audit.record,
+            actor,
+            action,
+            target=target,
+            job_ids=job_ids,
+            job_count=job_count,
+            outcome=outcome,
+            detail=detail,
+        )
         try:
-            self.store.audit.record(
-                actor, action, target=target, job_ids=job_ids, job_count=job_count, outcome=outcome, detail=detail
-            )
+            try:
+                record()
+            except DatabaseUnavailable:
+                # Once: after a restart of the database the first use of each pool fails on
+                # a dead connection and renews the pool; the change was made on another.
+                record()
         except DatabaseError as exc:
             emit(
                 "audit.failed",

@@ -336,3 +336,43 @@ def test_jobsup_batches_enqueue_adds_the_batch_and_is_audited(url: str, tmp_path
     children.write_text("{not json\n")
     bad = cli(url, "batches", "enqueue", str(children))
     assert bad.returncode == 2 and "children.jsonl:1: not JSON" in bad.stderr
+
+
+def _cut_connections(url: str) -> None:
+    """End every other session of the test's database, as a server restart does."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+            else:
+                found = "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id <> CONNECTION_ID()"
+                for (session,) in conn.execute(text(found)).all():
+                    conn.execute(text(f"KILL CONNECTION {int(session)}"))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("server", ["postgres_url", "mariadb_url"])
+def test_an_action_after_a_restart_keeps_its_audit_row(request: pytest.FixtureRequest, server: str) -> None:
+    """After the database restarts, each of a client's pools holds dead connections until
+    one call fails on it. The fault campaign saw a cancel succeed on a pool already renewed
+    while its audit row, written on the other pool, was lost (`audit.failed`)."""
+    client = jobsup.Client(str(request.getfixturevalue(server)))
+    try:
+        first, second = client.enqueue("a"), client.enqueue("a")
+        assert client.cancel(first, actor="ops")  # both pools hold a connection now
+        _cut_connections(client.database.url)
+        with pytest.raises(jobsup.DatabaseUnavailable):
+            client.cancel(second, actor="ops")  # renews the pool of the change, not the audit's
+        assert client.cancel(second, actor="ops")
+        assert last(client) == row("ops", "job.cancel", job_count=1, job_ids=[second])
+    finally:
+        client.close()
