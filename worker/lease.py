@@ -62,6 +62,9 @@ class Running:
     # Also called on cancellation: an async job's task is cancelled, not only told.
     on_cancel: Callable[[], object] | None = None
     traced: Traced = NOT_TRACED  # its run's span (`jobsup.observe.tracing`), from its start
+    # Its call has returned and only its outcome's write remains (which may wait for a key a
+    # caller holds): nothing is left to time out or cancel.
+    returned: bool = False
 
     def hook(self, on_cancel: Callable[[], object]) -> None:
         """Cancel through `on_cancel` too, at once if the job was cancelled already."""
@@ -218,6 +221,8 @@ class LeaseKeeper:
             self._cancel(running, LEASE_LOST, now)
         if now >= lapses_at - self.heartbeat:
             self.worker.end_now(running, exits.LEASE_LOST)
+        if running.returned:
+            return
         if running.timeout is not None and now >= running.started + running.timeout:
             self._cancel(running, TIMEOUT, now)
         stop = self.worker.stop

@@ -260,6 +260,7 @@ class Worker:
 
     def settle(self, running: Running, ran: Ran) -> None:
         job = running.job
+        running.returned = True
         self.services.finished(job)
         seconds = time.monotonic() - running.started
         outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.spec.label)
