@@ -25,7 +25,7 @@ from jobsup.calendars import Calendar
 from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import BadInput, ConstraintViolation
 from jobsup.observe.events import emit
-from jobsup.store import steps
+from jobsup.store import limits, steps
 from jobsup.store.builder import build, fired_payload
 from jobsup.store.recurring import BLACKOUT, DEFER, QUEUE, SKIP, RecurringStore
 from jobsup.store.rows import RecurringSchedule
@@ -72,7 +72,8 @@ def fire(
                 emit("recurring.already_fired", schedule=schedule.name)
                 return ALREADY_FIRED
             if reason is None:
-                ids, _ = transitions.insert(conn, [new], clock)
+                with limits.bounded(conn, transitions.dialect):  # the chores' heartbeat waits meanwhile
+                    ids, _ = transitions.insert(conn, [new], clock)
                 steps.run(conn, steps.Change("fire", [(schedule.name, slot, ids[0])], clock, transitions))
     except ConstraintViolation:
         emit("recurring.already_fired", schedule=schedule.name)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Integer, bindparam, delete, func, or_, select, update
@@ -117,6 +118,13 @@ def _lock(conn: Connection, key: str) -> int | None:
 # settle holds its job's row, and an unbounded wait would hold up the worker's renewal of
 # every lease it has (one statement), and a supervisor burying that worker.
 KEY_WAIT = 1.0
+
+
+def bounded(conn: Connection, dialect: Dialect) -> AbstractContextManager[None]:
+    """Every lock wait inside the block (a key's row, a live unique key) at most `KEY_WAIT`,
+    then `LockBusy`: for the jobs a settle or a cron fire inserts (triggers, batch
+    callbacks, a schedule's run), which wait while holding rows a renewal or heartbeat needs."""
+    return dialect.lock_within(conn, KEY_WAIT)
 
 
 def hand_over(conn: Connection, sql: Statements, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, ConfigurationError
-from jobsup.store import steps
+from jobsup.store import limits, steps
 from jobsup.store.announce import announce, job_fields
 from jobsup.store.builder import build
 from jobsup.store.database import after_commit
@@ -120,7 +120,8 @@ def fire_triggers(conn: Connection, t: Transitions, rows: Sequence[Any], clock: 
             except (BadInput, ConfigurationError) as exc:  # valid at enqueue; the row or the job type changed since
                 log.warning("job %s: trigger %r not fired: %s", row.id, trigger.get("job"), exc)
     if news:
-        t.insert(conn, news, clock)
+        with limits.bounded(conn, t.dialect):
+            t.insert(conn, news, clock)
 
 
 # -- workflows ------------------------------------------------------------------------------
@@ -221,7 +222,8 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
         except (BadInput, ConfigurationError) as exc:
             log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
     if news:
-        t.insert(conn, news, clock)
+        with limits.bounded(conn, t.dialect):
+            t.insert(conn, news, clock)
     return True
 
 
