@@ -81,7 +81,8 @@ class GroupsAPI:
         return self.store.workflows.list(limit=check_limit(limit))
 
     def cancel_workflow(self, workflow_id: int, *, actor: str | None = None) -> int:
-        """Cancel every unfinished step; returns how many were cancelled. Audited."""
+        """Cancel every unfinished step; returns how many: a running one is asked to stop and
+        ends cancelled once its worker stops it. Audited."""
         workflow_id, who = _id(workflow_id, "workflow"), actor_of(actor)
         self._ready()
         found = self.store.workflows.get(workflow_id) is not None
@@ -181,7 +182,8 @@ class GroupsAPI:
 
     def cancel_batch(self, batch_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished child and close the batch (its callbacks fire with the
-        counts); returns how many children were cancelled. Audited."""
+        counts, once the running children its cancel asked to stop have ended); returns how
+        many children were cancelled or asked to stop. Audited."""
         batch_id, who = _id(batch_id, "batch"), actor_of(actor)
         self._ready()
         if self.store.batches.get(batch_id) is None:

@@ -134,10 +134,16 @@ def test_cancel_pause_resume_and_queues(url: str, client: jobsup.Client) -> None
         assert http.post(f"{API}/queues/mail/pause", json={"reason": "smtp down"}, headers=OPERATOR).json() == {
             "done": True
         }
-        assert http.post(f"{API}/jobs/{job_id}/cancel", headers=OPERATOR).json() == {"done": True}
+        assert http.post(f"{API}/jobs/{job_id}/cancel", headers=OPERATOR).json() == {"done": True, "stopping": False}
+        assert http.post(f"{API}/jobs/{job_id}/cancel", headers=OPERATOR).json() == {"done": False, "stopping": False}
+        running = client.enqueue("work")
+        assert [job.id for job in claim(client, "w1", limit=1)] == [running]
+        # A running job is asked: it ends cancelled once its worker stops it.
+        assert http.post(f"{API}/jobs/{running}/cancel", headers=OPERATOR).json() == {"done": True, "stopping": True}
         queues = {q["queue"]: q for q in http.get(f"{API}/queues", headers=READER).json()}
         assert queues["mail"]["state"] == "paused" and queues["mail"]["reason"] == "smtp down"
-        assert http.get(f"{API}/overview", headers=READER).json()[0]["paused"] is True
+        overview = {row["queue"]: row for row in http.get(f"{API}/overview", headers=READER).json()}
+        assert overview["mail"]["paused"] is True and overview["default"]["paused"] is False
         assert http.post(f"{API}/queues/mail/resume", headers=OPERATOR).json() == {"done": True}
         unknown = http.post(f"{API}/queues/nowhere/pause", json={}, headers=OPERATOR)
         assert unknown.status_code == 400 and "nowhere" in unknown.json()["error"]["message"]

@@ -72,7 +72,8 @@ def workflows_cancel(target: Target, workflow_id: int, actor: str | None) -> Non
     client = target.client()
     if client.get_workflow(workflow_id) is None:
         raise NotFound(f"no workflow with id {workflow_id}")
-    click.echo(f"cancelled {client.cancel_workflow(workflow_id, actor=actor)} steps of workflow {workflow_id}")
+    count = client.cancel_workflow(workflow_id, actor=actor)
+    click.echo(f"cancelled {count} steps of workflow {workflow_id} (a running one ends once its worker stops it)")
 
 
 @workflows.command("retry")
@@ -129,7 +130,8 @@ def batches_show(target: Target, batch_id: int, as_json: bool) -> None:
 @with_target
 def batches_cancel(target: Target, batch_id: int, actor: str | None) -> None:
     """Cancel every unfinished child; the callbacks then fire with the counts."""
-    click.echo(f"cancelled {target.client().cancel_batch(batch_id, actor=actor)} children of batch {batch_id}")
+    count = target.client().cancel_batch(batch_id, actor=actor)
+    click.echo(f"cancelled {count} children of batch {batch_id} (a running one ends once its worker stops it)")
 
 
 @batches.command("enqueue")

@@ -75,9 +75,14 @@ def enqueue_job(client: Client, who: Identity, body: dict[str, Any]) -> dict[str
     return {"id": client.enqueue_as_operator(body["name"], body.get("payload"), **options, actor=who.actor)}
 
 
-@operation("POST", "/jobs/{job_id}/cancel", "Cancel a pending or running job", s.DONE, role=OPERATOR, params=(JOB_ID,))
+@operation(
+    "POST", "/jobs/{job_id}/cancel", "Cancel a pending or running job", s.CANCEL, role=OPERATOR, params=(JOB_ID,)
+)
 def cancel_job(client: Client, who: Identity, job_id: int) -> dict[str, Any]:
-    return {"done": client.cancel(job_id, actor=who.actor)}
+    done = client.cancel(job_id, actor=who.actor)
+    job = client.get(job_id) if done else None
+    # A running job was only asked: it ends cancelled once its worker stops it.
+    return {"done": done, "stopping": job is not None and job.status == "running"}
 
 
 @operation(

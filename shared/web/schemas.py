@@ -109,6 +109,7 @@ AUDIT = obj(
 )
 LOOSE = {"type": "object"}  # rows whose columns the later issues grow (definitions, breakers, ...)
 DONE = obj(done=BOOL)
+CANCEL = obj(done=BOOL, stopping=BOOL)  # stopping: it was running, and ends once its worker stops it
 COUNT = obj(count=INT)
 NAME = {"type": "string", "minLength": 1, "maxLength": 200}
 ENQUEUE = {
