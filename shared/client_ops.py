@@ -20,8 +20,8 @@ which the worker shares and which are one or many transactions (a retry-all or a
 in batches), and their outcome is known only once their compare-and-set has run. A process
 that dies in that instant keeps the change and loses its row; a write that meets a dead
 pooled connection (the first use of a pool after the database restarted) is tried once more;
-a row that still cannot be written (the database went away) is logged as ``audit.failed`` with its fields, rather than making a
-change that happened look failed.
+a row that still cannot be written (the database went away) is logged as ``audit.failed``
+with its fields, rather than making a change that happened look failed.
 """
 
 from __future__ import annotations
