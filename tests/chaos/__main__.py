@@ -18,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--restarts",
         action="store_true",
-        help="PostgreSQL: run a private cluster (tests/pgcluster.py, needs the server binaries) and restart it among "
-        "the faults",
+        help="PostgreSQL and MariaDB: run a private server (tests/pgcluster.py, tests/mariadbserver.py; each needs "
+        "the server binaries) and restart it among the faults",
     )
     options = parser.parse_args(argv)
     # A SIGTERM (a test's timeout) unwinds the campaign, so that it stops its supervisors.

@@ -67,7 +67,7 @@ def roles(rng: random.Random) -> dict[str, list[str]]:
 def run(
     kind: str, seconds: float, seed: int, *, keep: bool = False, say: bool = True, restarts: bool = False
 ) -> Outcome:
-    """`restarts`: on PostgreSQL, run a private cluster and restart it among the faults."""
+    """`restarts`: on PostgreSQL or MariaDB, run a private server and restart it among the faults."""
     rng = random.Random(seed)
     folder = Path(tempfile.mkdtemp(prefix=f"jobsup-chaos-{kind}-{seed}-"))
     (folder / "runs").mkdir()
@@ -87,7 +87,7 @@ def run(
     )
     if say:
         print(f"chaos: {kind} seed={seed}: making the database and starting supervisors in {folder}", flush=True)
-    database = Database(kind, folder, own_cluster=restarts and kind == "postgresql")
+    database = Database(kind, folder, own_server=restarts and kind in ("postgresql", "mariadb"))
     url = database.create()
     fleet = Fleet(url, folder, env)
     client = jobsup.Client(url)
@@ -101,7 +101,7 @@ def run(
         client.add_recurring("chaos-cron", job="cron", cron="* * * * *", payload={"s": 0.1})
         operator = jobsup.Client(url)  # the faults' own, as another process's would be
         workload = Workload(random.Random(rng.getrandbits(64)), client, ledger, marker)
-        restart = database.restart if database.cluster is not None else None
+        restart = database.restart if database.server is not None else None
         faults = Faults(
             random.Random(rng.getrandbits(64)), operator, ledger, fleet, runs, plan, folder / "outage", restart
         )
@@ -140,7 +140,7 @@ def run(
         client.close()
         if operator is not None:
             operator.close()
-        if not keep or database.cluster is not None:  # a private cluster is never left running
+        if not keep or database.server is not None:  # a private server is never left running
             database.drop()
 
 

@@ -189,4 +189,4 @@ class Faults:
             return None
         started = time.time()
         self.restart_database()
-        return f"restart the database (fast shutdown), {time.time() - started:.1f}s"
+        return f"restart the database, {time.time() - started:.1f}s"

@@ -54,23 +54,33 @@ class Database:
 
     kind: str
     folder: Path
-    own_cluster: bool = False  # PostgreSQL: a private cluster (tests/pgcluster.py) that may be restarted
+    # A private server that may be restarted: a PostgreSQL cluster (tests/pgcluster.py) or a
+    # mariadbd (tests/mariadbserver.py), instead of the shared server of that kind.
+    own_server: bool = False
     url: str = ""
     name: str = field(default_factory=lambda: f"chaos_{uuid.uuid4().hex[:10]}")
-    cluster: Any = None
+    server: Any = None
 
     def create(self) -> str:
         if self.kind == "sqlite":
             self.url = f"sqlite:///{self.folder / 'jobsup.db'}"
-        elif self.kind == "postgresql" and self.own_cluster:
+        elif self.kind == "postgresql" and self.own_server:
             from tests import pgcluster
 
-            self.cluster = pgcluster.Cluster("127.0.0.1", "127.0.0.1/32", f"chaos{os.getpid()}")
-            _admin(self.cluster.url(), f'CREATE DATABASE "{self.name}"')
-            self.url = self.cluster.url(self.name)
+            self.server = pgcluster.Cluster("127.0.0.1", "127.0.0.1/32", f"chaos{os.getpid()}")
+            _admin(self.server.url(), f'CREATE DATABASE "{self.name}"')
+            self.url = self.server.url(self.name)
         elif self.kind == "postgresql":
             _admin(PG_ADMIN, f'CREATE DATABASE "{self.name}"')
             self.url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{self.name}"
+        elif self.kind == "mariadb" and self.own_server:
+            from tests import mariadbserver
+
+            # Its folder is in the campaign's; a server left by a killed campaign (whose
+            # process has gone) is stopped and removed here.
+            self.server = mariadbserver.Server("chaos", self.folder)
+            _admin(self.server.url(), f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            self.url = self.server.url(self.name)
         elif self.kind == "mariadb":
             _admin(MARIADB_ADMIN, f"CREATE DATABASE `{self.name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
             self.url = f"mariadb+pymysql://root@127.0.0.1:3306/{self.name}"
@@ -88,12 +98,13 @@ class Database:
         return self.url
 
     def restart(self) -> None:
-        """Fast shutdown of the private cluster (every connection cut), and start again."""
-        self.cluster.restart()
+        """Shut the private server down (PostgreSQL: a fast shutdown; MariaDB: a normal one;
+        either cuts every connection), and start it again."""
+        self.server.restart()
 
     def drop(self) -> None:
-        if self.cluster is not None:
-            self.cluster.close()
+        if self.server is not None:
+            self.server.close()
             return
         with contextlib.suppress(Exception):
             if self.kind == "postgresql":
