@@ -39,10 +39,11 @@ END = 8  # a run this long that begins or ends a sensitive value is masked (trun
 _SHORT = END  # shorter texts are masked only where they stand as a whole word
 
 # Credentials recognised by their shape, each with the group to keep before the mask.
-# A scheme starts where no scheme character stands before it and is at most 32 long: an
-# unbounded one made a long run of letters quadratic (0.9 s of CPU for one 8 KiB log line).
+# A scheme is at most 32 characters: unbounded, a long run of letters was quadratic (0.9 s
+# of CPU for one 8 KiB log line). A longer glued run before it is kept in clear, the
+# password still masked.
 _CREDENTIALS = re.compile(
-    r"(?P<keep>(?<![a-z0-9+.\-])[a-z][a-z0-9+.\-]{0,31}://[^\s/:@'\"]*:)[^\s/@'\"]+(?=@)"  # a URL's password
+    r"(?P<keep>[a-z][a-z0-9+.\-]{0,31}://[^\s/:@'\"]*:)[^\s/@'\"]+(?=@)"  # a URL's password
     r"|(?P<keep2>\bauthorization\b['\"]?\s*[:=]\s*['\"]?(?:(?:bearer|basic|token|digest|negotiate)\s+)?)"
     r"[^\s'\",;]+"  # an Authorization header's value
     r"|(?P<keep3>\bbearer\s+)[a-z0-9\-._~+/]{8,}=*"  # a bearer token anywhere

@@ -75,6 +75,16 @@ def test_long_payload_strings_are_still_masked_as_exact_copies() -> None:
         ("sent bearer abcdefgh12345 to the API", "sent bearer *** to the API"),
         ("GET /login?user=kim&password=p4ssw0rd&x=1", "GET /login?user=kim&password=***&x=1"),
         ('{"api_key": "AKIAABCDEFGH"}', '{"api_key": "***"}'),
+        # A scheme glued to what stands before it (the scheme is matched as at most 32
+        # characters, so a long glued run is kept in clear before it, the password masked).
+        ("connecting...redis://u:pw123456@h", "connecting...redis://u:***@h"),
+        ("1redis://u:pw123456@h", "1redis://u:***@h"),
+        ("%22postgresql+psycopg://u:pw123456@h", "%22postgresql+psycopg://u:***@h"),
+        (
+            "could-not-connect-to-the-database-postgresql://u:pw123456@h",
+            "could-not-connect-to-the-database-postgresql://u:***@h",
+        ),
+        ("a" * 40 + "redis://u:pw123456@h", "a" * 40 + "redis://u:***@h"),
     ],
 )
 def test_credential_shaped_text_is_masked_whatever_the_payload(text: str, masked: str) -> None:
