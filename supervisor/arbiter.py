@@ -97,7 +97,7 @@ class Arbiter:
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
         self.db = Database(self.settings.database_url, role="supervisor", listen_url=self.settings.listen_url)
         self.db.guard_forks()
-        self.store = Store(self.db)
+        self.store = Store(self.db, holds_leases=True)
         if self.settings.migrate:
             migrate.upgrade(self.db)
         else:

@@ -56,7 +56,7 @@ class Worker:
     ) -> None:
         self.spec, self.db, self.stop, self.slot = spec, db, stop, slot
         self.owner_lock = owner_lock  # proof of life for the lease sweep (SQLite), held until we exit
-        self.store = Store(db)
+        self.store = Store(db, holds_leases=True)
         self.settings = spec.settings
         given = self.settings.poll_interval
         self.poll_interval = db.dialect.default_poll_interval if given is None else given

@@ -23,6 +23,7 @@ from jobsup.store.calendars import CalendarStore
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
+from jobsup.store.limits import KEY_WAIT
 from jobsup.store.outbox import Outbox
 from jobsup.store.overview import OverviewReads
 from jobsup.store.pauses import Pauses
@@ -37,13 +38,18 @@ from jobsup.store.websessions import WebSessions
 
 
 class Store:
-    """Every table of one jobsup database, for the client, the worker and the supervisor."""
+    """Every table of one jobsup database, for the client, the worker and the supervisor.
 
-    def __init__(self, db: Database) -> None:
+    `holds_leases`: a worker's or a supervisor's store. Its transitions wait at most
+    `limits.KEY_WAIT` for a concurrency key's row, then raise `LockBusy` to be tried again:
+    they hold rows that the renewal of leases or the heartbeat need meanwhile. A client's
+    transitions wait for a key as long as it is held, as for any lock."""
+
+    def __init__(self, db: Database, *, holds_leases: bool = False) -> None:
         self.db = db
         self.definitions = Definitions(db)
         self.resolver = Resolver(self.definitions.load)
-        self.transitions = Transitions(db, self.resolver)
+        self.transitions = Transitions(db, self.resolver, key_wait=KEY_WAIT if holds_leases else None)
         self.reads = Reads(db)
         self.overview = OverviewReads(db)
         self.retention = Retention(db, self.reads)

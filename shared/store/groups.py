@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, LockBusy
 from jobsup.observe.events import emit
 from jobsup.store.announce import announce, job_fields
 from jobsup.store.database import after_commit
@@ -205,8 +205,13 @@ class Groups:
     def sweep_batches(self, *, limit: int = 100) -> int:
         """Fire the closed batches whose children have all ended but whose callbacks did not
         fire (the process that ended the last child died before its second look)."""
-        finishable = self.t.batches.finishable_ids(limit)
-        return sum(self.settle_batch(batch_id, operation="maintenance") for batch_id in finishable)
+        fired = 0
+        for batch_id in self.t.batches.finishable_ids(limit):
+            try:
+                fired += self.settle_batch(batch_id, operation="maintenance")
+            except LockBusy as exc:  # a callback's key a caller holds: the next sweep tries again
+                emit("db.error", operation="maintenance", batch=batch_id, error=exc)
+        return fired
 
     def settle_workflow(self, workflow_id: int, *, now: datetime | None = None, operation: str = "workflows") -> bool:
         """Finish the workflow if no step is unfinished, waiting for the transactions

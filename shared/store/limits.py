@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Integer, bindparam, delete, func, or_, select, update
@@ -37,6 +37,7 @@ from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, WAITING, co
 if TYPE_CHECKING:
     from jobsup.store.dialects import Dialect
     from jobsup.store.statements import Statements
+    from jobsup.store.transitions import Transitions
 
 # The key's row, locked until the transaction ends (FOR UPDATE; SQL Server's UPDLOCK; SQLite's
 # writers take turns anyway): every admission and hand-over of a key reads it first, so they
@@ -112,28 +113,29 @@ def _lock(conn: Connection, key: str) -> int | None:
     return None if found is None else int(found)
 
 
-# How long a hand-over (or the recount) waits for its key's row before it gives up with
-# `LockBusy`, to be tried again. The row may be held by a caller's open transaction that
-# enqueued a job of the key (`connection=`), for as long as the caller likes; meanwhile the
-# settle holds its job's row, and an unbounded wait would hold up the worker's renewal of
-# every lease it has (one statement), and a supervisor burying that worker.
+# How long, in a worker or a supervisor (`Store`), a hand-over, the recount, or a keyed job
+# a settle or a fire inserts waits for its key's row before it gives up with `LockBusy`, to
+# be tried again. The row may be held by a caller's open transaction that enqueued a job of
+# the key (`connection=`), for as long as the caller likes; meanwhile the settle holds its
+# job's row, and an unbounded wait would hold up the worker's renewal of every lease it has
+# (one statement), a supervisor burying that worker, or the supervisor's heartbeat.
 KEY_WAIT = 1.0
 
 
-def bounded(conn: Connection, dialect: Dialect) -> AbstractContextManager[None]:
-    """Every lock wait inside the block (a key's row, a live unique key) at most `KEY_WAIT`,
-    then `LockBusy`: for the jobs a settle or a cron fire inserts (triggers, batch
-    callbacks, a schedule's run), which wait while holding rows a renewal or heartbeat needs."""
-    return dialect.lock_within(conn, KEY_WAIT)
+def bounded(conn: Connection, t: Transitions) -> AbstractContextManager[None]:
+    """In a process that holds leases (`Store`), every lock wait inside the block (a key's
+    row, a live unique key) at most `KEY_WAIT`, then `LockBusy`: for the hand-over, and the
+    jobs a settle or a cron fire inserts (triggers, batch callbacks, a schedule's run)."""
+    return nullcontext() if t.key_wait is None else t.dialect.lock_within(conn, t.key_wait)
 
 
-def hand_over(conn: Connection, sql: Statements, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:
+def hand_over(conn: Connection, t: Transitions, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:
     """Each of `keys` (once per job of it that ended) lost an admitted job: give its slots to
     the key's longest-waiting jobs, or back. Returns the queues of the jobs let in. Raises
-    `LockBusy` when a key's row stays held (`KEY_WAIT`)."""
-    woken = set()
+    `LockBusy` when a key's row stays held (`bounded`)."""
+    sql, woken = t.sql, set()
     for key, ended in sorted(Counter(keys).items()):
-        with sql.dialect.lock_within(conn, KEY_WAIT):
+        with bounded(conn, t):
             admitted = (_lock(conn, key) or 0) - ended
         let_in = tries = 0
         while let_in < ended and tries < 10:
@@ -217,7 +219,7 @@ def after_finish(conn: Connection, change: steps.Change) -> None:
     keys = _finished_keys(change.rows)
     if keys:
         t = change.transitions
-        woken = hand_over(conn, t.sql, keys, t.dialect.clock_params(change.params.get("p_now")))
+        woken = hand_over(conn, t, keys, t.dialect.clock_params(change.params.get("p_now")))
         if woken:
             t.dialect.after_enqueue(conn, woken)
 

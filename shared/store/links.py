@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from jobsup.errors import BadInput, ConfigurationError
+from jobsup.errors import BadInput, ConfigurationError, LockBusy
+from jobsup.observe.events import emit
 from jobsup.store import limits, steps
 from jobsup.store.announce import announce, job_fields
 from jobsup.store.builder import build
@@ -120,7 +121,7 @@ def fire_triggers(conn: Connection, t: Transitions, rows: Sequence[Any], clock: 
             except (BadInput, ConfigurationError) as exc:  # valid at enqueue; the row or the job type changed since
                 log.warning("job %s: trigger %r not fired: %s", row.id, trigger.get("job"), exc)
     if news:
-        with limits.bounded(conn, t.dialect):
+        with limits.bounded(conn, t):
             t.insert(conn, news, clock)
 
 
@@ -171,8 +172,15 @@ def child_ended(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[
         t,
         t.batches.any_unfinished(conn, batch_id, skip_locked=True),
         lambda: fire_batch(conn, t, batch_id, clock),
-        lambda: t.groups.settle_batch(batch_id),
+        lambda: _settle_batch_later(t, batch_id),
     )
+
+
+def _settle_batch_later(t: Transitions, batch_id: int) -> None:
+    try:
+        t.groups.settle_batch(batch_id)
+    except LockBusy as exc:  # a callback's key a caller holds: maintenance fires it (`FinishBatches`)
+        emit("db.error", operation="batches", batch=batch_id, error=exc)
 
 
 def _member_ended(
@@ -222,7 +230,7 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
         except (BadInput, ConfigurationError) as exc:
             log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
     if news:
-        with limits.bounded(conn, t.dialect):
+        with limits.bounded(conn, t):
             t.insert(conn, news, clock)
     return True
 

@@ -58,8 +58,8 @@ from jobsup.store.workflows import Workflows
 class Transitions:
     """The state machine's writes on one database."""
 
-    def __init__(self, db: Database, resolver: Resolver) -> None:
-        self.db, self.dialect, self.resolver = db, db.dialect, resolver
+    def __init__(self, db: Database, resolver: Resolver, *, key_wait: float | None = None) -> None:
+        self.db, self.dialect, self.resolver, self.key_wait = db, db.dialect, resolver, key_wait  # `Store`
         self.sql = Statements(db.dialect)
         self.workflows, self.batches = Workflows(db), Batches(db)
         self.groups, self.sweep = Groups(self), Sweep(self)

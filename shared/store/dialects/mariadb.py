@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import datetime
 from functools import cached_property
 from typing import Any
@@ -271,8 +271,10 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
         try:
             yield
         finally:
-            with suppress(DBAPIError):
+            try:
                 conn.execute(text("SET SESSION innodb_lock_wait_timeout = DEFAULT"))
+            except DBAPIError:  # never back to the pool with a one-second lock wait
+                conn.invalidate()
 
     def live_key_match(self) -> ColumnElement[bool]:
         # The generated column under the unique index (`mariadb_schema`): the server does not
