@@ -200,7 +200,9 @@ class LeaseKeeper:
         with self.lock:
             self.renewed_at = now if self.unrenewed is None else min(now, self.unrenewed)
             running = [r for job in lost if (r := self.running.get(job.id)) is not None and r.job is job]
-            to_cancel = [r for job in asked if (r := self.running.get(job.id)) is not None and r.job is job]
+            to_cancel = [
+                r for job in asked if (r := self.running.get(job.id)) is not None and r.job is job and not r.returned
+            ]
             # Asked before it started: it never will; its release ends it `cancelled`.
             unstarted = [job for job in asked if self.waiting.get(job.id) is job]
             for job in unstarted:
@@ -221,11 +223,18 @@ class LeaseKeeper:
             self._cancel(running, LEASE_LOST, now)
         if now >= lapses_at - self.heartbeat:
             self.worker.end_now(running, exits.LEASE_LOST)
+        stop = self.worker.stop
         if running.returned:
+            # Only its outcome's write is left (waiting for a key a caller holds, say): no
+            # timeout or cancel applies; a shutdown's grace (and a cancel's) still bounds it,
+            # and its supervisor then releases the job.
+            if stop.requested_at is not None and (
+                stop.immediate or now >= stop.requested_at + self.grace + self.cancel_grace
+            ):
+                self.worker.end_now(running, exits.SHUTDOWN_FORCED)
             return
         if running.timeout is not None and now >= running.started + running.timeout:
             self._cancel(running, TIMEOUT, now)
-        stop = self.worker.stop
         if stop.requested_at is not None and (stop.immediate or now >= stop.requested_at + self.grace):
             self._cancel(running, SHUTDOWN, now)
         if running.cancelled_at is not None and now >= running.cancelled_at + self.cancel_grace:
@@ -252,7 +261,7 @@ class LeaseKeeper:
             for running in self.running.values():
                 if running.cancelled_at is not None:
                     continue
-                if running.timeout is not None and now >= running.started + running.timeout:
+                if not running.returned and running.timeout is not None and now >= running.started + running.timeout:
                     code = exits.TIMED_OUT  # its own timeout passed too: not a bystander
                 else:
                     code = exits.LEASE_LOST if lapsing else exits.SHUTDOWN_FORCED

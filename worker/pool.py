@@ -66,7 +66,9 @@ class Pool:
         return done
 
     def _done(self, running: Running, ran: Ran) -> None:
-        # From a pool thread, the loop's thread or the main thread.
+        # From a pool thread, the loop's thread or the main thread. Returned: nothing to time
+        # out or cancel any more, however long the main thread takes to write its outcome.
+        running.returned = True
         self.finished.put((running, ran))
         with contextlib.suppress(BlockingIOError):
             os.write(self._write_fd, b"!")
