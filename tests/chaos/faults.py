@@ -64,7 +64,7 @@ class Faults:
     # -- the operator -----------------------------------------------------------------------
 
     def cancel_pending(self) -> str | None:
-        candidates = [job_id for job_id, kind in self.ledger.jobs.items() if kind != "batch-child"]
+        candidates = [job_id for job_id, kind in self.ledger.jobs_now() if kind != "batch-child"]
         if not candidates:
             return None
         job_id = self.rng.choice(candidates[-30:])
@@ -90,7 +90,7 @@ class Faults:
             return None
         self.runs.refresh()
         running = {r.job for r in self.runs.running()}
-        busy = [w for w, steps in self.ledger.workflows.items() if running & set(steps)]
+        busy = [w for w, steps in list(self.ledger.workflows.items()) if running & set(steps)]
         workflow_id = self.rng.choice(busy if busy else list(self.ledger.workflows)[-10:])
         cancelled = self.client.cancel_workflow(workflow_id, actor="chaos")
         said = f"cancel_workflow {workflow_id} -> {cancelled}"

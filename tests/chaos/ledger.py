@@ -48,9 +48,16 @@ class Ledger:
             file.write(f"{time.time() - self.t0:8.2f} {'FAULT ' if fault else ''}{what}\n")
 
     def took(self, kind: str, ids: list[int]) -> list[int]:
-        for job_id in ids:
-            self.jobs[job_id] = kind
+        with _lock:
+            for job_id in ids:
+                self.jobs[job_id] = kind
         return ids
+
+    def jobs_now(self) -> list[tuple[int, str]]:
+        """The ids taken so far, with their kind (the faults' thread reads while the
+        workload's adds: a 30-minute soak died of "dictionary changed size")."""
+        with _lock:
+            return list(self.jobs.items())
 
     def mentions(self, job_ids: set[int]) -> list[str]:
         """The operations that named one of `job_ids` (for a violation's history)."""
