@@ -72,7 +72,7 @@ def fire(
                 emit("recurring.already_fired", schedule=schedule.name)
                 return ALREADY_FIRED
             if reason is None:
-                with limits.bounded(conn, transitions):  # a held key: LockBusy, the tick goes on
+                with limits.bounded(conn, transitions, [new]):  # a held key: LockBusy, the tick goes on
                     ids, _ = transitions.insert(conn, [new], clock)
                 steps.run(conn, steps.Change("fire", [(schedule.name, slot, ids[0])], clock, transitions))
     except ConstraintViolation:

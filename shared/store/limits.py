@@ -36,6 +36,7 @@ from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, WAITING, co
 
 if TYPE_CHECKING:
     from jobsup.store.dialects import Dialect
+    from jobsup.store.rows import NewJob
     from jobsup.store.statements import Statements
     from jobsup.store.transitions import Transitions
 
@@ -122,10 +123,15 @@ def _lock(conn: Connection, key: str) -> int | None:
 KEY_WAIT = 1.0
 
 
-def bounded(conn: Connection, t: Transitions) -> AbstractContextManager[None]:
+def bounded(
+    conn: Connection, t: Transitions, inserting: Sequence[NewJob] | None = None
+) -> AbstractContextManager[None]:
     """In a process that holds leases (`Store`), every lock wait inside the block (a key's
     row, a live unique key) at most `KEY_WAIT`, then `LockBusy`: for the hand-over, and the
-    jobs a settle or a cron fire inserts (triggers, batch callbacks, a schedule's run)."""
+    jobs a settle or a cron fire inserts (`inserting`: triggers, batch callbacks, a
+    schedule's run; when none has a key or a unique key, nothing is set: two round trips)."""
+    if inserting is not None and not any(new.concurrency_key or new.unique_key for new in inserting):
+        return nullcontext()
     return nullcontext() if t.key_wait is None else t.dialect.lock_within(conn, t.key_wait)
 
 

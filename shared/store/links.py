@@ -121,7 +121,7 @@ def fire_triggers(conn: Connection, t: Transitions, rows: Sequence[Any], clock: 
             except (BadInput, ConfigurationError) as exc:  # valid at enqueue; the row or the job type changed since
                 log.warning("job %s: trigger %r not fired: %s", row.id, trigger.get("job"), exc)
     if news:
-        with limits.bounded(conn, t):
+        with limits.bounded(conn, t, news):
             t.insert(conn, news, clock)
 
 
@@ -230,7 +230,7 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
         except (BadInput, ConfigurationError) as exc:
             log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
     if news:
-        with limits.bounded(conn, t):
+        with limits.bounded(conn, t, news):
             t.insert(conn, news, clock)
     return True
 
