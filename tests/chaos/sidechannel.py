@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,15 @@ TICK = 0.2
 _count = itertools.count(1)
 
 
+_tokens: dict[int, str] = {}  # pid -> a token of this process: pids are reused (pid_max 32768)
+
+
 def run_id() -> str:
-    """A name for one call of a job function, unique across processes."""
-    return f"{os.getpid()}-{next(_count)}"
+    """A name for one call of a job function, unique across processes. The pid alone was
+    not: a 30-minute soak started enough processes to reuse pids, and a later process's
+    first run replaced an earlier one's of the same name (a success "never ran")."""
+    token = _tokens.setdefault(os.getpid(), uuid.uuid4().hex[:8])  # a forked child gets its own
+    return f"{os.getpid()}-{token}-{next(_count)}"
 
 
 def write(event: str, **fields: Any) -> None:
