@@ -110,7 +110,7 @@ def test_the_api_with_cookie_auth_takes_the_csrf_header(url: str, client: jobsup
         log_in(http)
         token = csrf_of(http, "/")
         response = http.post(f"{API}/jobs/{job_id}/cancel", headers={"X-CSRF-Token": token})
-        assert response.status_code == 200 and response.json() == {"done": True}
+        assert response.status_code == 200 and response.json() == {"done": True, "stopping": False}
 
 
 def test_redirects_after_an_action_stay_on_our_pages(url: str) -> None:
