@@ -130,9 +130,8 @@ def bounded(
     row, a live unique key) at most `KEY_WAIT`, then `LockBusy`: for the hand-over, and the
     jobs a settle or a cron fire inserts (`inserting`: triggers, batch callbacks, a
     schedule's run; when none has a key or a unique key, nothing is set: two round trips)."""
-    if inserting is not None and not any(new.concurrency_key or new.unique_key for new in inserting):
-        return nullcontext()
-    return nullcontext() if t.key_wait is None else t.dialect.lock_within(conn, t.key_wait)
+    waits = inserting is None or any(new.concurrency_key or new.unique_key for new in inserting)
+    return t.dialect.lock_within(conn, t.key_wait) if waits and t.key_wait is not None else nullcontext()
 
 
 def hand_over(conn: Connection, t: Transitions, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:
