@@ -2,7 +2,8 @@
 run process one set of jobs on one database: one competition on PostgreSQL and one on
 MariaDB, side by side (each xdist worker competes in both at once, from two threads).
 
-At session start every xdist worker (or the lone process without xdist) joins a database
+Once a run's tests are collected, if they include test_competing_instances.py, every xdist
+worker (or the lone process without xdist) joins a database
 named from the run id. The first creates it, seeds the jobs and starts two supervisors
 (whose workers run the `compete` job, which records each execution in a file); all xdist
 workers wait at a barrier so they really overlap, then each claims and settles until

@@ -97,8 +97,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    competing.on_session_start(session.config)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Only a run that checks the competition pays for it (every xdist worker collects the same
+    # items, so all of them agree on whether to take part).
+    modules = {getattr(getattr(item, "module", None), "__name__", "") for item in session.items}
+    if any(module.endswith("test_competing_instances") for module in modules):
+        competing.on_session_start(session.config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -11,7 +12,7 @@ import pytest
 
 import jobsup
 
-from harness import assert_no_overlap, attempt_spans, history, records, started_by, status_of
+from harness import Supervisor, assert_no_overlap, attempt_spans, history, records, started_by, status_of
 from helpers import alive, wait_until
 
 pytestmark = pytest.mark.slow
@@ -166,10 +167,29 @@ def test_workers_stop_when_their_supervisor_is_killed(url: str, start, record: P
     os.kill(supervisor.pid, signal.SIGKILL)
     supervisor.wait(10)
 
-    def gone() -> bool:
-        return not any(alive(pid) for pid in workers)
+    wait_until(lambda: not any(map(alive, workers)), timeout=15, what=lambda: still_there(supervisor, workers))
 
-    wait_until(gone, timeout=15, what="orphaned workers to stop")
+
+def test_an_orphan_stuck_outside_a_job_is_ended_by_its_lease_thread(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    # Every claim hangs (a half-open connection): the main thread never gets back to its
+    # loop to see the supervisor gone; holding no lease, the worker loses nothing by ending.
+    supervisor = start("--queue", "default=1", faults="worker:claim@0s+300s:hang")
+    workers = supervisor.wait_for_workers(1)
+    wait_until(lambda: "worker.started" in supervisor.output(), timeout=30, what="the worker to start")
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+    wait_until(lambda: not any(map(alive, workers)), timeout=30, what=lambda: still_there(supervisor, workers))
+    assert "worker.orphan_stuck" in supervisor.output()
+    assert "in claim" in supervisor.output()  # where the main thread was, from its stack
+
+
+def still_there(supervisor: Supervisor, workers: list[int]) -> str:
+    """What the orphans that did not stop were doing (their titles), and the log."""
+    titles = []
+    for pid in workers:
+        with contextlib.suppress(FileNotFoundError):
+            titles.append(f"{pid}: {Path(f'/proc/{pid}/cmdline').read_text().strip(chr(0))}")
+    return f"orphaned workers to stop; still there: {titles}; log:\n{supervisor.output()[-4000:]}"
 
 
 def test_a_batch_does_not_start_a_job_cancelled_while_it_waited(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]

@@ -19,6 +19,10 @@ is dead may its row change (the supervisor writes it after reaping).
   exit code that tells the supervisor what to write.
 - Waiting jobs: once a job has run for `HOLD_WAITING`, the jobs waiting behind it in its
   claimed batch are released, so idle workers elsewhere can take them.
+- Orphans: the main thread ends the process between jobs once its supervisor is gone. Should
+  it not have done so `ORPHAN_GRACE` after this thread saw the supervisor gone, while the
+  worker holds no lease (so that nothing is lost), this thread ends the process, and logs
+  where the main thread was (a wait on a lock another process can no longer release, say).
 
 The bookkeeping is keyed by job id, but an entry is only ever removed by the claim that made
 it (compared by identity): a job this worker released can be claimed by it again, with the
@@ -29,8 +33,10 @@ be forgotten.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
     from jobsup.worker.loop import Worker
 
 HOLD_WAITING = 1.0  # seconds a running job may keep the rest of its batch waiting
+ORPHAN_GRACE = 5.0  # seconds an orphan holding no lease has to end itself before this thread does
 _EXIT_FOR = {TIMEOUT: exits.TIMED_OUT, SHUTDOWN: exits.SHUTDOWN_FORCED}
 
 
@@ -88,6 +95,8 @@ class LeaseKeeper:
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
         self.next_renewal = 0.0
+        self.orphaned_at: float | None = None  # when this thread first saw the supervisor gone
+        self.main_thread = threading.main_thread()
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, args=(self._renew_forever,), name="jobsup-renew", daemon=True).start()
@@ -181,6 +190,7 @@ class LeaseKeeper:
                 self._enforce(job, now)
             if blocking:
                 self._release_waiting()
+            self._end_stuck_orphan(now)
 
     def _renew(self, now: float) -> None:
         with self.lock:
@@ -239,6 +249,20 @@ class LeaseKeeper:
             self._cancel(running, SHUTDOWN, now)
         if running.cancelled_at is not None and now >= running.cancelled_at + self.cancel_grace:
             self.worker.end_now(running, _EXIT_FOR.get(running.reason or "", exits.LEASE_LOST))
+
+    def _end_stuck_orphan(self, now: float) -> None:
+        if os.getppid() == self.worker.spec.supervisor_pid:
+            return
+        if self.orphaned_at is None:
+            self.orphaned_at = now
+        with self.lock:
+            holding = bool(self.held or self.running)
+        if holding or now < self.orphaned_at + ORPHAN_GRACE:
+            return
+        frame = sys._current_frames().get(self.main_thread.ident or 0)
+        where = "".join(traceback.format_stack(frame)).rstrip() if frame is not None else "(unknown)"
+        emit("worker.orphan_stuck", worker=self.worker.spec.label, waited=ORPHAN_GRACE, traceback=where)
+        exits.now(exits.PARENT_GONE)
 
     def _cancel(self, running: Running, reason: str, now: float) -> None:
         if running.cancelled_at is None:

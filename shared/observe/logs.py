@@ -29,6 +29,7 @@ _WARNINGS = {
     "definitions.incompatible",
     "supervisor.polling",
     "worker.claim_batch_limited",
+    "worker.orphan_stuck",
     "concurrency.repaired",
     "breaker.opened",
     "sla.breached",
