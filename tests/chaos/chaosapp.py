@@ -23,12 +23,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import jobsup
+from tests.chaos.limits import BREAKER, LIMITS, RATES
 from tests.chaos.sidechannel import TICK, run_id, write
 
-# A job type's concurrency limit and rate, as the checker needs them.
-LIMITS = {"k1": 1, "k3": 3}
-RATES = {"rated": (5, 1.0)}
-BREAKER = "fragile"
 OUTAGE = "CHAOS_OUTAGE"  # a file whose presence makes `fragile` fail: the partner is down
 SECRET_DIGEST = "CHAOS_SECRET_DIGEST"
 
@@ -76,17 +73,20 @@ def plain(ctx: jobsup.JobContext, payload: Any) -> None:
     _run(ctx, payload)
 
 
-@jobsup.job("k1", queue="keys", concurrency=1, max_attempts=2, retry_in=_retry)
+@jobsup.job("k1", queue="keys", concurrency=LIMITS["k1"], max_attempts=2, retry_in=_retry)
 def k1(ctx: jobsup.JobContext, payload: Any) -> None:
     _run(ctx, payload)
 
 
-@jobsup.job("k3", queue="keys", concurrency=3, max_attempts=2, retry_in=_retry)
+@jobsup.job("k3", queue="keys", concurrency=LIMITS["k3"], max_attempts=2, retry_in=_retry)
 def k3(ctx: jobsup.JobContext, payload: Any) -> None:
     _run(ctx, payload)
 
 
-@jobsup.job("rated", queue="partner", rate="5/s", max_attempts=2, retry_in=_retry)
+_RATED_LIMIT, _RATED_PER = RATES["rated"]
+
+
+@jobsup.job("rated", queue="partner", rate={"limit": _RATED_LIMIT, "per": _RATED_PER}, max_attempts=2, retry_in=_retry)
 def rated(ctx: jobsup.JobContext, payload: Any) -> None:
     _run(ctx, payload)
 

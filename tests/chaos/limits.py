@@ -1,0 +1,6 @@
+"""The limits the campaign's job types declare (`tests.chaos.chaosapp`), as the checker needs
+them: a module of its own, so the checker can be imported without registering the types."""
+
+LIMITS = {"k1": 1, "k3": 3}  # concurrency key -> its limit
+RATES = {"rated": (5, 1.0)}  # job type -> (starts, per seconds)
+BREAKER = "fragile"  # the job type behind a circuit breaker

@@ -1,0 +1,40 @@
+"""The campaign's checker reports what it is there to find: each case is a history that
+breaks one invariant, and its neighbour that keeps it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from tests.chaos.checker import rate_windows
+from tests.chaos.sidechannel import Run
+from tests.chaos.state import EndState, JobRow
+
+T0 = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+
+
+def rated(job_id: int, claimed: datetime) -> JobRow:
+    return JobRow(
+        job_id, "rated", "default", "succeeded", claimed, None, None, None, None, None, "{}",
+        attempts=[(1, "succeeded", "owner", claimed)],
+    )  # fmt: skip
+
+
+def ended(jobs: list[JobRow]) -> EndState:
+    return EndState({job.id: job for job in jobs}, {}, {}, {}, set(), [], {})
+
+
+def run_of(job: JobRow, after_claim: float) -> Run:
+    return Run(job.id, 1, 1, "rated", job.attempts[0][3].timestamp() + after_claim)
+
+
+def test_six_claims_of_a_five_per_second_type_within_a_second_break_the_window() -> None:
+    jobs = [rated(n, T0 + timedelta(seconds=0.19 * n)) for n in range(6)]  # 0 .. 0.95 s
+    assert [v.invariant for v in rate_windows([], ended(jobs))] == ["c:rate-window"]
+    spread = [rated(n, T0 + timedelta(seconds=0.21 * n)) for n in range(6)]  # 0 .. 1.05 s
+    assert rate_windows([], ended(spread)) == []
+
+
+def test_a_call_more_than_a_period_after_its_claim_is_reported_one_sooner_is_not() -> None:
+    job = rated(1, T0)
+    assert [v.invariant for v in rate_windows([run_of(job, 1.2)], ended([job]))] == ["c:rate-late-call"]
+    assert rate_windows([run_of(job, 0.4)], ended([job])) == []
