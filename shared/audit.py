@@ -10,7 +10,7 @@ from __future__ import annotations
 import getpass
 import os
 
-from jobsup.registry import check_text
+from jobsup.checks import check_text
 
 UNKNOWN_USER = "os:unknown"
 

@@ -8,21 +8,21 @@ from typing import Any, Unpack
 from sqlalchemy import Connection
 
 from jobsup.audit import actor_of
+from jobsup.checks import check_limit, check_name
 from jobsup.client_groups import GroupsAPI
 from jobsup.client_ops import OpsAPI
 from jobsup.client_overview import OverviewAPI
 from jobsup.client_schedules import SchedulesAPI
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
-from jobsup.flow.calendar_use import pushed, uses_calendar
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
-from jobsup.registry import check_limit, check_name
 from jobsup.store import Database, Store
 from jobsup.store.builder import EnqueueOptions, build
+from jobsup.store.calendars import uses_calendar
 from jobsup.store.rows import Definition, Job, LogLine, NewJob
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
 
@@ -127,7 +127,7 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
             except BadInput as exc:
                 raise type(exc)(f"{what}[{index}]: {exc}") from None
         if any(uses_calendar(jobtype) for jobtype in types.values()):
-            news = pushed(self.store.calendars, news, {jobtype.name: jobtype for jobtype in types.values()})
+            news = self.store.calendars.apply(news, {jobtype.name: jobtype for jobtype in types.values()})
         if (traceparent := tracing.traceparent()) is not None:  # the caller's trace, for the worker's span
             for new in news:
                 new.traceparent = traceparent
@@ -146,7 +146,7 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
         jobtype = self._job_type(name, allow_unknown)
         self._check_triggers(options.get("then"), allow_unknown)
         new = build(jobtype, payload, options, links=links)
-        new = pushed(self.store.calendars, [new], {name: jobtype})[0] if uses_calendar(jobtype) else new
+        new = self.store.calendars.apply([new], {name: jobtype})[0] if uses_calendar(jobtype) else new
         new.traceparent = tracing.traceparent()  # the caller's trace, for the worker's span
         return new
 

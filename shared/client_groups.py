@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from jobsup.audit import actor_of
+from jobsup.checks import check_limit, check_text
 from jobsup.errors import BadInput, JobNotFound
 from jobsup.links import MAX_BATCH, Callback, Workflow
-from jobsup.registry import check_limit, check_text
 from jobsup.store.rows import BatchInfo, NewJob, WorkflowInfo
 
 if TYPE_CHECKING:

@@ -32,10 +32,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobsup.audit import actor_of
+from jobsup.checks import check_limit, check_name, check_text
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, ConfigurationError, DatabaseError, DatabaseUnavailable
 from jobsup.observe.events import emit
-from jobsup.registry import check_limit, check_name, check_text
 from jobsup.secrets import SealedParameterError
 from jobsup.store.audit import JOB_IDS_KEPT, AuditEntry
 from jobsup.store.builder import fired_payload

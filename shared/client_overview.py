@@ -11,8 +11,8 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from jobsup.checks import check_limit, check_name
 from jobsup.errors import BadInput
-from jobsup.registry import check_limit, check_name
 from jobsup.store.rows import Job
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, STATUSES, SUCCEEDED
 

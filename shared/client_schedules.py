@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from jobsup.audit import actor_of
 from jobsup.calendars import parse_calendar
+from jobsup.checks import check_name, check_priority
 from jobsup.client_ops import same_schedule
 from jobsup.cron import check_cron, zone
 from jobsup.errors import BadInput
-from jobsup.registry import check_name, check_priority
 from jobsup.secrets import mask, new_row_id, schedule_binding
 from jobsup.store.builder import typed_payload
 from jobsup.store.definitions import sensitive_fields

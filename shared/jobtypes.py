@@ -69,7 +69,7 @@ class JobType:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     triggers: tuple[Any, ...] = ()  # `jobsup.Trigger`s every job of this type fires
     params: dict[str, Any] | None = field(default=None, compare=False)  # JSON Schema (`jobsup.params`)
-    limits: Any = field(default=None, compare=False)  # `jobsup.flow.limits.Limits`; None: none
+    limits: Any = field(default=None, compare=False)  # `jobsup.policies.Limits`; None: none
 
     @functools.cached_property
     def sensitive(self) -> frozenset[str]:
@@ -185,13 +185,13 @@ class Resolver:
         return self.find(name) or JobType(name)
 
     def breaker_of(self, name: str) -> Any:
-        """The breaker policy of `name` (`jobsup.flow.breaker.Breaker`), or None. From what
+        """The breaker policy of `name` (`jobsup.policies.Breaker`), or None. From what
         this process registered or has read, never a database read: settles ask it."""
         found = _registered(name) or self.published.get(name)
         return None if found is None or found.limits is None else found.limits.breaker
 
     def rate_of(self, name: str) -> Any:
-        """The rate policy of `name` (`jobsup.flow.rate.Rate`), or None; like `breaker_of`."""
+        """The rate policy of `name` (`jobsup.policies.Rate`), or None; like `breaker_of`."""
         found = _registered(name) or self.published.get(name)
         return None if found is None or found.limits is None else found.limits.rate
 

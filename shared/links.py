@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobsup.checks import check_name
 from jobsup.errors import BadInput
 from jobsup.payload import encode_payload
-from jobsup.registry import check_name
 
 # When a trigger fires: the job ended succeeded, ended without succeeding (dead-lettered or
 # cancelled), ended dead-lettered, ended cancelled, or ended at all (`jobsup.store.links`).

@@ -11,12 +11,12 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from jobsup.checks import check_attempts, check_name, check_priority
 from jobsup.context import JobContext
 from jobsup.durations import parse_duration
 from jobsup.errors import AppImportFailed, BadInput
@@ -27,9 +27,6 @@ JobFunction = Callable[[JobContext, Any], Any]
 F = TypeVar("F", bound=JobFunction)
 
 # fullmatch, never `^...$` with match: `$` also matches before a final newline.
-_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-INT32 = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -74,7 +71,7 @@ def job(
     receives the typed object. `sensitive` names parameters to seal at rest (as does
     ``Annotated[str, jobsup.Sensitive]``).
 
-    Flow control (`jobsup.flow`): `concurrency` (at most N running per concurrency key),
+    Flow control (`jobsup.policies`): `concurrency` (at most N running per concurrency key),
     `rate` (at most N starts per period), `breaker` (stop claiming after failures), `sla`
     (start_within / finish_within), `calendar` (blackout or allowed hours).
     """
@@ -90,7 +87,7 @@ def job(
     if typed is None and sensitive:
         raise BadInput(f"job {name!r}: sensitive= names parameters, so give params= too (their types)")
     schema = None if typed is None else typed.schema
-    from jobsup.flow.limits import Limits
+    from jobsup.policies import Limits
 
     policies = Limits.parse(name, concurrency=concurrency, rate=rate, breaker=breaker, sla=sla, calendar=calendar)
     retry = RetryPolicy(custom=retry_in)
@@ -188,38 +185,3 @@ def registered_names() -> list[str]:
 
 def registered_types() -> list[JobType]:
     return [_registry[name].type for name in sorted(_registry)]
-
-
-def check_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
-        raise BadInput(f"{what} {value!r} is not valid: use 1-200 letters, digits and the characters _ . : -")
-    return value
-
-
-def check_text(value: object, what: str, *, longest: int = 200) -> str:
-    """A free-text label (a unique key, an actor, a workflow key, a batch name, a reason):
-    no control characters (a NUL no database stores alike, a newline that would forge a
-    line of a listing)."""
-    if not isinstance(value, str) or not 0 < len(value) <= longest:
-        raise BadInput(f"{what} must be a string of 1-{longest} characters, not {value!r}")
-    if _CONTROL.search(value):
-        raise BadInput(f"{what} must not contain control characters (a newline, a tab, a NUL): {value!r}")
-    return value
-
-
-def check_limit(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadInput(f"limit must be a whole number of at least 1, not {value!r}")
-    return value
-
-
-def check_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT32:
-        raise BadInput(f"max_attempts must be a whole number from 1 to {INT32}, not {value!r}")
-    return value
-
-
-def check_priority(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not -INT32 <= value <= INT32:
-        raise BadInput(f"priority must be an int between {-INT32} and {INT32}, not {value!r}")
-    return value

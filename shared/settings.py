@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from jobsup.checks import check_name
 from jobsup.durations import parse_duration
 from jobsup.errors import ConfigurationError
-from jobsup.registry import check_name
 from jobsup.store.database import DEFAULT_URL
 
 _DURATIONS = {

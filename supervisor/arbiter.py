@@ -37,7 +37,6 @@ from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.chores import Chores, ProcessRows, Registration
 from jobsup.supervisor.enforce import Enforcer
-from jobsup.supervisor.flow_control import HalfOpenBreakers, MarkSlaBreaches
 from jobsup.supervisor.guard import guarded
 from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import (
@@ -45,7 +44,9 @@ from jobsup.supervisor.maintenance import (
     FinishBatches,
     FinishWorkflows,
     ForgetIdleKeys,
+    HalfOpenBreakers,
     Maintenance,
+    MarkSlaBreaches,
     OutboxGauges,
     PruneProcesses,
     PurgeAudit,

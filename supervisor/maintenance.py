@@ -38,6 +38,33 @@ class ExpireLeases:
         return self.store.transitions.sweep.expire(now=now)
 
 
+class HalfOpenBreakers:
+    """open -> half_open once the reset has passed, with one probe named; and the
+    `jobsup_breaker_state` gauge of every breaker."""
+
+    name = "breakers"
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_once(self, now: datetime | None = None) -> int:
+        changed = self.store.breakers.half_open(now=now)
+        metrics.set_breaker_states(self.store.breakers.states())
+        return len(changed)
+
+
+class MarkSlaBreaches:
+    """Mark the jobs past an SLA deadline, each once (`jobsup.store.sla`)."""
+
+    name = "sla"
+
+    def __init__(self, store: Store, batch: int = 500, max_batches: int = 10) -> None:
+        self.store, self.batch, self.max_batches = store, batch, max_batches
+
+    def run_once(self, now: datetime | None = None) -> int:
+        return self.store.sla.mark(now=now, batch=self.batch, max_batches=self.max_batches)
+
+
 class PruneProcesses:
     """Delete process rows of instances that stopped heartbeating."""
 

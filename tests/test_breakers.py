@@ -181,7 +181,7 @@ def test_plain_jobs_still_settle_in_one_statement_and_breaker_types_count(postgr
 
 
 def test_the_policies_round_trip_through_a_definition() -> None:
-    from jobsup.flow.limits import Limits
+    from jobsup.policies import Limits
 
     given = Limits.parse(
         "breaker-rt", breaker={"failures": 2, "reset": "5m"}, sla={"start_within": "1m", "finish_within": 3600}

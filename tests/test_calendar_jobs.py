@@ -36,8 +36,7 @@ def test_a_job_type_calendar_pushes_run_at_at_enqueue(client: jobsup.Client) -> 
 
 
 def test_the_policy_is_checked_at_registration_and_published_in_the_definition() -> None:
-    from jobsup.flow.calendar import CalendarUse
-    from jobsup.flow.limits import Limits
+    from jobsup.policies import CalendarUse, Limits
 
     limits = Limits.parse("t", calendar="business-hours")
     assert limits.describe() == {"calendar": {"name": "business-hours", "mode": "allowed"}}

@@ -19,7 +19,7 @@ import jobsup
 from jobsup.events import hooks
 from jobsup.store.outbox import Outbox
 from jobsup.store.schema import job, outbox, queue_state, workflow
-from jobsup.supervisor.flow_control import MarkSlaBreaches
+from jobsup.supervisor.maintenance import MarkSlaBreaches
 
 from helpers import claim, claim_one, fail, run_together, succeed, wait_until
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import jobsup
+from jobsup.checks import check_name
 from jobsup.errors import BadInput, ConfigurationError
-from jobsup.registry import check_name
 from jobsup.secrets import check_key_id, parse_keys
 
 from webhelpers import OPERATOR, web

@@ -17,9 +17,8 @@ from sqlalchemy import event, func, select
 
 import jobsup
 from jobsup.errors import BadInput, DatabaseUnavailable
-from jobsup.flow.limits import Limits
-from jobsup.flow.rate import Rate
 from jobsup.jobtypes import JobType
+from jobsup.policies import Limits, Rate
 from jobsup.registry import lookup
 from jobsup.store.faults import OPERATION
 from jobsup.store.schema import job, job_attempt
@@ -228,7 +227,7 @@ def test_a_rate_limited_type_cannot_go_to_another_queue(client: jobsup.Client) -
 
 
 def test_the_policy_round_trips_through_a_definition() -> None:
-    from jobsup.flow.limits import Limits
+    from jobsup.policies import Limits
 
     limits = Limits.parse("x", rate={"limit": 7, "per": "2m", "key": "k"})
     assert Limits.load(limits.describe()) == limits

@@ -17,7 +17,7 @@ import jobsup
 from jobsup.store.database import Database
 from jobsup.store.rows import Lease
 from jobsup.store.schema import batch, breaker, job, job_attempt, metadata, workflow
-from jobsup.supervisor.flow_control import MarkSlaBreaches
+from jobsup.supervisor.maintenance import MarkSlaBreaches
 
 from helpers import claim, claim_one, fail, release, succeed
 from returning_emulated import Checked, emulated_returning  # noqa: F401 - the fixture

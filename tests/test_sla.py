@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 import jobsup
 from jobsup.errors import BadInput
 from jobsup.observe import events
-from jobsup.supervisor.flow_control import MarkSlaBreaches
+from jobsup.supervisor.maintenance import MarkSlaBreaches
 
 from helpers import claim_one, run_jobsup, run_together, succeed
 

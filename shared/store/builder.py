@@ -12,16 +12,16 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
+from jobsup.checks import check_attempts, check_name, check_priority, check_text
 from jobsup.clock import host_clock
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, InvalidPayload
-from jobsup.flow.concurrency import key_of
-from jobsup.flow.sla import within
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers, triggers_text
 from jobsup.paramcheck import check
 from jobsup.payload import check_length, encode_payload
-from jobsup.registry import check_attempts, check_name, check_priority, check_text, lookup
+from jobsup.policies import concurrency_key, deadline
+from jobsup.registry import lookup
 from jobsup.scrub import scrub, secrets_of, validation_text
 from jobsup.secrets import MARK, Binding, Sealing, has_sealed, required_keyring, schedule_binding, sealed_fields
 from jobsup.store.rows import NewJob, RecurringSchedule
@@ -100,10 +100,10 @@ def build(
     triggers = (*jobtype.triggers, *(check_triggers(then) if then else ()))
     text, sealing = typed_payload(jobtype, payload, also_sealed=also_sealed)
     policy = None if jobtype.limits is None else jobtype.limits.concurrency
-    concurrency_key, limit = key_of(policy, jobtype.name, get("concurrency_key"))
-    if concurrency_key is not None and links is not None and links.get("step") is not None:
+    keyed, limit = concurrency_key(policy, jobtype.name, get("concurrency_key"))
+    if keyed is not None and links is not None and links.get("step") is not None:
         raise BadInput(f"a workflow step cannot have a concurrency key yet (job {jobtype.name!r})")
-    if concurrency_key is not None and get("unique_key") is not None:
+    if keyed is not None and get("unique_key") is not None:
         # A job waiting for its key's slot is outside the live statuses its unique key holds.
         raise BadInput(f"a job with a concurrency key cannot have a unique_key yet (job {jobtype.name!r})")
     start_by, finish_by = sla_deadlines(jobtype, run_at, get("start_within"), get("finish_within"))
@@ -127,7 +127,7 @@ def build(
         recurring_name=None if recurring is None else recurring[0],
         scheduled_slot=None if recurring is None else recurring[1],
         triggers=triggers_text(triggers),
-        concurrency_key=concurrency_key,
+        concurrency_key=keyed,
         concurrency_limit=limit,
         sealing=sealing,
         sla_start_by=start_by,
@@ -142,8 +142,8 @@ def sla_deadlines(
     """A job's SLA deadlines: the enqueue's own, else its type's, from when it is due (its
     run_at, else now on this host's clock, as `delay` is)."""
     policy = None if jobtype.limits is None else jobtype.limits.sla
-    starts = within(start_within, "start_within")
-    finishes = within(finish_within, "finish_within")
+    starts = deadline(start_within, "start_within")
+    finishes = deadline(finish_within, "finish_within")
     if policy is not None:
         starts = policy.start_within if starts is None else starts
         finishes = policy.finish_within if finishes is None else finishes

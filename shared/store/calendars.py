@@ -1,4 +1,5 @@
-"""Named calendars (`jobsup_calendar`): every statement about them, written once.
+"""Named calendars (`jobsup_calendar`): every statement about them, written once, and a job
+type's calendar applied at enqueue (`CalendarStore.apply`).
 
 A row keeps its rules checked and normalised (`Calendar.describe`, JSON text) and is parsed
 again on read (`jobsup.calendars`), so a calendar edited by hand into nonsense is refused
@@ -7,21 +8,62 @@ where it is used, by name."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from jobsup.calendars import Calendar, parse_calendar
 from jobsup.clock import host_clock
 from jobsup.errors import BadInput, ConstraintViolation
+from jobsup.policies import CalendarUse
 from jobsup.store.database import Database
+from jobsup.store.rows import NewJob
 from jobsup.store.schema import calendar, recurring_job
+
+if TYPE_CHECKING:
+    from jobsup.jobtypes import JobType
+
+
+def uses_calendar(jobtype: JobType) -> bool:
+    return isinstance(getattr(jobtype.limits, "calendar", None), CalendarUse)
 
 
 class CalendarStore:
     def __init__(self, db: Database) -> None:
         self.db = db
+
+    def apply(self, jobs: Sequence[NewJob], types: dict[str, JobType], now: datetime | None = None) -> list[NewJob]:
+        """`jobs`, each whose type names a calendar with its run_at moved to the next instant
+        the calendar allows. Decided once, here, from the calendar's row: a calendar edited
+        later does not move jobs already enqueued. Each calendar is read once; an unknown
+        one raises `BadInput`."""
+        read: dict[str, Calendar] = {}
+        out = []
+        for new in jobs:
+            use = getattr(types[new.name].limits, "calendar", None)
+            if not isinstance(use, CalendarUse) or new.recurring_name is not None:
+                out.append(new)  # (a schedule's slot follows the schedule's calendar)
+                continue
+            if use.name not in read:
+                found = self.calendar_get(use.name)
+                if found is None:
+                    raise BadInput(
+                        f"job {new.name!r} names calendar {use.name!r}, which is not known; "
+                        "add it with `jobsup calendars add` or change the job's calendar="
+                    )
+                read[use.name] = found
+            start = new.run_at or now or host_clock()
+            found_cal = read[use.name]
+            moved = found_cal.next_inside(start) if use.mode == "allowed" else found_cal.next_outside(start)
+            if moved is None:
+                raise BadInput(
+                    f"job {new.name!r}: calendar {use.name!r} allows no time in the next years; fix its rules"
+                )
+            out.append(new if moved == start else replace(new, run_at=moved))
+        return out
 
     def calendar_upsert(self, cal: Calendar, *, now: datetime | None = None) -> bool:
         """Write `cal`; True if it was new."""

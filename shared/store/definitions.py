@@ -20,9 +20,9 @@ from sqlalchemy import Connection, insert, select, update
 
 from jobsup.clock import host_clock
 from jobsup.errors import ConstraintViolation
-from jobsup.flow.limits import Limits
 from jobsup.jobtypes import JobType, RetryPolicy
 from jobsup.paramcheck import problems
+from jobsup.policies import Limits
 from jobsup.store.database import Database
 from jobsup.store.rows import Definition
 from jobsup.store.schema import UNFINISHED_STATUSES, job, job_definition

@@ -1,5 +1,5 @@
 """Rate windows: at most a key's `limit` jobs start in any window of `per` seconds, on every
-instance (`jobsup.flow.rate`).
+instance (`jobsup.policies.Rate`).
 
 The window is exact on the starts themselves: its key's last `limit` start times are kept in
 `jobsup_rate_start`, and a claimed job starts only if fewer than `limit` of them lie in the
@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
-from jobsup.flow.rate import Rate
+from jobsup.policies import Rate
 from jobsup.store import steps
 from jobsup.store.dialects import Dialect
 from jobsup.store.schema import rate_limit, rate_start

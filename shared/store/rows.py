@@ -286,7 +286,7 @@ class Definition:
     disagreement: dict[str, Any] | None
     triggers: list[dict[str, Any]] | None = None
     params: dict[str, Any] | None = None  # JSON Schema of its parameters; None: untyped
-    limits: dict[str, Any] | None = None  # its flow-control policies (`jobsup.flow`)
+    limits: dict[str, Any] | None = None  # its flow-control policies (`jobsup.policies`)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items()}
