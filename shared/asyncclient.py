@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from jobsup.client import Client, configured
+from jobsup.client import Client, url_enabling_outbox
 from jobsup.store.bound import BoundDatabase
 from jobsup.store.builder import EnqueueOptions
 from jobsup.store.dialects import dialect_for, normalise_url
@@ -32,7 +32,7 @@ class AsyncClient:
     transaction. Close it with ``await client.close()``."""
 
     def __init__(self, database_url: str | None = None) -> None:
-        url = normalise_url(configured(database_url))
+        url = normalise_url(url_enabling_outbox(database_url))
         dialect = dialect_for(url)
         self.engine = dialect.create_async_engine(url)
         self._db = BoundDatabase(url, dialect, self.engine.sync_engine)

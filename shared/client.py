@@ -29,7 +29,7 @@ from jobsup.store.schema import DEAD_LETTERED, STATUSES
 INT64 = 2**63 - 1
 
 
-def configured(database_url: str | None) -> str:
+def url_enabling_outbox(database_url: str | None) -> str:
     """`database_url`, else the configured one; and, when the settings name an events
     publisher, this process's transitions write the outbox from now on. The settings are
     read even for a given URL (an enqueue's event must not be lost for how its client was
@@ -58,7 +58,7 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
         if database is not None and database_url is not None:
             raise BadInput("give a database URL or a database, not both")
         if database is None:
-            database = Database(configured(database_url))
+            database = Database(url_enabling_outbox(database_url))
         self.database = database
         self.store = Store(self.database)
         self.dead_letters = DeadLetters(self)

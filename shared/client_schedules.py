@@ -16,7 +16,7 @@ from jobsup.errors import BadInput
 from jobsup.secrets import mask, new_row_id, schedule_binding
 from jobsup.store.builder import typed_payload
 from jobsup.store.definitions import sensitive_fields
-from jobsup.store.recurring import MODES, OVERLAPS, POLICIES, How
+from jobsup.store.recurring import MODES, OVERLAPS, POLICIES, SchedulePolicy
 from jobsup.store.rows import RecurringSchedule
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class SchedulesAPI:
         check_name(name, "schedule name")
         check_name(job, "job name")
         who = actor_of(actor)
-        how = _how(overlap, calendar, calendar_mode, calendar_policy)
+        how = _schedule_policy(overlap, calendar, calendar_mode, calendar_policy)
         jobtype = self._job_type(job, allow_unknown)
         seal_id = new_row_id()  # new at every add: a re-added schedule does not open the old one's values
         text, sealing = typed_payload(jobtype, payload, binding=schedule_binding(name, job, seal_id))
@@ -162,7 +162,7 @@ class SchedulesAPI:
         return removed
 
 
-def _how(overlap: object, calendar: object, mode: object, policy: object) -> How:
+def _schedule_policy(overlap: object, calendar: object, mode: object, policy: object) -> SchedulePolicy:
     for value, what, allowed in ((overlap, "overlap", OVERLAPS), (mode, "calendar_mode", MODES)):
         if value not in allowed:
             raise BadInput(f"{what} {value!r} is not known; use one of {', '.join(allowed)}")
@@ -171,7 +171,7 @@ def _how(overlap: object, calendar: object, mode: object, policy: object) -> How
     if calendar is not None:
         check_name(calendar, "calendar name")
     assert isinstance(overlap, str) and isinstance(mode, str) and isinstance(policy, str)
-    return How(overlap, calendar if isinstance(calendar, str) else None, mode, policy)
+    return SchedulePolicy(overlap, calendar if isinstance(calendar, str) else None, mode, policy)
 
 
 def _calendar_detail(schedule: RecurringSchedule) -> dict[str, Any]:

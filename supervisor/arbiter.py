@@ -37,7 +37,7 @@ from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.chores import Chores, ProcessRows, Registration
 from jobsup.supervisor.enforce import Enforcer
-from jobsup.supervisor.guard import guarded
+from jobsup.supervisor.guard import report_errors
 from jobsup.supervisor.http import Endpoints, Health, supervisor_routes
 from jobsup.supervisor.maintenance import (
     ExpireLeases,
@@ -289,7 +289,7 @@ class Arbiter:
         child = death.child
         name = "worker.stopped" if death.clean else "worker.died"
         emit(name, worker=child.slot.label, pid=child.pid, status=exits.describe(death.status))
-        guarded("metrics", lambda: metrics.process_dead(child.pid))
+        report_errors("metrics", lambda: metrics.process_dead(child.pid))
         self.burials.add(burial_of(death, self.settings.lease))
         if death.booted:
             child.slot.ever_booted = True
@@ -351,7 +351,7 @@ class Arbiter:
             self.chores.stop(wait=CHORES_GRACE)
         if self.children is not None:  # booted far enough to have burials
             self.burials.finish(BURIAL_GRACE)
-            guarded("process_deregister", lambda: self.store.processes.process_deregister_all(self.id))
+            report_errors("process_deregister", lambda: self.store.processes.process_deregister_all(self.id))
             emit("supervisor.stopped", pid=os.getpid())
         if self.db is not None:
             self.db.dispose()

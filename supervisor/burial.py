@@ -29,7 +29,7 @@ from jobsup.observe.events import emit
 from jobsup.store.rows import LEASE_EXPIRED, RELEASED, TIMED_OUT
 from jobsup.store.transitions import Transitions
 from jobsup.supervisor.children import Death
-from jobsup.supervisor.guard import guarded
+from jobsup.supervisor.guard import report_errors
 
 MAX_DELAY = 10.0
 
@@ -80,7 +80,7 @@ class Burials:
         for burial in list(self.pending):
             if now < burial.next_try:
                 continue
-            closed = guarded("expire_lease", lambda b=burial: self._write(b), worker=burial.worker)  # type: ignore[misc]
+            closed = report_errors("expire_lease", lambda b=burial: self._write(b), worker=burial.worker)  # type: ignore[misc]
             if closed is not None:
                 self.pending.remove(burial)
             elif now >= burial.lapses_at:

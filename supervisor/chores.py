@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from jobsup.observe.events import emit
 from jobsup.store import Store
-from jobsup.supervisor.guard import guarded
+from jobsup.supervisor.guard import report_errors
 
 TICK = 0.2  # seconds between looks for a due chore or a changed set of workers
 CRON_EVERY = 1.0  # seconds between looks for due recurring schedules
@@ -96,7 +96,7 @@ class Chores:
         self.rows, self.workers = rows, workers
         self.schedule: list[tuple[float, Callable[[], object]]] = [(maintenance_every, maintenance)]
         if cron is not None:
-            self.schedule.append((CRON_EVERY, lambda: guarded("recurring", cron)))
+            self.schedule.append((CRON_EVERY, lambda: report_errors("recurring", cron)))
         self.heartbeat_every = heartbeat_every
         self.stopped = threading.Event()
         self.winding_down = threading.Event()
@@ -132,7 +132,7 @@ class Chores:
                     heartbeat = now >= next_heartbeat
                     if heartbeat:
                         next_heartbeat = now + self.heartbeat_every
-                    synced = guarded("process_heartbeat", lambda: self.rows.sync(self.workers(), heartbeat))  # noqa: B023
+                    synced = report_errors("process_heartbeat", lambda: self.rows.sync(self.workers(), heartbeat))  # noqa: B023
                     # While the database is away, try again (and say so) once a second at most.
                     next_sync = now if synced else now + min(1.0, self.heartbeat_every)
                 for n, (every, chore) in enumerate(self.schedule):

@@ -12,7 +12,7 @@ from jobsup.observe.events import emit
 T = TypeVar("T")
 
 
-def guarded(operation: str, action: Callable[[], T], *, event: str = "db.error", **fields: Any) -> T | None:
+def report_errors(operation: str, action: Callable[[], T], *, event: str = "db.error", **fields: Any) -> T | None:
     """Run `action`; on an error emit `event` (with `operation` and `fields`) and return None.
     A jobsup error (the database is down, a row is bad) is reported by its message; anything
     else is unexpected and its traceback goes to the log."""

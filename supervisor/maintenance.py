@@ -16,7 +16,7 @@ from jobsup.store import Store, limits
 from jobsup.store.outbox import Outbox
 from jobsup.store.processes import stale_age
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
-from jobsup.supervisor.guard import guarded
+from jobsup.supervisor.guard import report_errors
 
 
 class Step(Protocol):
@@ -262,4 +262,4 @@ class Maintenance:
 
     def run_once(self, now: datetime | None = None) -> None:
         for step in self.steps:
-            guarded(step.name, lambda step=step: step.run_once(now), event="maintenance.failed", step=step.name)  # type: ignore[misc]
+            report_errors(step.name, lambda step=step: step.run_once(now), event="maintenance.failed", step=step.name)  # type: ignore[misc]

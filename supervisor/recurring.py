@@ -20,7 +20,7 @@ from jobsup.secrets import SealedParameterError
 from jobsup.store import Store
 from jobsup.store.firing import FIRED
 from jobsup.store.rows import RecurringSchedule
-from jobsup.supervisor.guard import guarded
+from jobsup.supervisor.guard import report_errors
 
 BUDGET = 0.25  # seconds of firing per tick
 CALENDAR_TTL = 30.0  # seconds a calendar read from the database is used
@@ -48,7 +48,7 @@ class CronTick:
             if self.held.get(schedule.name, 0.0) > time.monotonic():
                 continue
             started = time.monotonic()
-            outcome = guarded("recurring", lambda s=schedule: self.fire(s, now), schedule=schedule.name)  # type: ignore[misc]
+            outcome = report_errors("recurring", lambda s=schedule: self.fire(s, now), schedule=schedule.name)  # type: ignore[misc]
             fired += outcome == FIRED
             if outcome == HELD:
                 deadline += time.monotonic() - started

@@ -26,7 +26,7 @@ NIGHT = [{"time": "22:00-06:00"}]
 
 def add(client: jobsup.Client, cron: str = "0 * * * *", now: datetime | None = None, **how: Any) -> None:
     # Through the store's upsert to pin "now"; the client's checks are tested below.
-    from jobsup.client_schedules import _how
+    from jobsup.client_schedules import _schedule_policy
 
     client.store.recurring.recurring_upsert(
         name="report",
@@ -36,7 +36,7 @@ def add(client: jobsup.Client, cron: str = "0 * * * *", now: datetime | None = N
         payload="{}",
         queue="default",
         priority=0,
-        how=_how(
+        how=_schedule_policy(
             how.get("overlap", "allow"), how.get("calendar"), how.get("mode", "blackout"), how.get("policy", "skip")
         ),
         now=now,

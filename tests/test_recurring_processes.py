@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, update
 
 import jobsup
-from jobsup.store.recurring import How
+from jobsup.store.recurring import SchedulePolicy
 from jobsup.store.schema import job, recurring_job
 
 from harness import Supervisor, port_of, records, sample, scrape
@@ -32,7 +32,7 @@ def test_a_slot_due_while_the_last_run_is_running_is_skipped(url: str, tmp_path:
         payload='{"seconds": 60, "return_on_cancel": true}',
         queue="default",
         priority=0,
-        how=How(overlap="skip"),
+        how=SchedulePolicy(overlap="skip"),
         now=past,
     )
     supervisor = Supervisor(url, record, tmp_path / "supervisor.log", "--queue", "default=2")

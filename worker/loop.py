@@ -62,13 +62,6 @@ class Worker:
         self.poll_interval = db.dialect.default_poll_interval if given is None else given
         self.unwoken_poll = min(self.poll_interval, UNWOKEN_POLL) if given is None else given
         self.batch = self.settings.claim_batch_of(spec.queue)
-        # Where a batch's outcomes are written. One job at a time on a database of many
-        # writers: handed to the settler, so the next claim overlaps the write (its round trip
-        # is most of a job's cost). A batch, or one writer at a time (SQLite): here, before the
-        # next claim; the write is amortised over the batch, and a second thread running
-        # Python beside this one costs more in GIL hand-offs than it saves (measured: the
-        # benchmark figures are in the README's performance section). Several jobs at once:
-        # the settler's thread too, unless on SQLite.
         self.queue_timeout = self.settings.timeout_of(spec.queue)
         self.aio = EventLoop()  # for async def jobs, started with the first
         concurrency = self.settings.concurrency_of(spec.queue)
@@ -81,6 +74,13 @@ class Worker:
             # all it claims at once.)
             emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=self.batch)
             self.batch = 1
+        # Where a batch's outcomes are written. One job at a time on a database of many
+        # writers: handed to the settler, so the next claim overlaps the write (its round trip
+        # is most of a job's cost). A batch, or one writer at a time (SQLite): here, before the
+        # next claim; the write is amortised over the batch, and a second thread running
+        # Python beside this one costs more in GIL hand-offs than it saves (measured: the
+        # benchmark figures are in the README's performance section). Several jobs at once:
+        # the settler's thread too, unless on SQLite.
         self.write_before_claim = db.dialect.one_writer or (self.batch > 1 and self.pool is None)
         self.keeper = LeaseKeeper(self)
         self.settler = Settler(self)

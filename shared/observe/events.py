@@ -1,5 +1,7 @@
-"""Logic emits events; subscribers turn them into log lines, metrics and (later) hooks and
-outbox rows. This is the one place an event goes through.
+"""Logic emits events; subscribers turn them into log lines and metrics. This is the one
+place a process's own events go through. (The public events that reach the outbox and the
+hooks take another way: announced in the transaction that makes them true
+(`jobsup.store.announce`), written to the outbox there by `jobsup.events.record`.)
 
 An event is a name and fields: ``emit("job.failed", job=42, name="send-email", attempt=2)``.
 State changes are announced by the transitions after their commit (never before the write

@@ -86,7 +86,7 @@ def _written(write: Callable[P, None]) -> Callable[P, None]:
 
 
 @cache
-def _m() -> dict[str, Any]:
+def _metrics() -> dict[str, Any]:
     from prometheus_client import Counter, Gauge, Histogram
 
     return {
@@ -190,7 +190,7 @@ _OUTCOMES = {
 
 @_written
 def record(kind: str, fields: dict[str, Any]) -> None:
-    m = _m()
+    m = _metrics()
     if kind in _OUTCOMES and "queue" in fields:
         if kind == "job.released" and fields.get("stale"):
             return
@@ -244,7 +244,7 @@ def record(kind: str, fields: dict[str, Any]) -> None:
 def declared_names() -> set[str]:
     """Every sample name jobsup can export (counters end in _total, histograms have parts)."""
     names = set()
-    for metric in _m().values():
+    for metric in _metrics().values():
         kind, name = metric._type, metric._name
         if kind == "counter":
             names.add(name + "_total")
@@ -259,7 +259,7 @@ def declared_names() -> set[str]:
 def start_series(queues: list[str], steps: list[str]) -> None:
     """Export zeros for the label values known at start, so rate() and alerts see a series
     before the first restart or the first maintenance error."""
-    m = _m()
+    m = _metrics()
     for queue in queues:
         m["restarts"].labels(queue)
         m["boot_failures"].labels(queue)
@@ -270,12 +270,12 @@ def start_series(queues: list[str], steps: list[str]) -> None:
 @_written
 def set_workers(counts: dict[str, int]) -> None:
     for queue, count in counts.items():
-        _m()["workers"].labels(queue).set(count)
+        _metrics()["workers"].labels(queue).set(count)
 
 
 @_written
 def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float]) -> None:
-    m = _m()
+    m = _metrics()
     for (queue, status), count in depths.items():
         m["queue_jobs"].labels(queue, status).set(count)
     for queue, age in oldest.items():
@@ -284,15 +284,15 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
 
 @_written
 def set_outbox(depth: int, oldest: float, parked: int) -> None:
-    _m()["outbox_depth"].set(depth)
-    _m()["outbox_oldest"].set(oldest)
-    _m()["outbox_parked"].set(parked)
+    _metrics()["outbox_depth"].set(depth)
+    _metrics()["outbox_oldest"].set(oldest)
+    _metrics()["outbox_parked"].set(parked)
 
 
 @_written
 def set_queues_paused(paused: dict[str, bool]) -> None:
     for queue, is_paused in paused.items():
-        _m()["paused"].labels(queue).set(1 if is_paused else 0)
+        _metrics()["paused"].labels(queue).set(1 if is_paused else 0)
 
 
 BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values, in order
@@ -301,7 +301,8 @@ BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values, in order
 @_written
 def set_breaker_states(states: dict[str, str]) -> None:
     for name, state in states.items():
-        _m()["breaker_state"].labels(job_label(name)).set(BREAKER_STATES.index(state) if state in BREAKER_STATES else 2)
+        value = BREAKER_STATES.index(state) if state in BREAKER_STATES else 2
+        _metrics()["breaker_state"].labels(job_label(name)).set(value)
 
 
 @_written

@@ -4,8 +4,9 @@ so a condition of the claim is written once.
 
 The claim predicate is composed from parts. The core's parts say "pending, of this queue,
 due"; a feature adds its own (a paused queue, an open circuit breaker, a concurrency key
-at its limit) with `add_part`, at import time, before the first claim is built. A part no
-job uses is never registered, so it costs the claim nothing.
+at its limit) with `add_part`, at import time, before the first claim is built. The pause
+and breaker parts are registered whether or not any queue is paused or any type has a
+breaker, so every claim carries their subqueries; each reads a small table once per claim.
 """
 
 from __future__ import annotations

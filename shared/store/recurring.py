@@ -29,7 +29,7 @@ OVERLAPS, MODES, POLICIES = (ALLOW, SKIP, QUEUE), (BLACKOUT, ALLOWED), (SKIP, DE
 
 
 @dataclass(frozen=True)
-class How:
+class SchedulePolicy:
     """What a schedule does with a slot whose last run is still live, and with its calendar."""
 
     overlap: str = ALLOW
@@ -55,7 +55,7 @@ class RecurringStore:
         priority: int,
         key_id: str | None = None,
         seal_id: str | None = None,
-        how: How | None = None,
+        how: SchedulePolicy | None = None,
         now: datetime | None = None,
     ) -> RecurringSchedule:
         """Add or update a schedule; `how` says what it does about overlaps and its calendar
@@ -63,7 +63,7 @@ class RecurringStore:
         check_cron(cron)
         zone(timezone)
         at = now or host_clock()
-        how = how or How()
+        how = how or SchedulePolicy()
         values: dict[str, Any] = {
             "overlap": how.overlap,
             "calendar": how.calendar,
