@@ -3,7 +3,7 @@
 closed --N consecutive failed attempts--> open --reset passed (maintenance)--> half_open
 half_open --its one probe succeeds--> closed;  --the probe fails--> open again.
 
-- **The claim** carries one more part: ``(name NOT IN (SELECT name FROM jobsup_breaker WHERE
+- **The claim** carries one more part (`jobsup.store.claim`): ``(name NOT IN (SELECT name FROM jobsup_breaker WHERE
   state <> 'closed') OR id IN (SELECT probe_job_id FROM jobsup_breaker WHERE state =
   'half_open'))``. Neither subquery names a column of the job row, so the database runs
   each once per claim over the (small) breaker table, and a job type without a breaker row
@@ -33,32 +33,18 @@ from sqlalchemy import Connection, and_, literal_column, or_, select, update
 from jobsup.observe.events import emit
 from jobsup.store import steps
 from jobsup.store.announce import announce
-from jobsup.store.claim import Part, add_part, status_is
+from jobsup.store.claim import status_is
 from jobsup.store.database import after_commit
-from jobsup.store.schema import DEAD_LETTERED, PENDING, SUCCEEDED, UNFINISHED_STATUSES, breaker, job
+from jobsup.store.schema import BREAKER_STATES, DEAD_LETTERED, PENDING, SUCCEEDED, UNFINISHED_STATUSES, breaker, job
 
-CLOSED, OPEN, HALF_OPEN = "closed", "open", "half_open"
-STATES = (CLOSED, HALF_OPEN, OPEN)  # the gauge's values, in order
+STATES = BREAKER_STATES  # the gauge's values, in order
+CLOSED, HALF_OPEN, OPEN = STATES
 SYSTEM = "jobsup"  # `changed_by` of the changes jobsup makes itself
 FAILED_OUTCOMES = ("failed", "timed_out")
 
 
 def _state(value: str) -> Any:
     return literal_column(f"'{value}'")
-
-
-def _claim_part(columns: Any, clock: Any) -> Any:
-    held_back = select(breaker.c.name).where(breaker.c.state != _state(CLOSED))
-    probes = select(breaker.c.probe_job_id).where(
-        breaker.c.state == _state(HALF_OPEN), breaker.c.probe_job_id.isnot(None)
-    )
-    return or_(columns["name"].not_in(held_back), columns["id"].in_(probes))
-
-
-# A breaker that opens between SQLite's read and write of a claim lets that claim's jobs
-# through, as one opening while PostgreSQL's claim statement runs does; reading the breakers
-# twice cost SQLite's plain claim 10 %.
-add_part(Part("breaker_closed", _claim_part, recheck=False))
 
 
 # -- the settle step ------------------------------------------------------------------------

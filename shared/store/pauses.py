@@ -1,6 +1,6 @@
 """Paused queues (`jobsup_queue_state`): an operator's pause holds on every instance.
 
-The pause is a part of the claim predicate (`jobsup.store.claim.add_part`): every dialect's
+The pause is a part of the claim predicate (`jobsup.store.claim`): every dialect's
 claim statement carries ``NOT EXISTS (SELECT 1 FROM jobsup_queue_state WHERE queue =
 :p_queue AND paused)``. The subquery names no column of the job row, so the database runs it
 once per claim, as one primary-key lookup, and a pause committed before a claim starts is
@@ -18,25 +18,17 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, bindparam, literal_column, select, true, union, update
+from sqlalchemy import Select, literal_column, select, true, union, update
 
 from jobsup.errors import UnknownQueue
 from jobsup.store.announce import announce
 from jobsup.store.audit import Audit
-from jobsup.store.claim import Part, add_part, status_is
+from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.schema import UNFINISHED_STATUSES as UNFINISHED
 from jobsup.store.schema import job, job_definition, queue_state, recurring_job
 
 KNOWN_SHOWN = 20  # known queues named in the error about an unknown one
-
-
-def _paused(queue: Any) -> Any:
-    return select(literal_column("1")).where(queue_state.c.queue == queue, queue_state.c.paused == true()).exists()
-
-
-# The queue's own bound name, not the row's column: an uncorrelated subquery, run once.
-add_part(Part("queue_not_paused", lambda columns, clock: ~_paused(bindparam("p_queue"))))
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ SUCCEEDED, DEAD_LETTERED, CANCELLED = "succeeded", "dead_lettered", "cancelled"
 STATUSES = (WAITING, PENDING, RUNNING, SUCCEEDED, DEAD_LETTERED, CANCELLED)
 LIVE_STATUSES = (PENDING, RUNNING)  # what a unique key is held by
 UNFINISHED_STATUSES = (WAITING, PENDING, RUNNING)
+BREAKER_STATES = ("closed", "half_open", "open")  # a circuit breaker's (`jobsup.store.breakers`), in the gauge's order
 FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
