@@ -105,4 +105,5 @@ def test_only_the_store_statements_write_job_rows() -> None:
 
 @pytest.mark.parametrize("path", sources(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_no_module_grows_past_400_lines(path: Path) -> None:
-    assert len(path.read_text().splitlines()) <= 400, "split it by role before adding more"
+    # One concept per module: a class cut in two (or into mixins) to fit is not a split.
+    assert len(path.read_text().splitlines()) <= 400, "split it by concept before adding more"
