@@ -8,6 +8,7 @@ import re
 
 from jobsup.errors import BadInput
 
+# fullmatch, never `^...$` with match: `$` also matches before a final newline.
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 INT32 = 2**31 - 1

@@ -26,8 +26,6 @@ from jobsup.params import Params, params_of
 JobFunction = Callable[[JobContext, Any], Any]
 F = TypeVar("F", bound=JobFunction)
 
-# fullmatch, never `^...$` with match: `$` also matches before a final newline.
-
 
 @dataclass(frozen=True)
 class Registered:

@@ -38,3 +38,11 @@ def test_a_call_more_than_a_period_after_its_claim_is_reported_one_sooner_is_not
     job = rated(1, T0)
     assert [v.invariant for v in rate_windows([run_of(job, 1.2)], ended([job]))] == ["c:rate-late-call"]
     assert rate_windows([run_of(job, 0.4)], ended([job])) == []
+
+
+def test_a_released_claim_counts_in_the_window_though_its_attempt_number_comes_again() -> None:
+    # Job 0 was claimed, released (its attempt row closed) and claimed again as attempt 1:
+    # both claims count, so with four others inside one second that is six.
+    jobs = [rated(n, T0 + timedelta(seconds=0.1 + 0.1 * n)) for n in range(5)]
+    jobs[0].attempts.insert(0, (1, "released", "owner", T0))
+    assert [v.invariant for v in rate_windows([], ended(jobs))] == ["c:rate-window"]

@@ -181,6 +181,21 @@ def test_an_orphan_stuck_outside_a_job_is_ended_by_its_lease_thread(url: str, st
     wait_until(lambda: not any(map(alive, workers)), timeout=30, what=lambda: still_there(supervisor, workers))
     assert "worker.orphan_stuck" in supervisor.output()
     assert "in claim" in supervisor.output()  # where the main thread was, from its stack
+    assert "Traceback" not in supervisor.output()
+
+
+def test_an_orphan_finishing_a_job_longer_than_the_grace_ends_as_usual(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    # The lease thread's 5 s count starts when the worker last held a lease, not when the
+    # supervisor went: this job outlasts it, then the main thread ends the worker itself.
+    client = jobsup.Client(url)
+    supervisor = start("--queue", "default=1")
+    job_id = client.enqueue("work", {"seconds": 7})
+    worker = started_by(record, job_id)
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(10)
+    wait_until(lambda: not alive(worker), timeout=30, what=lambda: still_there(supervisor, [worker]))
+    assert status_of(client, job_id) == "succeeded"
+    assert "worker.orphan_stuck" not in supervisor.output()
 
 
 def still_there(supervisor: Supervisor, workers: list[int]) -> str:

@@ -20,9 +20,11 @@ is dead may its row change (the supervisor writes it after reaping).
 - Waiting jobs: once a job has run for `HOLD_WAITING`, the jobs waiting behind it in its
   claimed batch are released, so idle workers elsewhere can take them.
 - Orphans: the main thread ends the process between jobs once its supervisor is gone. Should
-  it not have done so `ORPHAN_GRACE` after this thread saw the supervisor gone, while the
-  worker holds no lease (so that nothing is lost), this thread ends the process, and logs
-  where the main thread was (a wait on a lock another process can no longer release, say).
+  it still be there `ORPHAN_GRACE` after the worker last held a lease, with the supervisor
+  gone, this thread ends it: it stops the main thread from starting anything, gives back every
+  lease the database says this worker holds (a claim whose reply has not arrived), and exits,
+  logging where the main thread was (a claim hanging on a half-open connection, say). While
+  the database does not answer, it keeps trying and the process stays.
 
 The bookkeeping is keyed by job id, but an entry is only ever removed by the claim that made
 it (compared by identity): a job this worker released can be claimed by it again, with the
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from jobsup.worker.loop import Worker
 
 HOLD_WAITING = 1.0  # seconds a running job may keep the rest of its batch waiting
-ORPHAN_GRACE = 5.0  # seconds an orphan holding no lease has to end itself before this thread does
+ORPHAN_GRACE = 5.0  # seconds an orphan that holds no lease has to end itself before this thread does
 _EXIT_FOR = {TIMEOUT: exits.TIMED_OUT, SHUTDOWN: exits.SHUTDOWN_FORCED}
 
 
@@ -95,7 +97,8 @@ class LeaseKeeper:
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
         self.next_renewal = 0.0
-        self.orphaned_at: float | None = None  # when this thread first saw the supervisor gone
+        self.orphaned_at: float | None = None  # since when the orphan has held no lease
+        self.leaving = False  # this thread has decided to end the orphan
         self.main_thread = threading.main_thread()
 
     def start(self) -> None:
@@ -251,17 +254,32 @@ class LeaseKeeper:
             self.worker.end_now(running, _EXIT_FOR.get(running.reason or "", exits.LEASE_LOST))
 
     def _end_stuck_orphan(self, now: float) -> None:
-        if os.getppid() == self.worker.spec.supervisor_pid:
+        worker = self.worker
+        if os.getppid() == worker.spec.supervisor_pid:
             return
-        if self.orphaned_at is None:
-            self.orphaned_at = now
         with self.lock:
-            holding = bool(self.held or self.running)
-        if holding or now < self.orphaned_at + ORPHAN_GRACE:
-            return
+            if not self.leaving:
+                if self.held or self.running or worker.ending.is_set():  # (ending: `end_now` has it)
+                    self.orphaned_at = None  # the grace runs from when it last held a lease
+                    return
+                if self.orphaned_at is None:
+                    self.orphaned_at = now
+                if now < self.orphaned_at + ORPHAN_GRACE:
+                    return
+                # Decided under the lock `begin` takes: from here no job starts in this
+                # process (a claim that returns meanwhile is held, never started).
+                worker.ending.set()
+                self.leaving = True
         frame = sys._current_frames().get(self.main_thread.ident or 0)
         where = "".join(traceback.format_stack(frame)).rstrip() if frame is not None else "(unknown)"
-        emit("worker.orphan_stuck", worker=self.worker.spec.label, waited=ORPHAN_GRACE, traceback=where)
+        try:
+            # Nothing runs here, so every lease of this worker in the database is one it will
+            # never start: a claim committed while its reply was on the way, or held unstarted.
+            released = worker.store.transitions.sweep.release_orphans(worker.spec.worker_id, (), operation="release")
+        except DatabaseError as exc:
+            emit("db.error", operation="release", worker=worker.spec.label, error=exc)
+            return  # again on the next tick
+        emit("worker.orphan_stuck", worker=worker.spec.label, released=released or None, traceback=where)
         exits.now(exits.PARENT_GONE)
 
     def _cancel(self, running: Running, reason: str, now: float) -> None:

@@ -65,12 +65,13 @@ class Sweep:
                 continue  # a key held by a caller's open transaction: the next tick; the other owners now
         return closed
 
-    def release_orphans(self, owner: str, known: Collection[int]) -> list[int]:
+    def release_orphans(self, owner: str, known: Collection[int], *, operation: str = "claim") -> list[int]:
         """running -> pending for the leases a live owner holds but does not know of (its
-        claim committed, the reply was lost): they never started. Returns their job ids."""
-        with self.t.db.read("claim") as conn:
+        claim committed, the reply was lost): they never started. Returns their job ids.
+        `operation` names it for fault injection: a claim's own clean-up by default."""
+        with self.t.db.read(operation) as conn:
             held = [Held.of_row(row) for row in conn.execute(self.t.sql.held_by, {"p_owner": owner})]
-        return sorted(self.t.release([h for h in held if h.id not in known], operation="claim"))
+        return sorted(self.t.release([h for h in held if h.id not in known], operation=operation))
 
     def expire_owner(self, owner: str, charged: Mapping[int, tuple[int, str, str]]) -> int:
         """Close every lease of an owner known dead (its supervisor reaped it). `charged`
