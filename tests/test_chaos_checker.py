@@ -1,11 +1,14 @@
-"""The campaign's checker reports what it is there to find: each case is a history that
-breaks one invariant, and its neighbour that keeps it."""
+"""The campaign's checker reports what it is there to find (each case a history that breaks
+one invariant, and its neighbour that keeps it), and judges odd but legal ends without crashing."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from tests.chaos.checker import rate_windows
+from tests.chaos.checker import batches, rate_windows
+from tests.chaos.ledger import Ledger
 from tests.chaos.sidechannel import Run
 from tests.chaos.state import EndState, JobRow
 
@@ -46,3 +49,17 @@ def test_a_released_claim_counts_in_the_window_though_its_attempt_number_comes_a
     jobs = [rated(n, T0 + timedelta(seconds=0.1 + 0.1 * n)) for n in range(5)]
     jobs[0].attempts.insert(0, (1, "released", "owner", T0))
     assert [v.invariant for v in rate_windows([], ended(jobs))] == ["c:rate-window"]
+
+
+def test_a_batch_callback_enqueued_but_never_run_is_judged_not_a_crash(tmp_path: Path) -> None:
+    # A finished batch of one child fired on_complete as job 3, which had not run at the end:
+    # the "after its children" check has no start to compare (whether it should have run is
+    # the stuck check's to say).
+    child = JobRow(2, "plain", "default", "succeeded", T0, None, None, 1, None, None, "{}")
+    fired = JobRow(3, "callback", "default", "pending", T0, None, None, None, None, None, json.dumps(
+        {"batch": {"id": 1}, "kind": "on_complete"}
+    ))  # fmt: skip
+    end = EndState({2: child, 3: fired}, {}, {1: {"finished_at": T0}}, {}, set(), [], {})
+    ledger = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}})
+    child_run = Run(2, 1, 1, "plain", T0.timestamp(), end=T0.timestamp() + 0.1)
+    assert batches([child_run], ledger, end, set()) == []

@@ -262,6 +262,8 @@ def batches(runs: list[Run], ledger: Ledger, end: EndState, slow: set[int]) -> l
                     )
                 )
             for job_id in fired:
+                if job_id not in first_start:
+                    continue  # enqueued, never run: "nothing stuck" judges whether it should have
                 late = [r for m in members for r in children.get(m.id, []) if r.start < first_start[job_id] < r.until]
                 if late:
                     found.append(
