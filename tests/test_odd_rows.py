@@ -37,15 +37,18 @@ def claim_all(client: jobsup.Client) -> list[int]:
 def test_undecodable_payload_and_unknown_name_are_claimed_like_any_row(url: str) -> None:
     client = jobsup.Client(url)
     before = client.enqueue("ok", 1)
-    insert_raw(client, "'2000-01-01 00:00:00'", id=100, name="no-such-job", payload="{not json")
-    insert_raw(client, "'2000-01-01 00:00:00'", id=101, name="ok", payload="\x01\ufffd binary junk")
+    # Ids past the last one given: on MariaDB the session's database is emptied between tests
+    # with DELETE, so its ids go on counting from the earlier tests' rows.
+    corrupt, junk = before + 100, before + 101
+    insert_raw(client, "'2000-01-01 00:00:00'", id=corrupt, name="no-such-job", payload="{not json")
+    insert_raw(client, "'2000-01-01 00:00:00'", id=junk, name="ok", payload="\x01\ufffd binary junk")
     after = client.enqueue("ok", 2)
     claimed = claim(client, "w", limit=10)
     by_id = {job.id: job for job in claimed}
-    assert set(by_id) == {before, 100, 101, after}
-    assert by_id[100].payload == "{not json"  # raw: the worker fails the attempt, not the store
+    assert set(by_id) == {before, corrupt, junk, after}
+    assert by_id[corrupt].payload == "{not json"  # raw: the worker fails the attempt, not the store
     # Reading them back shows the raw text rather than failing.
-    assert client.get(100).payload == "{not json"  # type: ignore[union-attr]
+    assert client.get(corrupt).payload == "{not json"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("odd_id", [-7, 0, 2**62])
