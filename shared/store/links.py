@@ -1,36 +1,7 @@
-"""The in-transaction steps of linked jobs: what happens, in the transaction that ends a
-job, to the jobs that depend on it.
-
-A job is linked when it is a workflow step, a batch child, or has triggers (`Held.linked`);
-a plain job's transitions skip these steps and keep their single-statement fast paths.
-When a linked job ends (succeeded, dead-lettered, cancelled), in that same transaction:
-
-- **Triggers** enqueue their follow-ups. The end is a compare-and-set, so they fire exactly
-  once per finished job.
-- **Workflow dependents** count one more dependency finished (`unblock`). Each count is an
-  UPDATE of the dependent's own row, so concurrent settles of its dependencies queue on
-  that row lock and exactly one sees the count reach zero. It then makes the dependent
-  pending, or cancelled when a dependency failed and its policy says so; a cancelled
-  dependent has ended too, so its own dependents and triggers follow, level by level.
-  Dependents are counted in id order, so two settles lock shared dependents in one order.
-- **Batches**: is any sibling unfinished? The check must not make every child contend on
-  one row, nor miss the end when the last two children end at once on two hosts (each
-  would see the other unfinished). So the check locks the unfinished sibling it finds,
-  skipping siblings another transaction is changing or checking (`Dialect.lock_rows`:
-  PostgreSQL FOR NO KEY UPDATE SKIP LOCKED, SQL Server UPDLOCK READPAST): a sibling
-  found and locked cannot end before this transaction commits, so whoever ends it later
-  sees this child ended. If every unfinished sibling was skipped, they are ending now:
-  once this transaction has committed, `settle_batch` looks again, waiting for them, and
-  fires. Firing is a compare-and-set on the batch row, so it happens once. SQLite has one
-  writer at a time: the check sees every sibling as it is, and fires in the transaction.
-  A process that dies between its commit and that second look leaves a closed batch with
-  no unfinished child: the maintenance sweep fires it (`Groups.sweep_batches`). Closing a
-  batch looks the same way, waiting, inside its own transaction (`Groups._close_batch`).
-  The steps of a transition run once, after all its compare-and-sets, so a transaction
-  takes every lock of its own rows before any lock of a sibling's.
-
-A dead-lettered step retried on its own (`Transitions.retry`) had been counted finished by
-its dependents: those still waiting count it unfinished again (`after_retry`).
+"""The in-transaction steps of linked jobs (workflow steps, batch children, jobs with
+triggers): what happens, in the transaction that ends a job, to the jobs that depend on it.
+The protocol, and why the batch check cannot miss its end: docs/internals.md, "The steps of
+linked jobs".
 """
 
 from __future__ import annotations

@@ -1,37 +1,7 @@
-"""UPDATE ... RETURNING for a database that has none (MariaDB: INSERT and DELETE have it,
-UPDATE does not), as three statements inside the caller's transaction:
-
-1. ``SELECT key FROM t WHERE <the update's WHERE> ORDER BY key FOR UPDATE``: a locking read
-   sees the newest committed rows (not the transaction's snapshot), waits for a transaction
-   that is changing one to end and judges what it left, and locks the rows that match until
-   this transaction ends, in key order (so two of these lock shared rows in the same order).
-2. ``UPDATE t SET ... WHERE <the WHERE> AND key IN (those keys)``: the same change, limited
-   to the locked rows; the WHERE is checked again, so a row that no longer matches is never
-   changed.
-3. ``SELECT <the RETURNING columns> FROM t WHERE key IN (those keys) ORDER BY key``: the new
-   values, as RETURNING gives them, in key order.
-
-Guarantees: a compare-and-set still. No other transaction can change a locked row between
-1 and 2, so every row 1 found is changed by 2 and reported by 3, and a row another
-transaction changed first is judged on its new values in 1 (not matched, not changed, not
-reported). Should 2 change fewer rows than 1 locked (a WHERE that reads rows the lock does
-not cover, through a subquery), the emulation cannot tell which were changed and raises
-`DatabaseError` rather than guess; the transaction then rolls back.
-
-Cost: three round trips instead of one when rows match, one when none does; and it needs a
-transaction (`single` is False), so a caller that would have run the statement alone in
-autocommit pays BEGIN and COMMIT too; on a connection that autocommits each statement it
-raises `DatabaseError` instead of running. Locks: step 1 locks the rows the WHERE matches
-through the index it reads (under READ COMMITTED, only the matching rows stay locked); a
-plain UPDATE would lock much the same rows, but not necessarily in key order, and the rows
-are locked from step 1 rather than from the moment the UPDATE reaches them.
-
-Limits, checked when the statement is prepared: one table (no multi-table UPDATE, and
-RETURNING names that table's columns) with a one-column primary key, and a WHERE. The
-database must count matched rows, not changed ones (SQLAlchemy's MySQL dialects ask for
-CLIENT_FOUND_ROWS). MariaDB (10.3.2 and later) accepts a WHERE with a subquery on the
-updated table itself; MySQL refuses that shape in step 2 (error 1093), and no store
-statement has one.
+"""UPDATE ... RETURNING for a database that has none (MariaDB), as three statements in the
+caller's transaction: a locking SELECT of the keys, the UPDATE of those keys under the same
+WHERE, a SELECT of the new values. Why it is still a compare-and-set, its cost and its
+limits: docs/internals.md, "UPDATE ... RETURNING emulated".
 """
 
 from __future__ import annotations
