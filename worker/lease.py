@@ -99,7 +99,6 @@ class LeaseKeeper:
         self.next_renewal = 0.0
         self.orphaned_at: float | None = None  # since when the orphan has held no lease
         self.leaving = False  # this thread has decided to end the orphan
-        self.main_thread = threading.main_thread()
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, args=(self._renew_forever,), name="jobsup-renew", daemon=True).start()
@@ -270,7 +269,7 @@ class LeaseKeeper:
                 # process (a claim that returns meanwhile is held, never started).
                 worker.ending.set()
                 self.leaving = True
-        frame = sys._current_frames().get(self.main_thread.ident or 0)
+        frame = sys._current_frames().get(threading.main_thread().ident or 0)
         where = "".join(traceback.format_stack(frame)).rstrip() if frame is not None else "(unknown)"
         try:
             # Nothing runs here, so every lease of this worker in the database is one it will

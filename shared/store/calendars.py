@@ -47,17 +47,15 @@ class CalendarStore:
             if not isinstance(use, CalendarUse) or new.recurring_name is not None:
                 out.append(new)  # (a schedule's slot follows the schedule's calendar)
                 continue
-            if use.name not in read:
-                found = self.calendar_get(use.name)
-                if found is None:
-                    raise BadInput(
-                        f"job {new.name!r} names calendar {use.name!r}, which is not known; "
-                        "add it with `jobsup calendars add` or change the job's calendar="
-                    )
-                read[use.name] = found
+            cal = read.get(use.name) or self.calendar_get(use.name)
+            if cal is None:
+                raise BadInput(
+                    f"job {new.name!r} names calendar {use.name!r}, which is not known; "
+                    "add it with `jobsup calendars add` or change the job's calendar="
+                )
+            read[use.name] = cal
             start = new.run_at or now or host_clock()
-            found_cal = read[use.name]
-            moved = found_cal.next_inside(start) if use.mode == "allowed" else found_cal.next_outside(start)
+            moved = cal.next_inside(start) if use.mode == "allowed" else cal.next_outside(start)
             if moved is None:
                 raise BadInput(
                     f"job {new.name!r}: calendar {use.name!r} allows no time in the next years; fix its rules"

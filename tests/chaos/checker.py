@@ -117,13 +117,12 @@ def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
     for name, (limit, per) in RATES.items():
         # Every claim, a released one too: its attempt row stays, closed, and the window
         # counted it; a later claim of the job may carry the same attempt number.
-        claims = [
-            (job.id, attempt, _epoch(at))
-            for job in end.jobs.values()
-            if job.name == name
-            for (attempt, _, _, at) in job.attempts
-        ]
-        starts = sorted((at, job_id) for job_id, _, at in claims)
+        claimed_at: dict[tuple[int, int], list[float]] = defaultdict(list)
+        for job in end.jobs.values():
+            if job.name == name:
+                for attempt, _, _, at in job.attempts:
+                    claimed_at[(job.id, attempt)].append(_epoch(at))
+        starts = sorted((at, job_id) for (job_id, _), ats in claimed_at.items() for at in ats)
         for index, (first, _) in enumerate(starts):
             inside = [(at, job_id) for at, job_id in starts[index:] if at < first + per]
             if len(inside) > limit:
@@ -137,13 +136,12 @@ def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
                     )
                 )
                 break
-        claimed_at = defaultdict(list)
-        for job_id, attempt, at in claims:
-            claimed_at[(job_id, attempt)].append(at)
         for run in runs:
+            if run.name != name:
+                continue
             # The run's own claim: the latest of its job and attempt before it started.
             at = max((t for t in claimed_at.get((run.job, run.attempt), ()) if t <= run.start), default=None)
-            if run.name == name and at is not None and run.start > at + per:
+            if at is not None and run.start > at + per:
                 found.append(
                     Violation(
                         "c:rate-late-call",
