@@ -263,9 +263,11 @@ def events_problems(
     """(h); when the outbox did not drain in time, only the order of what arrived is checked."""
     statuses = {job_id: end.jobs[job_id].status for job_id in ledger.jobs if end.jobs.get(job_id)}
     statuses = {job_id: status for job_id, status in statuses.items() if status in state.FINAL}
+    job_column = list(schema.outbox.columns.keys()).index("job_id")
+    undelivered = frozenset(row[job_column] for row in end.tables.get(schema.outbox.name, []))
     return [
         checker.Violation("h:events", checker.AT_END, f"job {job_id}: {what}", {job_id})
-        for job_id, what in events.problems(receiver.per_job(), statuses, complete=drained)
+        for job_id, what in events.problems(receiver.per_job(), statuses, complete=drained, undelivered=undelivered)
     ]
 
 
