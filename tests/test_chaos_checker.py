@@ -75,3 +75,24 @@ def test_a_job_whose_last_events_are_still_in_the_outbox_is_not_out_of_order() -
     per_job = {7: arrived}
     assert problems(per_job, {7: "cancelled"}, complete=False, undelivered=frozenset({7})) == []
     assert [job for job, _ in problems(per_job, {7: "cancelled"}, complete=False)] == [7]
+
+
+def test_a_child_retried_from_the_dead_letters_after_its_batch_fired_is_not_a_late_child(tmp_path: Path) -> None:
+    # Child 2 dead-lettered, the batch fired on_complete (job 3, first claimed at +10 s), then
+    # an operator retried child 2 from the dead letters (+12 s), and its new run overlapped the
+    # callback's (+13 s): a new life, not a child the batch should have waited for.
+    child = JobRow(2, "plain", "default", "succeeded", T0, None, None, 1, None, None, "{}")
+    fired = JobRow(3, "callback", "default", "succeeded", T0, None, None, None, None, None, json.dumps(
+        {"batch": {"id": 1}, "kind": "on_complete"}
+    ), attempts=[(1, "succeeded", "owner", T0 + timedelta(seconds=10))])  # fmt: skip
+    end = EndState({2: child, 3: fired}, {}, {1: {"finished_at": T0}}, {}, set(), [], {})
+    t0 = T0.timestamp()
+    runs = [
+        Run(2, 1, 1, "plain", t0, end=t0 + 5),
+        Run(2, 2, 1, "plain", t0 + 12, end=t0 + 18),
+        Run(3, 1, 1, "callback", t0 + 13, end=t0 + 13.1, extra={"batch": 1, "kind": "on_complete"}),
+    ]
+    retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2})
+    assert batches(runs, retried, end, set()) == []
+    never_retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}})
+    assert [v.invariant for v in batches(runs, never_retried, end, set())] == ["e:callback-before-children-ended"]

@@ -262,7 +262,17 @@ def batches(runs: list[Run], ledger: Ledger, end: EndState, slow: set[int]) -> l
             for job_id in fired:
                 if job_id not in first_start:
                     continue  # enqueued, never run: "nothing stuck" judges whether it should have
-                late = [r for m in members for r in children.get(m.id, []) if r.start < first_start[job_id] < r.until]
+                # A child retried from the dead letters after the batch fired runs again beside
+                # the callback as a new life, not as a child the batch should have waited for:
+                # its runs that began after the callback's first claim do not count.
+                claims = [_epoch(at) for (_, _, _, at) in end.jobs[job_id].attempts] if job_id in end.jobs else []
+                fired_by = min(claims, default=first_start[job_id])
+                late = [
+                    r
+                    for m in members
+                    for r in children.get(m.id, [])
+                    if r.start < first_start[job_id] < r.until and not (m.id in ledger.retried and r.start > fired_by)
+                ]
                 if late:
                     found.append(
                         Violation(
