@@ -218,7 +218,6 @@ class Arbiter:
                 self.health.tick(self.problems())
                 self.handle(self.next_signal())
                 self.reap()
-                self.burials.run_due()
                 if self.stopping is None:
                     self.spawn()
                 elif time.monotonic() > self.stopping + self.shutdown_deadline():

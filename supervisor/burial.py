@@ -16,6 +16,10 @@ written yet: released. Written only now that the process is dead, so the job's r
 changes while its function may still run. If the database cannot be reached, the burial is
 retried with backoff until it is written or the lease lapses (then the sweep of any instance
 closes it).
+
+Burials are written by a thread of their own: a database that does not answer (a connect
+waiting out its timeout, a statement on a half-open connection) must not hold up the
+supervisor's loop, which reaps and restarts the other workers and answers signals meanwhile.
 """
 
 from __future__ import annotations
@@ -70,45 +74,68 @@ class Burials:
     def __init__(self, transitions: Transitions) -> None:
         self.transitions = transitions
         self.pending: list[Burial] = []
+        self.changed = threading.Condition()  # guards `pending` and `closed`; wakes the thread
+        self.closed = False  # at shutdown: the thread stops once `finish` has given up
+        self.thread: threading.Thread | None = None
 
     def add(self, burial: Burial) -> None:
-        self.pending.append(burial)
-        self.run_due()
-
-    def run_due(self) -> None:
-        now = time.monotonic()
-        for burial in list(self.pending):
-            if now < burial.next_try:
-                continue
-            closed = report_errors("expire_lease", lambda b=burial: self._write(b), worker=burial.worker)  # type: ignore[misc]
-            if closed is not None:
-                self.pending.remove(burial)
-            elif now >= burial.lapses_at:
-                self.pending.remove(burial)
-                emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="its lease lapsed")
-            else:
-                burial.next_try, burial.delay = now + burial.delay, min(burial.delay * 2, MAX_DELAY)
+        with self.changed:
+            self.pending.append(burial)
+            self.changed.notify()
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._write_forever, name="jobsup-burials", daemon=True)
+            self.thread.start()
 
     def finish(self, grace: float) -> None:
-        """At shutdown: keep retrying the burials still pending (a brief outage must not
-        leave a released job running for a whole lease) for `grace` seconds, then say which
-        were given up; the sweep closes those once their leases lapse. The retries run in a
-        thread, so a statement hanging on a dead connection cannot stretch the shutdown."""
-        if not self.pending:
-            return
+        """At shutdown: let the thread keep retrying the burials still pending (a brief
+        outage must not leave a released job running for a whole lease) for `grace`
+        seconds, then say which were given up; the sweep closes those once their leases
+        lapse. A statement hanging on a dead connection cannot stretch the shutdown: the
+        thread is left to it."""
         deadline = time.monotonic() + grace
-        done = threading.Event()
-
-        def retry() -> None:
+        with self.changed:
+            for burial in self.pending:
+                burial.next_try = 0.0  # now: the backoff was for a supervisor that lives on
+            self.changed.notify()
             while self.pending and time.monotonic() < deadline:
-                self.run_due()
-                time.sleep(0.1)
-            done.set()
-
-        threading.Thread(target=retry, name="jobsup-burials", daemon=True).start()
-        done.wait(grace + 0.2)
-        for burial in list(self.pending):
+                self.changed.wait(max(0.0, deadline - time.monotonic()))
+            self.closed = True
+            given_up, self.pending = self.pending, []
+            self.changed.notify()
+        for burial in given_up:
             emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="the supervisor stopped")
+
+    def _write_forever(self) -> None:
+        while True:
+            with self.changed:
+                due = self._due()
+                while not self.closed and not due:
+                    next_try = min((burial.next_try for burial in self.pending), default=None)
+                    self.changed.wait(None if next_try is None else max(0.0, next_try - time.monotonic()))
+                    due = self._due()
+                if self.closed:
+                    return
+            for burial in due:
+                self._try(burial)
+
+    def _due(self) -> list[Burial]:
+        now = time.monotonic()
+        return [burial for burial in self.pending if now >= burial.next_try]
+
+    def _try(self, burial: Burial) -> None:
+        closed = report_errors("expire_lease", lambda: self._write(burial), worker=burial.worker)
+        now, lapsed = time.monotonic(), False
+        with self.changed:
+            if burial not in self.pending:  # given up by `finish` while it was being written
+                return
+            if closed is not None or now >= burial.lapses_at:
+                self.pending.remove(burial)
+                lapsed = closed is None
+            else:
+                burial.next_try, burial.delay = now + burial.delay, min(burial.delay * 2, MAX_DELAY)
+            self.changed.notify_all()  # `finish` may be waiting for the list to empty
+        if lapsed:
+            emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="its lease lapsed")
 
     def _write(self, burial: Burial) -> int:
         return self.transitions.sweep.expire_owner(burial.owner, burial.charged)

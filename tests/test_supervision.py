@@ -19,7 +19,7 @@ import pytest
 import jobsup
 from jobsup.store.dialects.sqlite import owners_folder
 
-from harness import assert_no_overlap, history, port_of, records, sample, scrape, started_by, status_of
+from harness import Supervisor, assert_no_overlap, history, port_of, records, sample, scrape, started_by, status_of
 from helpers import alive, wait_until
 
 pytestmark = pytest.mark.slow
@@ -75,6 +75,49 @@ def test_a_dead_workers_leases_are_closed_once_the_database_is_back(url: str, st
     assert time.monotonic() - killed_at < 30, "the job waited out its 60 s lease"
     assert history(client, job_id) == [(1, "lease_expired"), (2, "succeeded")]
     assert "operation=expire_lease" in supervisor.output(), "no burial failed: the outage was missed"
+
+
+@pytest.mark.parametrize(
+    "server",
+    [pytest.param("postgres_url", marks=pytest.mark.postgres), pytest.param("mariadb_url", marks=pytest.mark.mariadb)],
+)
+def test_a_burial_hanging_on_the_database_holds_up_no_restart_and_no_stop(
+    server: str, request: pytest.FixtureRequest, record: Path, tmp_path: Path
+) -> None:
+    """A dead worker's leases are written by a thread of their own: while that write hangs (a
+    half-open connection; a connect waiting out its timeout on a host cut off), the loop still
+    reaps and restarts the other workers and stops when told. (SQLite is left out: its
+    writes are local, and a fork there waits for the database use under way, by design.)"""
+    url = request.getfixturevalue(server)
+    client = jobsup.Client(url)
+    jobs = client.enqueue_many([{"name": "work", "payload": {"seconds": 60}} for _ in range(2)])
+    # Every statement the supervisor runs as maintenance (its burials too) hangs for 10 minutes.
+    supervisor = Supervisor(
+        url, record, tmp_path / "supervisor.log", "--queue", "default=2",
+        lease="60s", faults="supervisor:maintenance@0s+600s:hang",
+    )  # fmt: skip
+    request.addfinalizer(supervisor.stop)
+    first, second = (started_by(record, job) for job in jobs)
+    os.kill(first, signal.SIGKILL)
+    replaced = wait_until(
+        lambda: len(set(supervisor.workers()) - {first, second}) == 1,
+        timeout=20,
+        what=lambda: f"the killed worker restarted while its burial hangs: {supervisor.workers()}",
+    )
+    assert replaced
+    os.kill(second, signal.SIGKILL)  # buried behind the first, still hanging
+    wait_until(
+        lambda: len(set(supervisor.workers()) - {first, second}) == 2,
+        timeout=20,
+        what=lambda: f"the second killed worker restarted too: {supervisor.workers()}",
+    )
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0
+    output = supervisor.output()
+    # Given up at the stop (the sweep closes them once their leases lapse): the two killed
+    # workers' and those of the replacements, which stopped with the supervisor.
+    assert output.count("reason='the supervisor stopped'") >= 2, output[-2000:]
+    client.close()
 
 
 def test_a_replacement_worker_that_fails_at_boot_is_retried(sqlite_url: str, record: Path, tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ def test_burials_still_pending_at_shutdown_are_given_up_in_time(url: str) -> Non
     faults.install(db.engine, "supervisor", "supervisor:maintenance@0s+600s:hang")  # a dead connection
     faults.install(db.single, "supervisor", "supervisor:maintenance@0s+600s:hang")
     burials = Burials(Store(db).transitions)
-    burials.pending.append(Burial("gone:default#1:x", "default#1", {}, lapses_at=time.monotonic() + 600))
+    burials.add(Burial("gone:default#1:x", "default#1", {}, lapses_at=time.monotonic() + 600))  # its thread hangs
     seen: list[str] = []
     subscriber = events.subscribe(lambda kind, fields: seen.append(kind))
     try:
