@@ -1,5 +1,6 @@
 """The campaign's checker reports what it is there to find (each case a history that breaks
-one invariant, and its neighbour that keeps it), and judges odd but legal ends without crashing."""
+one invariant, and its neighbour that keeps it), and judges odd but legal ends without crashing;
+the campaign's bookkeeping of its own faults leaves no queue paused at the end."""
 
 from __future__ import annotations
 
@@ -96,3 +97,45 @@ def test_a_child_retried_from_the_dead_letters_after_its_batch_fired_is_not_a_la
     assert batches(runs, retried, end, set()) == []
     never_retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}})
     assert [v.invariant for v in batches(runs, never_retried, end, set())] == ["e:callback-before-children-ended"]
+
+
+def test_a_resume_that_meets_a_database_restart_is_tried_again(sqlite_url: str, tmp_path: Path) -> None:
+    """The campaign's own bookkeeping: a pause whose resume failed (the database restarting)
+    was forgotten, so the queue stayed paused to the end and every job in it was reported
+    stuck (52 violations, PostgreSQL seed 35). Now the queue stays on the list until a
+    resume goes through."""
+    import random
+
+    import jobsup
+    from jobsup.store import faults as injected
+    from tests.chaos.faults import Faults
+    from tests.chaos.processes import Fleet
+    from tests.chaos.sidechannel import Runs
+
+    from helpers import wait_until
+
+    client = jobsup.Client(sqlite_url)
+    ledger = Ledger(tmp_path)
+    fleet, runs = Fleet(sqlite_url, tmp_path, {}), Runs(tmp_path)
+    chaos = Faults(random.Random(1), client, ledger, fleet, runs, {}, tmp_path / "outage", None)
+    chaos.pause()
+    (queue,) = chaos.paused
+    injected.install(client.database.engine, "any", "any:queues@0s+2s")  # the restart, for 2 s
+    try:
+        chaos.resume_due(everything=True)
+    except jobsup.JobsupError:
+        pass
+    looker = jobsup.Client(sqlite_url)  # its own engine: no fault on it
+    assert queue in chaos.paused and [q["queue"] for q in looker.queues() if q["state"] == "paused"] == [queue]
+
+    def resumed() -> bool:
+        try:
+            chaos.resume_due(everything=True)
+        except jobsup.JobsupError:
+            return False
+        return True
+
+    wait_until(resumed, timeout=20, what="the resume to go through once the database is back")
+    assert chaos.paused == {} and all(q["state"] != "paused" for q in looker.queues())
+    client.close()
+    looker.close()

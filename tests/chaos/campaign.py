@@ -205,6 +205,21 @@ class Quiet:
     unmoved: set[int]  # unfinished jobs, when nothing changed for `STALL` seconds: stuck, not slow
 
 
+def resume_all(faults: Faults, ledger: Ledger, *, within: float = 60) -> None:
+    """Resume every queue still paused, retrying while the database comes back from a
+    restart (a pooled connection it ended fails once)."""
+    deadline = time.time() + within
+    while True:
+        try:
+            faults.resume_due(everything=True)
+            return
+        except (jobsup.JobsupError, SQLAlchemyError) as exc:
+            if time.time() >= deadline:
+                raise
+            ledger.note(f"quiescence: resume failed, again: {type(exc).__name__}"[:300])
+            time.sleep(0.5)
+
+
 def quiesce(
     client: jobsup.Client,
     fleet: Fleet,
@@ -216,7 +231,7 @@ def quiesce(
     cap: float,
 ) -> Quiet:
     ledger.note("quiescence: faults stop")
-    faults.resume_due(everything=True)
+    resume_all(faults, ledger)
     faults.end_outage()
     client.remove_recurring("chaos-cron")
     for role, args in plan.items():

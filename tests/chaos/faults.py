@@ -124,10 +124,14 @@ class Faults:
         return f"pause {queue} -> {self.client.pause_queue(queue, reason='chaos', actor='chaos', allow_unknown=True)}"
 
     def resume_due(self, everything: bool = False) -> None:
+        """Resume the queues whose pause is over. A queue is forgotten only once its resume
+        went through: a resume that met a database restart is tried again at the next step
+        (forgotten at once, the queue stayed paused to the end and all its jobs looked stuck)."""
         for queue, at in list(self.paused.items()):
             if everything or time.time() >= at:
+                resumed = self.client.resume_queue(queue, actor="chaos")
                 del self.paused[queue]
-                self.ledger.note(f"resume {queue} -> {self.client.resume_queue(queue, actor='chaos')}", fault=True)
+                self.ledger.note(f"resume {queue} -> {resumed}", fault=True)
 
     def toggle_outage(self) -> str:
         if self.outage.exists():
