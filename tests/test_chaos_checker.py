@@ -8,6 +8,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from tests.chaos.checker import batches, rate_windows
 from tests.chaos.events import problems
 from tests.chaos.ledger import Ledger
@@ -121,10 +123,8 @@ def test_a_resume_that_meets_a_database_restart_is_tried_again(sqlite_url: str, 
     chaos.pause()
     (queue,) = chaos.paused
     injected.install(client.database.engine, "any", "any:queues@0s+2s")  # the restart, for 2 s
-    try:
+    with pytest.raises(jobsup.JobsupError):
         chaos.resume_due(everything=True)
-    except jobsup.JobsupError:
-        pass
     looker = jobsup.Client(sqlite_url)  # its own engine: no fault on it
     assert queue in chaos.paused and [q["queue"] for q in looker.queues() if q["state"] == "paused"] == [queue]
 
