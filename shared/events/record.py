@@ -2,10 +2,10 @@
 same transaction, so an event exists if and only if its change committed) and to the
 in-process hooks (after the commit).
 
-This is an in-transaction step (`jobsup.store.steps`), registered only for the transitions
-whose events someone wants: every transition once a publisher is configured (`enable`), else
-those a hook listens to. Unregistered, a transition pays nothing, and PostgreSQL's claim and
-settle stay single statements. The events of no transition (breakers, queues, SLAs,
+This is an in-transaction step (`jobsup.store.steps`), on only for the transitions whose
+events someone wants: every transition once a publisher is configured (`enable`), else those
+a hook listens to. Off, a transition pays nothing, and PostgreSQL's claim and settle stay
+single statements. The events of no transition (breakers, queues, SLAs,
 batches, workflows) come from the store's announcements (`jobsup.store.announce`), which
 this module listens to.
 """
@@ -13,15 +13,18 @@ this module listens to.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
 from jobsup.clock import host_clock
 from jobsup.events.catalogue import encode, error_type, event
-from jobsup.store import announce, outbox, steps
+from jobsup.store import announce, outbox
 from jobsup.store.database import after_commit
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING
+
+if TYPE_CHECKING:
+    from jobsup.store.steps import Change
 
 # The event types each transition can announce.
 TRANSITION_TYPES: dict[str, frozenset[str]] = {
@@ -38,6 +41,7 @@ TRANSITION_TYPES: dict[str, frozenset[str]] = {
 _publishing = False  # a publisher is configured: every event goes into the outbox
 _hooked: set[str] = set()  # the types some in-process hook listens to
 _dispatch: Callable[[list[dict[str, Any]]], None] | None = None  # `jobsup.events.hooks.dispatch`
+_wanted: frozenset[str] = frozenset()  # the transitions whose events someone wants
 
 
 def enable(*, publish: bool = True) -> None:
@@ -67,14 +71,17 @@ def publishing() -> bool:
     return _publishing
 
 
+def wanted(transition: str) -> bool:
+    """Does the step run in `transition` (see `jobsup.store.steps.STEPS`)?"""
+    return transition in _wanted
+
+
 def _register() -> None:
-    for transition, types in TRANSITION_TYPES.items():
-        steps.unregister(transition, record)
-        if _publishing or types & _hooked:
-            steps.register(transition, record)
+    global _wanted
+    _wanted = frozenset(t for t, types in TRANSITION_TYPES.items() if _publishing or types & _hooked)
 
 
-def record(conn: Connection, change: steps.Change) -> None:
+def record(conn: Connection, change: Change) -> None:
     """The step: this transition's events, into the outbox and, after commit, to hooks."""
     built = list(_events(conn, change))
     if built:
@@ -115,7 +122,7 @@ def _send(conn: Connection, built: list[dict[str, Any]], *, subject: str | None 
         after_commit(conn, lambda: dispatch(hooked))
 
 
-def _events(conn: Connection, change: steps.Change) -> Iterable[dict[str, Any]]:
+def _events(conn: Connection, change: Change) -> Iterable[dict[str, Any]]:
     at, transition = host_clock(), change.transition
     if transition == "enqueue":
         for job_id, new in change.rows:  # type: ignore[misc]  # enqueue's rows are (id, NewJob) pairs

@@ -20,7 +20,6 @@ _WARNINGS = {
     "job.result_dropped",
     "joblog.write_failed",
     "joblog.line_dropped",
-    "links.late",
     "worker.died",
     "worker.boot_failed",
     "worker.killed_overdue",

@@ -1,7 +1,7 @@
 """jobsup.store: the storage layer. It knows jobs and SQL, and nothing of loops or processes.
 
 - `transitions`: the only writers of job rows, one method per arrow of the state machine;
-  `statements` holds their SQL, `steps` lets features join them, `builder` builds new rows.
+  `statements` holds their SQL, `steps` lists what runs inside each, `builder` builds new rows.
 - `reads`: what operators look at (`overview`: the dashboard's indexed counts and pages);
   `retention`: deleting finished jobs.
 - `recurring`, `definitions`, `processes`, `joblogs`, `audit` (operator actions), `outbox`
@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 from jobsup.jobtypes import Resolver
-from jobsup.store import limits, links, rates  # noqa: F401 - register the steps of linked, keyed and rate-limited jobs
 from jobsup.store.audit import Audit
 from jobsup.store.breakers import Breakers
 from jobsup.store.calendars import CalendarStore

@@ -26,16 +26,18 @@ half_open --its one probe succeeds--> closed;  --the probe fails--> open again.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, literal_column, or_, select, update
 
 from jobsup.observe.events import emit
-from jobsup.store import steps
 from jobsup.store.announce import announce
 from jobsup.store.claim import status_is
 from jobsup.store.database import after_commit
 from jobsup.store.schema import BREAKER_STATES, DEAD_LETTERED, PENDING, SUCCEEDED, UNFINISHED_STATUSES, breaker, job
+
+if TYPE_CHECKING:
+    from jobsup.store.steps import Change
 
 STATES = BREAKER_STATES  # the gauge's values, in order
 CLOSED, HALF_OPEN, OPEN = STATES
@@ -50,7 +52,7 @@ def _state(value: str) -> Any:
 # -- the settle step ------------------------------------------------------------------------
 
 
-def count_settles(conn: Connection, change: steps.Change) -> None:
+def count_settles(conn: Connection, change: Change) -> None:
     t = change.transitions
     for row in change.rows:
         policy = t.resolver.breaker_of(row.name)
@@ -62,14 +64,10 @@ def count_settles(conn: Connection, change: steps.Change) -> None:
             _failed(conn, t, row.name, row.id, policy, change.params)
 
 
-def _counts_as_failure(change: steps.Change, row: Any) -> bool:
+def _counts_as_failure(change: Change, row: Any) -> bool:
     if change.transition == "fail":
         return change.params.get("p_outcome") in FAILED_OUTCOMES
     return change.transition == "expire" and row.status == DEAD_LETTERED
-
-
-for _transition in ("complete", "fail", "expire"):
-    steps.register(_transition, count_settles, linked_only=True)
 
 
 def _clock_params(t: Any, params: Any, reset: float = 0.0) -> dict[str, Any]:

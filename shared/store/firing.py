@@ -25,7 +25,7 @@ from jobsup.calendars import Calendar
 from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import BadInput, ConstraintViolation
 from jobsup.observe.events import emit
-from jobsup.store import limits, steps
+from jobsup.store import limits
 from jobsup.store.builder import build, fired_payload
 from jobsup.store.recurring import BLACKOUT, DEFER, QUEUE, SKIP, RecurringStore
 from jobsup.store.rows import RecurringSchedule
@@ -74,7 +74,6 @@ def fire(
             if reason is None:
                 with limits.bounded(conn, transitions, [new]):  # a held key: LockBusy, the tick goes on
                     ids, _ = transitions.insert(conn, [new], clock)
-                steps.run(conn, steps.Change("fire", [(schedule.name, slot, ids[0])], clock, transitions))
     except ConstraintViolation:
         emit("recurring.already_fired", schedule=schedule.name)
         return ALREADY_FIRED  # the unique (recurring_name, scheduled_slot) held

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Integer, bindparam, delete, func, or_, select, update
 
-from jobsup.store import steps
 from jobsup.store.claim import status_is
 from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, WAITING, concurrency, job
 
@@ -38,6 +37,7 @@ if TYPE_CHECKING:
     from jobsup.store.dialects import Dialect
     from jobsup.store.rows import NewJob
     from jobsup.store.statements import Statements
+    from jobsup.store.steps import Change
     from jobsup.store.transitions import Transitions
 
 # The key's row, locked until the transaction ends (FOR UPDATE; SQL Server's UPDLOCK; SQLite's
@@ -220,7 +220,7 @@ def _finished_keys(rows: Sequence[Any]) -> list[str]:
     ]
 
 
-def after_finish(conn: Connection, change: steps.Change) -> None:
+def after_finish(conn: Connection, change: Change) -> None:
     keys = _finished_keys(change.rows)
     if keys:
         t = change.transitions
@@ -229,13 +229,7 @@ def after_finish(conn: Connection, change: steps.Change) -> None:
             t.dialect.after_enqueue(conn, woken)
 
 
-def after_retry(conn: Connection, change: steps.Change) -> None:
+def after_retry(conn: Connection, change: Change) -> None:
     keyed = [(row.id, row.concurrency_key, row.concurrency_limit or 1) for row in change.rows if row.concurrency_key]
     if keyed:
         admit(conn, change.transitions.sql, keyed)
-
-
-# A release ends the job when an operator asked to cancel it while it was held.
-for _transition in ("complete", "fail", "expire", "cancel", "release"):
-    steps.register(_transition, after_finish, linked_only=True)
-steps.register("retry", after_retry, linked_only=True)

@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, ConfigurationError, LockBusy
 from jobsup.observe.events import emit
-from jobsup.store import limits, steps
+from jobsup.store import limits
 from jobsup.store.announce import announce, job_fields
 from jobsup.store.builder import build
 from jobsup.store.database import after_commit
@@ -25,13 +25,10 @@ from jobsup.store.schema import CANCELLED, DEAD_LETTERED, FINISHED_STATUSES, SUC
 from jobsup.store.workflows import status_of as workflow_status
 
 if TYPE_CHECKING:
+    from jobsup.store.steps import Change
     from jobsup.store.transitions import Transitions
 
 log = logging.getLogger("jobsup.links")
-
-# The transitions that end jobs.
-# (A release ends the job when an operator asked to cancel it while it was held.)
-FINISHING = ("complete", "fail", "expire", "cancel", "release")
 
 
 def linked_rows(rows: Sequence[Any]) -> list[Any]:
@@ -39,7 +36,7 @@ def linked_rows(rows: Sequence[Any]) -> list[Any]:
     return [row for row in rows if row.status in FINISHED_STATUSES and has_links(row)]
 
 
-def after_finish(conn: Connection, change: steps.Change) -> None:
+def after_finish(conn: Connection, change: Change) -> None:
     finished = linked_rows(change.rows)
     if finished:
         settle_links(conn, change.transitions, finished, {"p_now": change.params.get("p_now")})
@@ -241,13 +238,8 @@ def finish_workflow(conn: Connection, t: Transitions, workflow_id: int, clock: M
     return True
 
 
-def after_retry(conn: Connection, change: steps.Change) -> None:
+def after_retry(conn: Connection, change: Change) -> None:
     """A dead-lettered workflow step runs again: whoever still waits on it waits again."""
     for row in change.rows:
         if row.workflow_id is not None:
             conn.execute(change.transitions.sql.recount, {"p_job": row.id, "p_now": change.params.get("p_now")})
-
-
-for _transition in FINISHING:
-    steps.register(_transition, after_finish, linked_only=True)
-steps.register("retry", after_retry, linked_only=True)

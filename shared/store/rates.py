@@ -25,14 +25,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
 from jobsup.policies import Rate
-from jobsup.store import steps
 from jobsup.store.dialects import Dialect
 from jobsup.store.schema import rate_limit, rate_start
+
+if TYPE_CHECKING:
+    from jobsup.store.steps import Change
 
 _locked = (
     select(rate_limit.c.frontier)
@@ -119,7 +121,7 @@ class Window:
             conn.execute(_set_frontier, {"p_key": self.key, "p_frontier": self.frontier})
 
 
-def admit_claimed(conn: Connection, change: steps.Change) -> None:
+def admit_claimed(conn: Connection, change: Change) -> None:
     """The claim's step: start the claimed jobs of rate-limited types their windows have room
     for, and put the others back (their ids go to `change.dropped`)."""
     t = change.transitions
@@ -150,6 +152,3 @@ def admit_claimed(conn: Connection, change: steps.Change) -> None:
             conn.execute(t.sql.drop_claimed_attempt, {"p_job": row.id, "p_attempt": row.attempts})
             change.dropped[row.id] = later
         window.save(conn)
-
-
-steps.register("claim", admit_claimed, linked_only=True)

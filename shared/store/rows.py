@@ -107,7 +107,7 @@ class Held:
     lease: Lease
     name: str
     queue: str
-    linked: bool = False  # in a workflow or batch, or with triggers: its settle has steps to run
+    linked: bool  # in a workflow or batch, with triggers or under a key: its settle has steps to run (`has_links`)
 
     @property
     def id(self) -> int:

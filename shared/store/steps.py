@@ -1,23 +1,19 @@
-"""In-transaction steps: how a feature joins a state transition.
+"""What runs inside each transition: the in-transaction steps, listed in `STEPS`.
 
 A step runs on the transition's connection, inside its transaction, after its
-compare-and-set has matched: a workflow unblocks the dependents of a job that settled, a
-batch enqueues its callback when its last child ends, the outbox records the event. It sees
-what changed (`Change`) and may write with a few dialect-neutral statements; if it raises,
-the whole transition rolls back and the caller sees the error, as if the compare-and-set had
-failed with it.
+compare-and-set has matched: a concurrency key hands its slot on, a workflow unblocks the
+dependents of a job that settled, a batch enqueues its callback when its last child ends, a
+breaker counts the settle, the outbox records the event. It sees what changed (`Change`) and
+may write with a few dialect-neutral statements; if it raises, the whole transition rolls
+back and the caller sees the error, as if the compare-and-set had failed with it.
 
-    from jobsup.store import steps
-
-    def unblock_dependents(conn, change):
-        ...
-
-    steps.register("complete", unblock_dependents)
-
-Register at import time, before the transitions run. A transition with no step registered
-runs as before: on PostgreSQL the claim and the completion stay single statements. (Retention
-deleting finished jobs is not a transition and has no steps yet: a feature whose rows refer
-to jobs must add that hook to `store/retention.py` when it adds the rows.)
+`STEPS` is the whole list, in the order the steps run: to know every statement a
+`complete` runs, read its line. A step that concerns linked jobs alone (`Held.linked`: in a
+workflow or batch, with triggers or under a concurrency key) is skipped by a transition of
+plain jobs, and the events' step runs only while someone wants that transition's events;
+a transition with no step to run keeps its single-statement fast path on PostgreSQL.
+(Retention deleting finished jobs is not a transition and has no steps: a feature whose
+rows refer to jobs must add that to `store/retention.py` when it adds the rows.)
 """
 
 from __future__ import annotations
@@ -25,58 +21,70 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row
 
-# The transitions a step can join: one per arrow of DESIGN section 4.
-TRANSITIONS = ("enqueue", "claim", "complete", "fail", "release", "cancel", "expire", "retry", "fire")
+from jobsup.events import record
+from jobsup.store import breakers, limits, links, rates
+
+if TYPE_CHECKING:
+    from jobsup.store.transitions import Transitions
 
 
 @dataclass(frozen=True)
 class Change:
     """What a transition changed, as its steps see it.
 
-    `rows` are the rows its compare-and-set matched (for `enqueue`, the inserted ids; for
-    `claim`, the claimed rows; for `fail` and `expire`, each row's id and new status);
+    `rows` are the rows its compare-and-set matched (for `enqueue`, (id, `NewJob`) pairs;
+    for `claim`, the claimed rows; for `fail` and `expire`, each row's id and new status);
     `params` are its bound parameters, clock included, so a step's statements use the same
     instant."""
 
     transition: str
     rows: Sequence[Row[Any]] | Sequence[Any]
-    params: Mapping[str, Any] = field(default_factory=dict)
-    transitions: Any = None  # the `Transitions` running it: its statements, resolver and insert
+    params: Mapping[str, Any]
+    transitions: Transitions  # the `Transitions` running it: its statements, resolver and insert
     # A claim's steps may put claimed rows back in the claim's own transaction (a rate
     # window with no room): their ids, which the claim then does not return, and when each
     # is due again.
     dropped: dict[int, datetime] = field(default_factory=dict)
 
 
-Step = Callable[[Connection, Change], None]
-
-_steps: dict[str, list[tuple[Step, bool]]] = {name: [] for name in TRANSITIONS}
-
-
-def register(transition: str, step: Step, *, linked_only: bool = False) -> Step:
-    """Run `step` inside every `transition` from now on; returns it (usable as a decorator
-    through `functools.partial`). A `linked_only` step concerns linked jobs alone (in a
-    workflow or batch, or with triggers, see `Held.linked`): a transition of plain jobs
-    skips it, and keeps its single-statement fast path."""
-    if transition not in _steps:
-        raise ValueError(f"no transition named {transition!r}; the transitions are {', '.join(TRANSITIONS)}")
-    _steps[transition].append((step, linked_only))
-    return step
+@dataclass(frozen=True)
+class Step:
+    run: Callable[[Connection, Change], None]
+    linked_only: bool = True  # concerns linked jobs alone: a transition of plain jobs skips it
+    wanted: Callable[[str], bool] | None = None  # asked with the transition: is it on in this process?
 
 
-def unregister(transition: str, step: Step) -> None:
-    """Stop running `step` inside `transition` (a feature switched off again)."""
-    _steps[transition][:] = [(each, linked_only) for each, linked_only in _steps[transition] if each is not step]
+_HAND_ON_KEYS = Step(limits.after_finish)  # a key's slot to the next waiting job
+_UNBLOCK = Step(links.after_finish)  # dependents, batch callbacks, triggers
+_COUNT_SETTLES = Step(breakers.count_settles)  # a breaker type's successes and failures
+_EVENTS = Step(record.record, linked_only=False, wanted=record.wanted)  # the outbox, and hooks after commit
+
+# One line per transition (an arrow of DESIGN section 4), its steps in the order they run.
+STEPS: dict[str, tuple[Step, ...]] = {
+    "enqueue": (_EVENTS,),
+    "claim": (Step(rates.admit_claimed), _EVENTS),  # rate windows: put back what has no room
+    "complete": (_HAND_ON_KEYS, _UNBLOCK, _COUNT_SETTLES, _EVENTS),
+    "fail": (_HAND_ON_KEYS, _UNBLOCK, _COUNT_SETTLES, _EVENTS),
+    "expire": (_HAND_ON_KEYS, _UNBLOCK, _COUNT_SETTLES, _EVENTS),
+    # A release ends the job when an operator asked to cancel it while it was held.
+    "release": (_HAND_ON_KEYS, _UNBLOCK, _EVENTS),
+    "cancel": (_HAND_ON_KEYS, _UNBLOCK, _EVENTS),
+    "retry": (Step(limits.after_retry), Step(links.after_retry), _EVENTS),  # a dead letter waits again
+}
 
 
-def of(transition: str, *, linked: bool = True) -> tuple[Step, ...]:
-    """The steps a `transition` runs: all of them when it touches a linked job, else those
-    that concern every job."""
-    return tuple(step for step, linked_only in _steps[transition] if linked or not linked_only)
+def of(transition: str, *, linked: bool = True) -> tuple[Callable[[Connection, Change], None], ...]:
+    """The steps a `transition` runs now: all that are on when it touches a linked job,
+    else those that concern every job."""
+    return tuple(
+        step.run
+        for step in STEPS[transition]
+        if (linked or not step.linked_only) and (step.wanted is None or step.wanted(transition))
+    )
 
 
 def run(conn: Connection, change: Change, *, linked: bool = True) -> None:

@@ -5,7 +5,7 @@ One method per arrow: enqueue, claim, complete, fail, release, cancel, expire, r
 (and renew, which extends a lease and changes no state). Each is one transaction and a
 compare-and-set: the statement names the state it expects and the rows it returns say
 whether it happened. Inside the transaction, after the compare-and-set has matched, run the
-in-transaction steps that features registered (`jobsup.store.steps`); after the commit, the
+in-transaction steps `jobsup.store.steps.STEPS` lists for it; after the commit, the
 events (`jobsup.observe.events`), never before the write they announce. Every
 time-dependent transition takes an optional `now`; without it the reference clock is used.
 """
@@ -46,7 +46,6 @@ from jobsup.store.rows import (
     Outcome,
     RecurringSchedule,
     Renewed,
-    has_links,
 )
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED
 from jobsup.store.sealed import seal_new
@@ -364,12 +363,6 @@ class Transitions:
         if len(each) == 1 and chain.single and not steps.of(transition, linked=linked):
             with self.db.statement(operation) as conn:
                 rows = chain.run(conn, each[0])
-            if not linked and steps.of(transition) and (late := [row for row in rows if has_links(row)]):
-                # A caller that did not say the jobs were linked: their steps run late, in a
-                # transaction of their own, rather than never (a dependent would wait forever).
-                emit("links.late", transition=transition, jobs=[row[0] for row in late])
-                with self.db.transaction(operation) as conn:
-                    steps.run(conn, steps.Change(transition, late, each[0], self))
             return rows
         matched: list[Row[Any]] = []
         with self.db.transaction(operation) as conn:
