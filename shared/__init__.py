@@ -9,6 +9,14 @@ client = jobsup.Client("postgresql+psycopg://postgres@127.0.0.1/app")
 job_id = client.enqueue("send-email", {"to": "a@example.com"})
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
+try:
+    __version__ = _version("jobsup")
+except PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "unknown (not installed)"
+
 from jobsup.asyncclient import AsyncClient
 from jobsup.client import Client, DeadLetters
 from jobsup.client_groups import Batch

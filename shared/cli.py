@@ -9,28 +9,36 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import click
 from setproctitle import setproctitle
 
+from jobsup import __version__
 from jobsup.errors import BadInput, ConfigurationError, JobsupError
+from jobsup.ops import (
+    audit,
+    bench,
+    breakers,
+    calendars,
+    dashboard,
+    definitions,
+    events,
+    jobs,
+    keys,
+    links,
+    pauses,
+    queues,
+    recurring,
+)
 from jobsup.ops.options import Target, config_option, database_url_option, with_target
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 
 
-def _version() -> str:
-    try:
-        return version("jobsup")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(_version(), "--version", prog_name="jobsup", message="%(prog)s %(version)s")
+@click.version_option(__version__, "--version", prog_name="jobsup", message="%(prog)s %(version)s")
 @database_url_option
 @config_option
 @click.pass_context
@@ -111,12 +119,32 @@ def start(target: Target, apps: tuple[str, ...], queues: tuple[str, ...], **opti
         sys.exit(exits.BOOT_FAILED)
 
 
+# The operator's commands (`jobsup.ops`), beside `start` and `db` above.
+for _command in (
+    jobs.enqueue,
+    jobs.jobs,
+    jobs.dead,
+    links.workflows,
+    links.batches,
+    recurring.recurring,
+    definitions.definitions,
+    pauses.queues,
+    queues.workers,
+    queues.stats,
+    breakers.breaker,
+    calendars.calendars,
+    keys.keys,
+    events.events,
+    audit.audit,
+    bench.bench,
+    dashboard.dashboard,
+):
+    cli.add_command(_command)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: jobsup errors become one line and an exit status, not a traceback."""
-    from jobsup import ops
-
     hide_passwords_from_ps()
-    ops.register()
     run(cli, argv)
 
 
@@ -164,8 +192,4 @@ def run(command: Callable[..., Any], argv: list[str] | None) -> None:
 
 
 if __name__ == "__main__":
-    # Run the imported module's `main`, not this copy's: the operator commands register
-    # themselves on `jobsup.cli.cli`.
-    from jobsup.cli import main as jobsup_main
-
-    jobsup_main()
+    main()

@@ -19,7 +19,7 @@ from jobsup.errors import ConfigurationError
 from jobsup.secrets import ENV
 from jobsup.store.schema import web_session
 from jobsup.web import actions
-from jobsup.web.api import OPERATIONS
+from jobsup.web.app import OPERATIONS
 from jobsup.web.auth import Auth, LoginLimiter, check_password, hash_password
 from jobsup.web.server import check_bind
 
@@ -61,7 +61,7 @@ def test_the_read_only_role_reads_but_gets_403_on_every_action(url: str, client:
     job_id = client.enqueue("work")
     with web(url) as http:
         assert http.get(f"{API}/jobs/{job_id}", headers=READER).status_code == 200
-        unsafe = [op for op in OPERATIONS.all if op.method != "GET"]
+        unsafe = [op for op in OPERATIONS if op.method != "GET"]
         assert len(unsafe) >= 12 and all(op.role == "operator" for op in unsafe)
         values = {"job_id": str(job_id), "queue": "default", "name": "work", "group_id": "1"}
         for op in unsafe:

@@ -3,23 +3,4 @@ definitions, workflows, batches, workers, stats, paused queues, circuit breakers
 the dashboard) and
 their output: aligned tables for people, ``--json`` for scripts (the API's field names).
 They read through the same client as applications do; every command that changes
-something takes ``--actor`` and is audited."""
-
-
-def register() -> None:
-    """Add the operator commands to `jobsup.cli.cli` (imported for their effect)."""
-    from jobsup.ops import (  # noqa: F401
-        audit,
-        bench,
-        breakers,
-        calendars,
-        dashboard,
-        definitions,
-        events,
-        jobs,
-        keys,
-        links,
-        pauses,
-        queues,
-        recurring,
-    )
+something takes ``--actor`` and is audited. `jobsup.cli` lists them."""

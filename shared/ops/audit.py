@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import click
 
-from jobsup.cli import cli
 from jobsup.ops.options import Target, json_option, with_target
 from jobsup.ops.tables import emit_json, emit_table
 
 SHOWN_IDS = 5  # job ids shown per row in the table (--json has them all)
 
 
-@cli.command("audit")
+@click.command("audit")
 @click.option("--since", help="Only actions this recent (e.g. 1h, 1d, 30d).")
 @click.option("--actor", help="Only actions by this actor (e.g. os:alice).")
 @click.option("--action", help="Only this action (queue.pause), or a prefix ending in a dot (queue.).")

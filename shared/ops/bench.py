@@ -30,7 +30,6 @@ from typing import Any
 
 import click
 
-from jobsup.cli import cli
 from jobsup.client import Client
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, JobsupError
@@ -62,7 +61,7 @@ class Figures:
     peak_pss_mb: float | None
 
 
-@cli.command()
+@click.command()
 @click.option("--jobs", type=int, default=10_000, show_default=True, help="Jobs to enqueue and process.")
 @click.option("--workers", type=int, default=2, show_default=True, help="Worker processes of the bench queue.")
 @click.option("--concurrency", type=int, default=1, show_default=True, help="Jobs each worker runs at once.")

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from jobsup.cli import cli
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
 
 
-@cli.group()
+@click.group()
 def breaker() -> None:
     """Circuit breakers: job types whose jobs are held back after consecutive failures."""
 

@@ -7,13 +7,12 @@ from typing import Any
 
 import click
 
-from jobsup.cli import cli
 from jobsup.errors import BadInput
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, with_target
 from jobsup.ops.tables import emit_json, emit_table
 
 
-@cli.group()
+@click.group()
 def calendars() -> None:
     """Named calendars: blackout windows and allowed hours for schedules and job types."""
 

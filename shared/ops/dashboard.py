@@ -6,12 +6,11 @@ import getpass
 
 import click
 
-from jobsup.cli import cli
 from jobsup.errors import ConfigurationError
 from jobsup.ops.options import Target, with_target
 
 
-@cli.group(invoke_without_command=True)
+@click.group(invoke_without_command=True)
 @click.option("--host", help="Address to listen on (default 127.0.0.1; another needs credentials configured).")
 @click.option("--port", help="Port to listen on (default 9466).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))

@@ -10,14 +10,13 @@ import socket
 
 import click
 
-from jobsup.cli import cli
 from jobsup.ops.options import NotFound, Target, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
 from jobsup.paramcheck import expected
 from jobsup.store.rows import Definition
 
 
-@cli.group()
+@click.group()
 def definitions() -> None:
     """Job types published by the processes that run them."""
 

@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from jobsup.audit import actor_of
-from jobsup.cli import cli
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_instant, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
 from jobsup.store.schema import FINISHED_STATUSES, STATUSES
@@ -20,7 +19,7 @@ LOG_PAGE = 1000  # lines read at once
 FOLLOW_EVERY = 0.5  # seconds between looks for new lines
 
 
-@cli.command()
+@click.command()
 @click.argument("name")
 @click.option("--payload", help="The job's payload as JSON.")
 @click.option(
@@ -83,7 +82,7 @@ def with_params(client: Any, name: str, payload: Any, params: tuple[str, ...], a
     return merged
 
 
-@cli.group()
+@click.group()
 def jobs() -> None:
     """Look at and cancel jobs."""
 
@@ -218,7 +217,7 @@ def jobs_cancel(target: Target, job_id: int, actor: str | None) -> None:
         click.echo(f"cancelled job {job_id}")
 
 
-@cli.group()
+@click.group()
 def dead() -> None:
     """Dead letters: jobs that used up their attempts or were discarded."""
 

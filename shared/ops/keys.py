@@ -15,13 +15,12 @@ from typing import Any
 import click
 
 from jobsup.audit import actor_of
-from jobsup.cli import cli
 from jobsup.ops.options import Target, actor_option, json_option, with_target
 from jobsup.ops.tables import emit_json
 from jobsup.secrets import check_key_id, generate_key, required_keyring
 
 
-@cli.group()
+@click.group()
 def keys() -> None:
     """Encryption keys for sensitive parameters (JOBSUP_ENCRYPTION_KEYS)."""
 

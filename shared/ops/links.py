@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from jobsup.audit import actor_of
-from jobsup.cli import cli
 from jobsup.errors import BadInput
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
@@ -22,7 +21,7 @@ def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "-"
 
 
-@cli.group()
+@click.group()
 def workflows() -> None:
     """Workflows: jobs that run after the jobs they depend on."""
 
@@ -86,7 +85,7 @@ def workflows_retry(target: Target, workflow_id: int, actor: str | None) -> None
     click.echo(f"retrying {len(retried)} steps of workflow {workflow_id}")
 
 
-@cli.group()
+@click.group()
 def batches() -> None:
     """Batches: many jobs with callbacks once they have all ended."""
 

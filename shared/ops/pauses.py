@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from jobsup.cli import cli
 from jobsup.ops.options import Target, actor_option, json_option, with_target
 from jobsup.ops.tables import emit_json, emit_table
 
 
-@cli.group()
+@click.group()
 def queues() -> None:
     """Queues: their depth, and pausing them on every instance."""
 

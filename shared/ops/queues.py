@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import click
 
-from jobsup.cli import cli
 from jobsup.ops.options import Target, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
 
 
-@cli.command()
+@click.command()
 @json_option
 @with_target
 def workers(target: Target, as_json: bool) -> None:
@@ -25,7 +24,7 @@ def workers(target: Target, as_json: bool) -> None:
     )
 
 
-@cli.command()
+@click.command()
 @click.option("--window", default="5m", show_default=True, help="Throughput over this last stretch of time.")
 @json_option
 @with_target

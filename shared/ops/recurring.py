@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-from jobsup.cli import cli
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
 from jobsup.store.rows import RecurringSchedule
@@ -15,7 +14,7 @@ HEADERS: tuple[str, ...] = ("name", "job", "cron", "timezone", "queue", "enabled
 HEADERS += ("overlap", "calendar", "skipped", "last skipped")
 
 
-@cli.group()
+@click.group()
 def recurring() -> None:
     """Recurring schedules."""
 

@@ -99,7 +99,8 @@ class Operation:
 
 
 class Operations:
-    """The registry that the API modules declare their operations in."""
+    """The operations one API module declares (`api_jobs`, `api_ops`), each module its own;
+    `app.OPERATIONS` lists the modules the app serves."""
 
     def __init__(self) -> None:
         self.all: list[Operation] = []
@@ -110,10 +111,6 @@ class Operations:
             return handler
 
         return register
-
-
-OPERATIONS = Operations()
-operation = OPERATIONS.add
 
 
 def error_response(status: int, message: str) -> JSONResponse:

@@ -9,8 +9,11 @@ from jobsup.errors import JobNotFound
 from jobsup.store.rows import Job
 from jobsup.store.schema import STATUSES
 from jobsup.web import schemas as s
-from jobsup.web.api import ApiError, Param, operation
+from jobsup.web.api import ApiError, Operations, Param
 from jobsup.web.auth import OPERATOR, Identity
+
+OPERATIONS = Operations()  # this module's part of the API (`jobsup.web.app.OPERATIONS`)
+operation = OPERATIONS.add
 
 JOB_ID = Param("job_id", "integer", "path", "The job's id.")
 LIMIT = Param("limit", "integer", description="At most this many (1-500).", minimum=1, maximum=500)

@@ -11,8 +11,11 @@ from jobsup.cron import next_slot
 from jobsup.errors import BadInput
 from jobsup.store.rows import RecurringSchedule
 from jobsup.web import schemas as s
-from jobsup.web.api import ApiError, Param, operation
+from jobsup.web.api import ApiError, Operations, Param
 from jobsup.web.auth import OPERATOR, Identity
+
+OPERATIONS = Operations()  # this module's part of the API (`jobsup.web.app.OPERATIONS`)
+operation = OPERATIONS.add
 
 QUEUE = Param("queue", where="path", description="The queue's name.")
 NAME = Param("name", where="path", description="The schedule's (or job type's) name.")

@@ -13,9 +13,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from jobsup import __version__
 from jobsup.client import Client
-from jobsup.web import api_jobs, api_ops, pages  # noqa: F401 - declare their operations
-from jobsup.web.api import OPERATIONS, ApiError, endpoint, error_response
+from jobsup.web import api_jobs, api_ops, pages
+from jobsup.web.api import ApiError, Operation, endpoint, error_response
 from jobsup.web.auth import Auth
 from jobsup.web.openapi import PREFIX, document
 from jobsup.web.security import Identify, Proxies, SecurityHeaders, identify
@@ -23,6 +24,9 @@ from jobsup.web.security import Identify, Proxies, SecurityHeaders, identify
 # Resolved: a strict editable install links each file into a build folder, and StaticFiles
 # refuses to serve a link that leads out of its directory (a 404 for every asset).
 STATIC = Path(__file__).resolve().parent / "static"
+
+# The API the app serves under /api/v1: every operation of these modules, in this order.
+OPERATIONS: list[Operation] = [*api_jobs.OPERATIONS.all, *api_ops.OPERATIONS.all]
 
 
 def build(
@@ -36,9 +40,7 @@ def build(
     """The app on `client`; `auth` holds the credentials; `identify_hook` replaces them with
     the host application's own authentication when mounted (see `jobsup.web.asgi_app`);
     `trusted_proxies` lists the proxies whose X-Forwarded-For names the client."""
-    from jobsup.cli import _version
-
-    spec = document(OPERATIONS.all, _version())
+    spec = document(OPERATIONS, __version__)
 
     async def openapi(request: Request) -> Response:
         # Only the API's shape, but every request off loopback is authenticated, this one too.
@@ -50,7 +52,7 @@ def build(
 
     routes: list[BaseRoute] = [Route(f"{PREFIX}/openapi.json", openapi, methods=["GET"])]
     by_path: dict[str, list[Any]] = {}
-    for op in OPERATIONS.all:
+    for op in OPERATIONS:
         by_path.setdefault(op.path, []).append(op)
     for path, ops in by_path.items():
         for op in ops:
