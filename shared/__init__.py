@@ -9,14 +9,6 @@ client = jobsup.Client("postgresql+psycopg://postgres@127.0.0.1/app")
 job_id = client.enqueue("send-email", {"to": "a@example.com"})
 """
 
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _version
-
-try:
-    __version__ = _version("jobsup")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "unknown (not installed)"
-
 from jobsup.asyncclient import AsyncClient
 from jobsup.client import Client, DeadLetters
 from jobsup.client_groups import Batch
@@ -80,3 +72,16 @@ __all__ = [
     "on",
     "workflow",
 ]
+
+
+def __getattr__(name: str) -> str:
+    """`jobsup.__version__`, looked up only when asked for (the installed package's
+    metadata), so an `import jobsup` does not pay for it."""
+    if name != "__version__":
+        raise AttributeError(f"module 'jobsup' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("jobsup")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"

@@ -1,10 +1,11 @@
 """The supervisor process: the arbiter loop.
 
 Signal handlers only put the signal on a `queue.SimpleQueue` (reentrant, so safe inside a
-handler) and the loop does the rest: reap dead workers and close their leases, refill empty
-slots with backoff. Workers whose lease renewal is overdue are killed from a thread of its
-own (`enforce`); the process table, maintenance and the cron tick run on another
-(`chores`), so a database that does not answer never stalls the loop. The order of boot and
+handler) and the loop does the rest: reap dead workers, refill empty slots with backoff.
+Workers whose lease renewal is overdue are killed from a thread of its own (`enforce`); a
+dead worker's leases are closed from another (`burial`); the process table, maintenance and
+the cron tick run on a third (`chores`), so a database that does not answer never stalls
+the loop. The order of boot and
 of shutdown is written out once, in `boot()` and `shutdown()`.
 """
 
@@ -368,7 +369,7 @@ class Arbiter:
         # be lost. The child unblocks them (and so receives any pending) once it is ready.
         assert self.db is not None
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
-        with self.db.forking():  # the chores and the relay use the database from their threads
+        with self.db.forking():  # the chores, burials and relay use the database from their threads
             pid = os.fork()
         if pid == 0:
             from jobsup.worker.boot import main

@@ -38,7 +38,7 @@ from jobsup.supervisor.guard import report_errors
 MAX_DELAY = 10.0
 
 
-@dataclass
+@dataclass(eq=False)  # each burial is itself: found and removed by identity
 class Burial:
     owner: str
     worker: str
@@ -80,8 +80,13 @@ class Burials:
 
     def add(self, burial: Burial) -> None:
         with self.changed:
-            self.pending.append(burial)
-            self.changed.notify()
+            closed = self.closed
+            if not closed:
+                self.pending.append(burial)
+                self.changed.notify()
+        if closed:  # after `finish`: nothing writes it now; the sweep will
+            emit("burial.abandoned", worker=burial.worker, owner=burial.owner, reason="the supervisor stopped")
+            return
         if self.thread is None:
             self.thread = threading.Thread(target=self._write_forever, name="jobsup-burials", daemon=True)
             self.thread.start()
@@ -91,7 +96,8 @@ class Burials:
         outage must not leave a released job running for a whole lease) for `grace`
         seconds, then say which were given up; the sweep closes those once their leases
         lapse. A statement hanging on a dead connection cannot stretch the shutdown: the
-        thread is left to it."""
+        thread is left to it (a write already under way may still land after; it is a
+        compare-and-set, so it changes only what the sweep would have)."""
         deadline = time.monotonic() + grace
         with self.changed:
             for burial in self.pending:
@@ -123,6 +129,9 @@ class Burials:
         return [burial for burial in self.pending if now >= burial.next_try]
 
     def _try(self, burial: Burial) -> None:
+        with self.changed:
+            if self.closed or burial not in self.pending:  # given up by `finish` meanwhile
+                return
         closed = report_errors("expire_lease", lambda: self._write(burial), worker=burial.worker)
         now, lapsed = time.monotonic(), False
         with self.changed:

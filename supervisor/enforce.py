@@ -1,9 +1,9 @@
 """The supervisor's lease enforcement, from a thread of its own: it kills a worker whose
 lease renewal is overdue while it runs a job, which is what the worker's own lease threads
 failed to do (a job that holds the GIL starves them). It reads only the workers' slots, so
-neither a slow database nor a busy supervisor loop (maintenance, cron, burials) can make it
-late, and it keeps watching while the supervisor shuts down. Reaping the killed worker, in
-the loop, closes its leases."""
+neither a slow database nor a busy supervisor can make it late, and it keeps watching while
+the supervisor shuts down. The loop reaps the killed worker, and its burial closes its
+leases."""
 
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def enable(*, publish: bool = True) -> None:
     """Write every event into the outbox from now on (a publisher is configured)."""
     global _publishing
     _publishing = _publishing or publish
-    _register()
+    _update_wanted()
 
 
 def disable() -> None:
@@ -56,7 +56,7 @@ def disable() -> None:
     global _publishing
     _publishing = False
     _hooked.clear()
-    _register()
+    _update_wanted()
 
 
 def want(kind: str, dispatch: Callable[[list[dict[str, Any]]], None]) -> None:
@@ -64,7 +64,7 @@ def want(kind: str, dispatch: Callable[[list[dict[str, Any]]], None]) -> None:
     global _dispatch
     _dispatch = dispatch
     _hooked.add(kind)
-    _register()
+    _update_wanted()
 
 
 def publishing() -> bool:
@@ -76,7 +76,7 @@ def wanted(transition: str) -> bool:
     return transition in _wanted
 
 
-def _register() -> None:
+def _update_wanted() -> None:
     global _wanted
     _wanted = frozenset(t for t, types in TRANSITION_TYPES.items() if _publishing or types & _hooked)
 

@@ -13,8 +13,8 @@ half_open --its one probe succeeds--> closed;  --the probe fails--> open again.
   (`probe_job_id`). Only that job passes the claim, and a claim takes a row once, so one
   probe runs across every instance. A probe that ends otherwise (cancelled) is replaced on
   the next tick.
-- **Counting** is an in-transaction step of complete, fail and expire, registered for
-  linked jobs only: a transition runs it when a job's type has a breaker
+- **Counting** is an in-transaction step of complete, fail and expire (`steps.STEPS`), a
+  selective one: a transition runs it when a job's type has a breaker
   (`Resolver.breaker_of`), so plain jobs of other types still settle in one statement.
   Failed and timed-out attempts count (a discard or a last attempt is one of them); a lease
   that expired counts when it dead-lettered the job. A success resets the count.

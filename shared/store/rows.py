@@ -92,7 +92,8 @@ def owner_runs_at_once(owner: str) -> int:
 
 def has_links(row: Any) -> bool:
     """Is the job of `row` (a `ClaimedJob`, or a row with the link columns; a row without
-    them is plain) linked: in a workflow or batch, or with triggers?"""
+    them is plain) linked: in a workflow or batch, with triggers, or under a concurrency key
+    (its slot to hand on)?"""
     return any(getattr(row, name, None) is not None for name in _LINKS)
 
 

@@ -8,10 +8,12 @@ may write with a few dialect-neutral statements; if it raises, the whole transit
 back and the caller sees the error, as if the compare-and-set had failed with it.
 
 `STEPS` is the whole list, in the order the steps run: to know every statement a
-`complete` runs, read its line. A step that concerns linked jobs alone (`Held.linked`: in a
-workflow or batch, with triggers or under a concurrency key) is skipped by a transition of
-plain jobs, and the events' step runs only while someone wants that transition's events;
-a transition with no step to run keeps its single-statement fast path on PostgreSQL.
+`complete` runs, read its line. A selective step runs only when the transition says its
+jobs need it (`linked`: a job in a workflow or batch, with triggers or under a concurrency
+key, see `Held.linked`; a job of a type with a breaker; a claim on a queue with a
+rate-limited type); the events' step runs only while someone wants that transition's
+events. A transition with no step to run keeps its single-statement fast path on
+PostgreSQL.
 (Retention deleting finished jobs is not a transition and has no steps: a feature whose
 rows refer to jobs must add that to `store/retention.py` when it adds the rows.)
 """
@@ -54,14 +56,20 @@ class Change:
 @dataclass(frozen=True)
 class Step:
     run: Callable[[Connection, Change], None]
-    linked_only: bool = True  # concerns linked jobs alone: a transition of plain jobs skips it
+    selective: bool = True  # runs only when the transition says its jobs need it (`linked`)
     wanted: Callable[[str], bool] | None = None  # asked with the transition: is it on in this process?
 
 
 _HAND_ON_KEYS = Step(limits.after_finish)  # a key's slot to the next waiting job
 _UNBLOCK = Step(links.after_finish)  # dependents, batch callbacks, triggers
 _COUNT_SETTLES = Step(breakers.count_settles)  # a breaker type's successes and failures
-_EVENTS = Step(record.record, linked_only=False, wanted=record.wanted)  # the outbox, and hooks after commit
+# The outbox, and hooks after commit. Looked up when called: `record` imports the store,
+# which imports this module, so `record` may still be loading when this line runs.
+_EVENTS = Step(
+    lambda conn, change: record.record(conn, change),
+    selective=False,
+    wanted=lambda transition: record.wanted(transition),
+)
 
 # One line per transition (an arrow of DESIGN section 4), its steps in the order they run.
 STEPS: dict[str, tuple[Step, ...]] = {
@@ -78,12 +86,12 @@ STEPS: dict[str, tuple[Step, ...]] = {
 
 
 def of(transition: str, *, linked: bool = True) -> tuple[Callable[[Connection, Change], None], ...]:
-    """The steps a `transition` runs now: all that are on when it touches a linked job,
-    else those that concern every job."""
+    """The steps a `transition` runs now: those that are on, the selective ones only when
+    `linked` (its jobs need them)."""
     return tuple(
         step.run
         for step in STEPS[transition]
-        if (linked or not step.linked_only) and (step.wanted is None or step.wanted(transition))
+        if (linked or not step.selective) and (step.wanted is None or step.wanted(transition))
     )
 
 
