@@ -17,6 +17,7 @@ from setproctitle import setproctitle
 
 from jobsup import __version__
 from jobsup.errors import BadInput, ConfigurationError, JobsupError
+from jobsup.observe import subscribe_logs_and_metrics
 from jobsup.ops import (
     audit,
     bench,
@@ -145,6 +146,7 @@ for _command in (
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: jobsup errors become one line and an exit status, not a traceback."""
     hide_passwords_from_ps()
+    subscribe_logs_and_metrics()
     run(cli, argv)
 
 

@@ -17,7 +17,7 @@ from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
 from jobsup.jobtypes import JobType
 from jobsup.links import check_triggers
-from jobsup.observe import tracing
+from jobsup.observe import subscribe_logs_and_metrics, tracing
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
 from jobsup.store import Database, Store
@@ -59,6 +59,7 @@ class Client(GroupsAPI, OpsAPI, OverviewAPI, SchedulesAPI):
             raise BadInput("give a database URL or a database, not both")
         if database is None:
             database = Database(url_enabling_outbox(database_url))
+        subscribe_logs_and_metrics()
         self.database = database
         self.store = Store(self.database)
         self.dead_letters = DeadLetters(self)

@@ -10,7 +10,8 @@ exception it reports (`exc`), whose traceback the log shows. Payload values neve
 here: errors arrive already scrubbed.
 
 A subscriber that raises is reported through the log and never stops the others or the
-code that emitted.
+code that emitted. The log and metric subscribers are added where a process starts using
+jobsup (`jobsup.observe.subscribe_logs_and_metrics`), not by importing this module.
 """
 
 from __future__ import annotations
@@ -46,13 +47,3 @@ def emit(kind: str, /, *, exc: BaseException | None = None, **fields: Any) -> No
             subscriber(kind, fields)
         except Exception:
             _log.exception("event subscriber %r failed on %s", subscriber, kind)
-
-
-def _install_defaults() -> None:
-    from jobsup.observe import logs, metrics
-
-    subscribe(metrics.record)
-    subscribe(logs.record)
-
-
-_install_defaults()
