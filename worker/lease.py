@@ -51,7 +51,11 @@ from jobsup.store.rows import RELEASED, ClaimedJob, Outcome
 from jobsup.worker.execute import CANCELLED, LEASE_LOST, SHUTDOWN, TIMEOUT
 
 if TYPE_CHECKING:
-    from jobsup.worker.loop import Worker
+    from jobsup.store.transitions import Transitions
+    from jobsup.worker.settler import Settler
+    from jobsup.worker.slot import Slot
+    from jobsup.worker.spec import WorkerSpec
+    from jobsup.worker.stop import StopRequest
 
 HOLD_WAITING = 1.0  # seconds a running job may keep the rest of its batch waiting
 ORPHAN_GRACE = 5.0  # seconds an orphan that holds no lease has to end itself before this thread does
@@ -83,9 +87,25 @@ class Running:
 
 
 class LeaseKeeper:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        settings = worker.spec.settings
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        transitions: Transitions,
+        slot: Slot,
+        stop: StopRequest,
+        settler: Settler,
+        *,
+        ending: threading.Event,
+        pooled: bool,
+        end_now: Callable[[Running, int], object],
+    ) -> None:
+        """`settler` writes the releases this thread decides; `ending` is set once the process
+        is ending (nothing starts then); `pooled`: the worker starts what it claims at once;
+        `end_now(running, code)` ends the process for a job that will not stop."""
+        self.spec, self.transitions, self.slot, self.stop, self.settler = spec, transitions, slot, stop, settler
+        self.ending, self.pooled, self.end_now = ending, pooled, end_now
+        self.label = spec.label
+        settings = spec.settings
         self.lease, self.heartbeat = settings.lease, settings.heartbeat
         self.grace = settings.shutdown_grace
         self.cancel_grace = min(5.0, self.heartbeat)
@@ -111,7 +131,7 @@ class LeaseKeeper:
             if not self.held:
                 # Otherwise older leases (outcomes not yet written) set when all are renewed.
                 self.renewed_at, self.next_renewal = claimed_at, claimed_at + self.heartbeat
-                self.worker.slot.renewed(claimed_at)
+                self.slot.renewed(claimed_at)
             # A renewal already under way does not cover these leases: it must not claim
             # they were set later than their claim.
             self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)
@@ -124,7 +144,7 @@ class LeaseKeeper:
         outage a batch's later leases run out while nothing renews them; such a job is
         released)."""
         with self.lock:
-            if self.waiting.get(job.id) is not job or self.worker.ending.is_set():
+            if self.waiting.get(job.id) is not job or self.ending.is_set():
                 return None
             del self.waiting[job.id]
             if time.monotonic() >= self.renewed_at + self.lease - 2 * self.heartbeat:
@@ -132,9 +152,9 @@ class LeaseKeeper:
             else:
                 stale = False
                 running = self.running[job.id] = Running(job, timeout)
-                self.worker.slot.start(job.id, job.attempt, timeout)
+                self.slot.start(job.id, job.attempt, timeout)
         if stale:
-            self.worker.settler.add(job, Outcome(job.held, RELEASED, worker=self.worker.spec.label))
+            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.label))
             return None
         return running
 
@@ -142,7 +162,7 @@ class LeaseKeeper:
         with self.lock:
             if self.running.get(running.job.id) is running:
                 del self.running[running.job.id]
-            self.worker.slot.finish(running.job.id)
+            self.slot.finish(running.job.id)
 
     def known_ids(self) -> set[int]:
         """The jobs of every lease this worker knows it holds."""
@@ -170,7 +190,7 @@ class LeaseKeeper:
         try:
             loop()
         except BaseException as exc:
-            emit("worker.crashed", worker=self.worker.spec.label, thread="lease", exc=exc)
+            emit("worker.crashed", worker=self.label, thread="lease", exc=exc)
             os._exit(exits.LEASE_LOST)
 
     def _renew_forever(self) -> None:
@@ -186,7 +206,7 @@ class LeaseKeeper:
             with self.lock:
                 running = list(self.running.values())
                 # Only one job at a time keeps a batch waiting: a pool starts what it claims at once.
-                blocking = self.worker.pool is None and bool(self.waiting)
+                blocking = not self.pooled and bool(self.waiting)
                 blocking = blocking and any(now >= r.started + HOLD_WAITING for r in running)
             for job in running:
                 self._enforce(job, now)
@@ -201,9 +221,9 @@ class LeaseKeeper:
             self.next_renewal = now + self.heartbeat
             return
         try:
-            renewed = self.worker.store.transitions.renew([job.lease for job in jobs], lease=self.lease)
+            renewed = self.transitions.renew([job.lease for job in jobs], lease=self.lease)
         except DatabaseError as exc:
-            emit("db.error", operation="renew", worker=self.worker.spec.label, error=exc)
+            emit("db.error", operation="renew", worker=self.label, error=exc)
             self.next_renewal = now + min(1.0, self.heartbeat)
             return
         lost = [job for job in jobs if job.id not in renewed]
@@ -219,7 +239,7 @@ class LeaseKeeper:
             unstarted = [job for job in asked if self.waiting.get(job.id) is job]
             for job in unstarted:
                 del self.waiting[job.id]
-            self.worker.slot.renewed(self.renewed_at)
+            self.slot.renewed(self.renewed_at)
         self.next_renewal = now + self.heartbeat
         for r in running:
             emit("job.lease_lost", job=r.job.id, name=r.job.name, attempt=r.job.attempt)
@@ -227,15 +247,15 @@ class LeaseKeeper:
         for r in to_cancel:
             self._cancel(r, CANCELLED, now)
         for job in unstarted:
-            self.worker.settler.add(job, Outcome(job.held, RELEASED, worker=self.worker.spec.label))
+            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.label))
 
     def _enforce(self, running: Running, now: float) -> None:
         lapses_at = self.renewed_at + self.lease
         if now >= lapses_at - 2 * self.heartbeat:
             self._cancel(running, LEASE_LOST, now)
         if now >= lapses_at - self.heartbeat:
-            self.worker.end_now(running, exits.LEASE_LOST)
-        stop = self.worker.stop
+            self.end_now(running, exits.LEASE_LOST)
+        stop = self.stop
         if running.returned:
             # Only its outcome's write is left (waiting for a key a caller holds, say): no
             # timeout or cancel applies; a shutdown's grace (and a cancel's) still bounds it,
@@ -243,22 +263,21 @@ class LeaseKeeper:
             if stop.requested_at is not None and (
                 stop.immediate or now >= stop.requested_at + self.grace + self.cancel_grace
             ):
-                self.worker.end_now(running, exits.SHUTDOWN_FORCED)
+                self.end_now(running, exits.SHUTDOWN_FORCED)
             return
         if running.timeout is not None and now >= running.started + running.timeout:
             self._cancel(running, TIMEOUT, now)
         if stop.requested_at is not None and (stop.immediate or now >= stop.requested_at + self.grace):
             self._cancel(running, SHUTDOWN, now)
         if running.cancelled_at is not None and now >= running.cancelled_at + self.cancel_grace:
-            self.worker.end_now(running, _EXIT_FOR.get(running.reason or "", exits.LEASE_LOST))
+            self.end_now(running, _EXIT_FOR.get(running.reason or "", exits.LEASE_LOST))
 
     def _end_stuck_orphan(self, now: float) -> None:
-        worker = self.worker
-        if os.getppid() == worker.spec.supervisor_pid:
+        if os.getppid() == self.spec.supervisor_pid:
             return
         with self.lock:
             if not self.leaving:
-                if self.held or self.running or worker.ending.is_set():  # (ending: `end_now` has it)
+                if self.held or self.running or self.ending.is_set():  # (ending: `end_now` has it)
                     self.orphaned_at = None  # the grace runs from when it last held a lease
                     return
                 if self.orphaned_at is None:
@@ -267,18 +286,18 @@ class LeaseKeeper:
                     return
                 # Decided under the lock `begin` takes: from here no job starts in this
                 # process (a claim that returns meanwhile is held, never started).
-                worker.ending.set()
+                self.ending.set()
                 self.leaving = True
         frame = sys._current_frames().get(threading.main_thread().ident or 0)
         where = "".join(traceback.format_stack(frame)).rstrip() if frame is not None else "(unknown)"
         try:
             # Nothing runs here, so every lease of this worker in the database is one it will
             # never start: a claim committed while its reply was on the way, or held unstarted.
-            released = worker.store.transitions.sweep.release_orphans(worker.spec.worker_id, (), operation="release")
+            released = self.transitions.sweep.release_orphans(self.spec.worker_id, (), operation="release")
         except DatabaseError as exc:
-            emit("db.error", operation="release", worker=worker.spec.label, error=exc)
+            emit("db.error", operation="release", worker=self.label, error=exc)
             return  # again on the next tick
-        emit("worker.orphan_stuck", worker=worker.spec.label, released=released or None, traceback=where)
+        emit("worker.orphan_stuck", worker=self.label, released=released or None, traceback=where)
         exits.now(exits.PARENT_GONE)
 
     def _cancel(self, running: Running, reason: str, now: float) -> None:
@@ -286,7 +305,7 @@ class LeaseKeeper:
             running.reason, running.cancelled_at = reason, now
             with self.lock:  # only while it is still this worker's running job (an entry is reused)
                 if self.running.get(running.job.id) is running:
-                    self.worker.slot.ending(running.job.id, _EXIT_FOR.get(reason, exits.LEASE_LOST))
+                    self.slot.ending(running.job.id, _EXIT_FOR.get(reason, exits.LEASE_LOST))
             running.cancelled.set()
             if running.on_cancel is not None:
                 running.on_cancel()
@@ -306,8 +325,9 @@ class LeaseKeeper:
                     code = exits.TIMED_OUT  # its own timeout passed too: not a bystander
                 else:
                     code = exits.LEASE_LOST if lapsing else exits.SHUTDOWN_FORCED
-                self.worker.slot.ending(running.job.id, code)
+                self.slot.ending(running.job.id, code)
 
     def _release_waiting(self) -> None:
-        self.worker.release(self.take_waiting())
-        self.worker.settler.flush_soon()
+        for job in self.take_waiting():
+            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.label))
+        self.settler.flush_soon()

@@ -82,13 +82,28 @@ class Worker:
         # benchmark figures are in the README's performance section). Several jobs at once:
         # the settler's thread too, unless on SQLite.
         self.write_before_claim = db.dialect.one_writer or (self.batch > 1 and self.pool is None)
-        self.keeper = LeaseKeeper(self)
-        self.settler = Settler(self)
+        self.ending = threading.Event()  # set by the lease thread when it ends the process
+        # The settler tells the keeper which leases it may forget (the keeper is made next).
+        self.settler = Settler(
+            self.store.transitions,
+            lease=self.settings.lease,
+            label=spec.label,
+            written=lambda jobs: self.keeper.drop(jobs),
+        )
+        self.keeper = LeaseKeeper(
+            spec,
+            self.store.transitions,
+            slot,
+            stop,
+            self.settler,
+            ending=self.ending,
+            pooled=self.pool is not None,
+            end_now=self.end_now,
+        )
         self.listener: Listener | None = None
         self.idle_backoff = 0.0
         self.relook: float | None = None  # a wakeup found nothing yet: look again this soon
         self.claim_unsure = False  # a claim failed: it may have committed unseen
-        self.ending = threading.Event()  # set by the lease thread when it ends the process
 
     def run(self) -> int:
         self.keeper.start()

@@ -32,7 +32,7 @@ from jobsup.observe.events import emit
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
 
 if TYPE_CHECKING:
-    from jobsup.worker.loop import Worker
+    from jobsup.store.transitions import Transitions
 
 FLUSH_EVERY = 0.5  # seconds an outcome may wait to be written with others
 TICK = 0.1  # how often the writer looks at the age of what waits (adding does not wake it)
@@ -42,8 +42,13 @@ Pending = tuple[ClaimedJob, Outcome]
 
 
 class Settler:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
+    def __init__(
+        self, transitions: Transitions, *, lease: float, label: str, written: Callable[[list[ClaimedJob]], None]
+    ) -> None:
+        """`lease`: how long a write is retried through an outage; `label`: the worker's, for
+        its log; `written(jobs)`: told once their outcomes are written (the lease keeper
+        forgets their leases)."""
+        self.transitions, self.lease, self.label, self.written = transitions, lease, label, written
         self.lock = threading.Lock()  # taken directly on the per-job path (cheaper than the condition)
         self.cond = threading.Condition(self.lock)
         self.pending: list[Pending] = []
@@ -110,7 +115,7 @@ class Settler:
         except BaseException as exc:
             # Without this thread nothing would be settled again: end the worker, so that
             # its supervisor gives the jobs back.
-            emit("worker.crashed", worker=self.worker.spec.label, thread="settle", exc=exc)
+            emit("worker.crashed", worker=self.label, thread="settle", exc=exc)
             exits.now(exits.CRASHED)
 
     def _write_forever(self) -> None:
@@ -131,7 +136,7 @@ class Settler:
             self.cond.notify_all()
 
     def _write(self, batch: list[Pending]) -> None:
-        transitions = self.worker.store.transitions
+        transitions = self.transitions
         successes = [outcome for _, outcome in batch if outcome.kind == SUCCEEDED]
         releases = [outcome.held for _, outcome in batch if outcome.kind == RELEASED]
         parts: list[tuple[str, list[int], Callable[[], object]]] = []
@@ -151,10 +156,10 @@ class Settler:
                     "jobsup.settle", {"jobsup.transition": transition, "jobsup.jobs": len(ids)}, job_ids=ids
                 ):
                     self._retrying(part)
-        self.worker.keeper.drop([job for job, _ in batch])
+        self.written([job for job, _ in batch])
 
     def _retrying(self, write: Callable[[], object]) -> None:
-        deadline, delay, held = time.monotonic() + self.worker.settings.lease, 0.1, False
+        deadline, delay, held = time.monotonic() + self.lease, 0.1, False
         while True:
             try:
                 write()
@@ -166,7 +171,7 @@ class Settler:
                 emit("db.error", operation="settle", error=exc, retry_in=KEY_RETRY, quiet=held)
                 held = True
                 time.sleep(KEY_RETRY)
-                deadline = time.monotonic() + self.worker.settings.lease
+                deadline = time.monotonic() + self.lease
             except DatabaseError as exc:
                 if time.monotonic() + delay > deadline:
                     emit("db.error", operation="settle", error=exc, gave_up=True)
