@@ -366,6 +366,35 @@ def test_steps_cancelled_by_a_failed_dependency_and_reopened_by_a_retry_are_anno
     assert [(f["workflow"], f["outcome"]) for f in finished] == [(workflow_id, "failed"), (workflow_id, "succeeded")]
 
 
+@pytest.mark.parametrize("how", ["failed dependency", "cancel_workflow"])
+def test_a_step_cancelled_again_after_a_retry_announces_its_second_cancellation(
+    client: jobsup.Client, events_on: None, how: str
+) -> None:
+    """The shape the fault campaign once reported as out of order (enqueued, cancelled,
+    retrying, and then nothing): cancelled by a failed dependency, reopened by
+    retry_workflow, and cancelled again, each step's last event is its second
+    job.cancelled, whether the second end comes from its dependency failing again or from
+    cancel_workflow."""
+    workflow_id = client.enqueue_workflow(diamond())
+    fail(client, claim_one(client), kind="discarded")
+    redone = client.retry_workflow(workflow_id)
+    extract, steps = min(redone), sorted(redone)[1:]
+    if how == "failed dependency":
+        fail(client, claim_one(client), kind="discarded")
+    else:
+        assert client.cancel_workflow(workflow_id) == 4
+    with client.database.read() as conn:
+        statuses = dict(conn.execute(select(job.c.id, job.c.status).where(job.c.id.in_(redone))).all())
+    assert all(statuses[step] == "cancelled" for step in steps), statuses
+    kinds: dict[int, list[str]] = {}
+    for row in announced_rows(client):
+        if row.job_id is not None:
+            kinds.setdefault(row.job_id, []).append(row.type)
+    for step in steps:
+        assert kinds[step] == ["job.enqueued", "job.cancelled", "job.retrying", "job.cancelled"], (step, kinds[step])
+    assert kinds[extract][-1] == ("job.dead_lettered" if how == "failed dependency" else "job.cancelled")
+
+
 def announced_rows(client: jobsup.Client) -> list[Any]:
     with client.database.read() as conn:
         return list(conn.execute(select(outbox).order_by(outbox.c.id)))
