@@ -9,6 +9,8 @@ client = jobsup.Client("postgresql+psycopg://postgres@127.0.0.1/app")
 job_id = client.enqueue("send-email", {"to": "a@example.com"})
 """
 
+from typing import TYPE_CHECKING
+
 from jobsup.asyncclient import AsyncClient
 from jobsup.client import Client, DeadLetters
 from jobsup.client_groups import Batch
@@ -73,15 +75,20 @@ __all__ = [
     "workflow",
 ]
 
+if TYPE_CHECKING:
+    __version__: str
+else:
+    # Hidden from type checkers: to mypy a module's `__getattr__` would type every
+    # misspelt `jobsup.X` in a user's code as its return type instead of an error.
 
-def __getattr__(name: str) -> str:
-    """`jobsup.__version__`, looked up only when asked for (the installed package's
-    metadata), so an `import jobsup` does not pay for it."""
-    if name != "__version__":
-        raise AttributeError(f"module 'jobsup' has no attribute {name!r}")
-    from importlib.metadata import PackageNotFoundError, version
+    def __getattr__(name: str) -> str:
+        """`jobsup.__version__`, looked up only when asked for (the installed package's
+        metadata), so an `import jobsup` does not pay for it."""
+        if name != "__version__":
+            raise AttributeError(f"module 'jobsup' has no attribute {name!r}")
+        from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        return version("jobsup")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+        try:
+            return version("jobsup")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            return "unknown (not installed)"

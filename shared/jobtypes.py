@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobsup.errors import DatabaseError, UnknownJob
+from jobsup.observe.events import emit
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
@@ -101,13 +102,6 @@ class JobType:
 _known_names: set[str] = set()
 
 
-def _emit(kind: str, **fields: Any) -> None:
-    # Events import the metrics, which import this module: looked up when first needed.
-    from jobsup.observe.events import emit
-
-    emit(kind, **fields)
-
-
 def is_defined(name: str) -> bool:
     return name in _known_names or _registered(name) is not None
 
@@ -155,7 +149,7 @@ class Resolver:
             published = self.load()
         except DatabaseError as exc:
             # What was read before still serves; the next miss tries again a second later.
-            _emit("db.error", operation="definitions", error=exc)
+            emit("db.error", operation="definitions", error=exc)
             self.loaded_at = time.monotonic() if now is None else now
             return
         with self.lock:

@@ -100,8 +100,8 @@ class Burials:
         compare-and-set, so it changes only what the sweep would have)."""
         deadline = time.monotonic() + grace
         with self.changed:
-            for burial in self.pending:
-                burial.next_try = 0.0  # now: the backoff was for a supervisor that lives on
+            for burial in self.pending:  # now, and briskly: the backoff was for a supervisor that lives on
+                burial.next_try, burial.delay = 0.0, 0.5
             self.changed.notify()
             while self.pending and time.monotonic() < deadline:
                 self.changed.wait(max(0.0, deadline - time.monotonic()))

@@ -6,8 +6,9 @@ def subscribe_logs_and_metrics() -> None:
     """Turn this process's events into metrics and log lines from now on. Called where a
     process starts using jobsup: `jobsup.cli.main` (the supervisor, and the workers it
     forks) and `Client` (an application, the dashboard); calling it again changes nothing."""
-    # Imported here, not above: `metrics` imports `jobtypes`, which emits events, so this
-    # package's first import must not pull `metrics` in.
+    # Imported here, not above: every module that emits imports `observe.events`, which runs
+    # this file first; it must not load the metrics (prometheus-client, the job types) and
+    # the log formats with it.
     from jobsup.observe import events, logs, metrics
 
     events.subscribe(metrics.record)

@@ -17,26 +17,30 @@ jobsup (`jobsup.observe.subscribe_logs_and_metrics`), not by importing this modu
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
 Subscriber = Callable[[str, dict[str, Any]], None]
 
-_subscribers: tuple[Subscriber, ...] = ()
+_subscribers: tuple[Subscriber, ...] = ()  # replaced whole, so `emit` reads it without a lock
+_changing = threading.Lock()
 _log = logging.getLogger("jobsup.events")
 
 
 def subscribe(subscriber: Subscriber) -> Subscriber:
     """Call `subscriber(kind, fields)` for every event from now on; returns it."""
     global _subscribers
-    if subscriber not in _subscribers:
-        _subscribers = (*_subscribers, subscriber)
+    with _changing:  # two threads subscribing at once (two first Clients) must not lose one
+        if subscriber not in _subscribers:
+            _subscribers = (*_subscribers, subscriber)
     return subscriber
 
 
 def unsubscribe(subscriber: Subscriber) -> None:
     global _subscribers
-    _subscribers = tuple(s for s in _subscribers if s is not subscriber)
+    with _changing:
+        _subscribers = tuple(s for s in _subscribers if s is not subscriber)
 
 
 def emit(kind: str, /, *, exc: BaseException | None = None, **fields: Any) -> None:

@@ -357,9 +357,9 @@ class Transitions:
         linked: bool = True,
     ) -> Sequence[Row[Any]]:
         """Run a compare-and-set once per parameter set, each with its in-transaction steps,
-        as one unit. `linked`: some of the jobs are linked (`Held.linked`), so the steps
-        that concern linked jobs only run too. One set and no step to run: a
-        single-statement chain runs alone (PostgreSQL: one round trip)."""
+        as one unit. `linked`: some of the jobs need the selective steps (`steps.STEPS`:
+        linked jobs, `Held.linked`, and types with a breaker), so those run too. One set
+        and no step to run: a single-statement chain runs alone (PostgreSQL: one round trip)."""
         if len(each) == 1 and chain.single and not steps.of(transition, linked=linked):
             with self.db.statement(operation) as conn:
                 rows = chain.run(conn, each[0])

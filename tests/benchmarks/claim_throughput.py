@@ -65,6 +65,7 @@ from sqlalchemy import (
 )
 
 from jobsup.jobtypes import JobType
+from jobsup.observe import subscribe_logs_and_metrics
 from jobsup.store import Database, Store, migrate
 from jobsup.store.builder import build
 from jobsup.store.claim import status_is
@@ -556,6 +557,7 @@ def numbers(value: str) -> list[int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    subscribe_logs_and_metrics()  # as a worker is: every event goes to the log and the metrics
     options = parse_args(argv)
     began = time.monotonic()
     print(f"jobsup claim benchmark: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")

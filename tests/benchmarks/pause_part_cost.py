@@ -27,6 +27,7 @@ from typing import Any
 from claim_throughput import LEASE, QUEUE, Target, load, postgresql_target
 from sqlalchemy import text
 
+from jobsup.observe import subscribe_logs_and_metrics
 from jobsup.store import Database, Store
 from jobsup.store import claim as claim_parts
 from jobsup.store.claim import claim_params, claimed_job
@@ -92,6 +93,7 @@ def run(target: Target, claims: int, paused: int, measured: str, open_breakers: 
 
 
 def main() -> None:
+    subscribe_logs_and_metrics()  # as a worker is: every event goes to the log and the metrics
     parser = argparse.ArgumentParser()
     parser.add_argument("--claims", type=int, default=2000, help="timed claims per variant and run")
     parser.add_argument("--repeat", type=int, default=3)

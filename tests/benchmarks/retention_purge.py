@@ -62,6 +62,7 @@ from sqlalchemy import (
     true,
 )
 
+from jobsup.observe import subscribe_logs_and_metrics
 from jobsup.store import Database, Store, migrate
 from jobsup.store.claim import status_is
 from jobsup.store.rows import SUCCEEDED as SUCCESS
@@ -511,6 +512,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    subscribe_logs_and_metrics()  # as a worker is: every event goes to the log and the metrics
     options = parse_args(argv)
     began = time.monotonic()
     print(f"jobsup retention purge benchmark: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
