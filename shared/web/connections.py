@@ -6,8 +6,12 @@ process's open files, after which asyncio logged a traceback for every failed ac
 - A connection whose request headers are not complete `HEADER_SECONDS` after it opened (or
   after its previous answer) is closed, whatever it sent.
 - At most `PER_CLIENT` connections per client address, and at most `total_connections()`
-  in all (half the open-file limit, so accepting never runs out of descriptors); one more
-  gets a 503 and is closed at once.
+  in all (half the open-file limit); one more gets a 503 and is closed at once.
+- Accepting never runs out of descriptors: asyncio accepts up to the listen backlog in one
+  go and closes a refused connection only on a later turn of its loop, so a burst can hold
+  about two backlogs of refused connections at once beside the admitted ones. The backlog
+  (`accept_backlog()`) is kept to an eighth of the open-file limit, so the admitted half
+  and two backlogs leave a quarter for the process's own files.
 """
 
 from __future__ import annotations
@@ -25,12 +29,18 @@ from jobsup.web.api import log
 HEADER_SECONDS = 10.0
 PER_CLIENT = 32
 MAX_TOTAL = 1000
+MAX_BACKLOG = 128  # connections the kernel queues before they are accepted
 _REFUSED = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 
 
 def total_connections() -> int:
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return MAX_TOTAL if soft == resource.RLIM_INFINITY else max(16, min(MAX_TOTAL, soft // 2))
+
+
+def accept_backlog() -> int:
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return MAX_BACKLOG if soft == resource.RLIM_INFINITY else max(8, min(MAX_BACKLOG, soft // 8))
 
 
 class Guard:

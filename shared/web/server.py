@@ -19,7 +19,7 @@ from jobsup.errors import ConfigurationError
 from jobsup.settings import Settings
 from jobsup.web.app import build
 from jobsup.web.auth import LOOPBACK_HOSTS, Auth
-from jobsup.web.connections import Guard, protocol, total_connections
+from jobsup.web.connections import Guard, accept_backlog, protocol, total_connections
 
 
 def is_loopback(host: str) -> bool:
@@ -68,7 +68,7 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
         h11_max_incomplete_event_size=64 * 1024,
         http=protocol(Guard(total)),  # header timeout, connections per client and in all
         limit_concurrency=total,
-        backlog=128,
+        backlog=accept_backlog(),  # see jobsup.web.connections
     )
 
 
