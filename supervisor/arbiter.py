@@ -5,8 +5,8 @@ handler) and the loop does the rest: reap dead workers, refill empty slots with 
 Workers whose lease renewal is overdue are killed from a thread of its own (`enforce`); a
 dead worker's leases are closed from another (`burial`); the process table, maintenance and
 the cron tick run on a third (`chores`), so a database that does not answer never stalls
-the loop. The order of boot and
-of shutdown is written out once, in `boot()` and `shutdown()`.
+the loop. The order of boot and of shutdown is written out once, in `boot()` and
+`shutdown()`.
 """
 
 from __future__ import annotations

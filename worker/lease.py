@@ -47,7 +47,7 @@ from jobsup import exits
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
 from jobsup.observe.tracing import NOT_TRACED, Traced
-from jobsup.store.rows import RELEASED, ClaimedJob, Outcome
+from jobsup.store.rows import ClaimedJob
 from jobsup.worker.execute import CANCELLED, LEASE_LOST, SHUTDOWN, TIMEOUT
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class LeaseKeeper:
                 running = self.running[job.id] = Running(job, timeout)
                 self.slot.start(job.id, job.attempt, timeout)
         if stale:
-            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.label))
+            self.settler.release([job])
             return None
         return running
 
@@ -246,8 +246,7 @@ class LeaseKeeper:
             self._cancel(r, LEASE_LOST, now)
         for r in to_cancel:
             self._cancel(r, CANCELLED, now)
-        for job in unstarted:
-            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.label))
+        self.settler.release(unstarted)
 
     def _enforce(self, running: Running, now: float) -> None:
         lapses_at = self.renewed_at + self.lease
@@ -328,6 +327,5 @@ class LeaseKeeper:
                 self.slot.ending(running.job.id, code)
 
     def _release_waiting(self) -> None:
-        for job in self.take_waiting():
-            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.label))
+        self.settler.release(self.take_waiting())
         self.settler.flush_soon()

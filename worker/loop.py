@@ -133,7 +133,7 @@ class Worker:
                     self.idle()
         except BaseException:
             # A crash: what was already finished is still written, for a bounded time.
-            self.release(self.keeper.take_waiting())
+            self.settler.release(self.keeper.take_waiting())
             self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
             raise
 
@@ -236,7 +236,7 @@ class Worker:
                 emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
                 continue
             self.run_one(running)
-        self.release(self.keeper.take_waiting())
+        self.settler.release(self.keeper.take_waiting())
         if self.write_before_claim:
             self.settler.write_here()
         else:
@@ -337,10 +337,6 @@ class Worker:
         select.select([self.stop.read_fd, pool.read_fd], [], [], LOOK_EVERY)
         self.stop.drain()
 
-    def release(self, jobs: list[ClaimedJob]) -> None:
-        for job in jobs:
-            self.settler.add(job, Outcome(job.held, RELEASED, worker=self.spec.label))
-
     def finish(self, code: int) -> int:
         """On the way out: everything handed over is written (for up to one lease), and the
         leases of a claim whose reply was lost are given back."""
@@ -363,7 +359,7 @@ class Worker:
         the database may be why we are here."""
         self.ending.set()
         self.keeper.bystanders()
-        self.release(self.keeper.take_waiting())
+        self.settler.release(self.keeper.take_waiting())
         self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
         emit("worker.ending", worker=self.spec.label, job=running.job.id, reason=exits.NAMES[code])
         exits.now(code)

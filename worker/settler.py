@@ -71,6 +71,11 @@ class Settler:
                 self.oldest = time.monotonic()
             self.pending.append((job, outcome))
 
+    def release(self, jobs: list[ClaimedJob]) -> None:
+        """Give these claimed jobs back unstarted (their attempt not used), with the next write."""
+        for job in jobs:
+            self.add(job, Outcome(job.held, RELEASED, worker=self.label))
+
     def flush_soon(self) -> None:
         with self.cond:
             self.urgent = True
