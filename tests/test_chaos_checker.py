@@ -139,3 +139,32 @@ def test_a_resume_that_meets_a_database_restart_is_tried_again(sqlite_url: str, 
     assert chaos.paused == {} and all(q["state"] != "paused" for q in looker.queues())
     client.close()
     looker.close()
+
+
+def test_the_schedule_is_removed_at_quiescence_though_the_database_restarted_last(tmp_path: Path) -> None:
+    """The campaign's own bookkeeping: its last fault restarted the private PostgreSQL server,
+    and the first call at quiescence (removing the cron schedule) met the connection the
+    restart had ended, so the campaign died there with no verdict (CI, seed 12). A call a
+    restart may meet is now tried again, as an application would."""
+    from tests import pgcluster
+
+    if (problem := pgcluster.unusable()) is not None:
+        pytest.fail(problem)  # CI has the binaries: never a silent skip
+    import jobsup
+    from tests.chaos.campaign import retried
+    from tests.chaos.processes import Database
+
+    database = Database("postgresql", tmp_path, own_server=True)
+    url = database.create()
+    try:
+        client = jobsup.Client(url)
+        client.add_recurring("chaos-cron", job="cron", cron="* * * * *", payload={}, allow_unknown=True)
+        database.restart()
+        ledger = Ledger(tmp_path)
+        retried("removing the schedule", lambda: client.remove_recurring("chaos-cron"), ledger)
+        assert client.list_recurring() == []
+        # It did meet the ended connection: the retry is what carried it.
+        assert "removing the schedule failed, again: DatabaseUnavailable" in (tmp_path / "operations.log").read_text()
+        client.close()
+    finally:
+        database.drop()

@@ -175,7 +175,11 @@ def test_an_orphan_stuck_outside_a_job_is_ended_by_its_lease_thread(url: str, st
     # loop to see the supervisor gone; holding no lease, the worker loses nothing by ending.
     supervisor = start("--queue", "default=1", faults="worker:claim@0s+300s:hang")
     workers = supervisor.wait_for_workers(1)
-    wait_until(lambda: "worker.started" in supervisor.output(), timeout=30, what="the worker to start")
+    # Inside the hanging claim, not before it: a worker killed earlier sees its supervisor gone
+    # from its loop and ends as usual (CI met that order under load).
+    wait_until(
+        lambda: "fault.hanging role=worker operation=claim" in supervisor.output(), timeout=30, what="the claim to hang"
+    )
     os.kill(supervisor.pid, signal.SIGKILL)
     supervisor.wait(10)
     wait_until(lambda: not any(map(alive, workers)), timeout=30, what=lambda: still_there(supervisor, workers))

@@ -12,6 +12,7 @@ from typing import Any
 log = logging.getLogger("jobsup")
 
 _WARNINGS = {
+    "fault.hanging",
     "job.failed",
     "job.dead_lettered",
     "job.lease_lost",

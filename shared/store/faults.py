@@ -26,6 +26,7 @@ from sqlalchemy import Engine, event
 
 from jobsup.durations import parse_duration
 from jobsup.errors import ConfigurationError, DatabaseUnavailable
+from jobsup.observe.events import emit
 
 OPERATION = "jobsup_operation"  # execution option naming the store operation
 # Every operation a statement can be run under (the Database asserts it; "other" is a
@@ -118,7 +119,10 @@ def install(engine: Engine, role: str, spec: str | None = None) -> None:
             return
         fault, operation, elapsed = found
         if fault.action == "hang":
-            time.sleep(fault.start + fault.length - elapsed)
+            left = fault.start + fault.length - elapsed
+            # Said, so a drill (or a test) knows the process is inside the hang, not before it.
+            emit("fault.hanging", role=role, operation=operation, seconds=round(left, 1))
+            time.sleep(left)
             return
         raise DatabaseUnavailable(f"injected fault: {operation} fails for now (JOBSUP_FAULTS)")
 

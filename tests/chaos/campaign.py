@@ -205,18 +205,23 @@ class Quiet:
     unmoved: set[int]  # unfinished jobs, when nothing changed for `STALL` seconds: stuck, not slow
 
 
-def resume_all(faults: Faults, ledger: Ledger, *, within: float = 60) -> None:
-    """Resume every queue still paused, retrying while the database comes back from a
-    restart (a pooled connection it ended fails once)."""
+def resume_all(faults: Faults, ledger: Ledger) -> None:
+    """Resume every queue still paused."""
+    retried("resume", lambda: faults.resume_due(everything=True), ledger)
+
+
+def retried(what: str, call: Callable[[], object], ledger: Ledger, *, within: float = 60) -> None:
+    """`call()`, again while the database comes back from a restart: a connection pooled
+    before the restart fails once (as an application's would), then the pool reconnects."""
     deadline = time.time() + within
     while True:
         try:
-            faults.resume_due(everything=True)
+            call()
             return
         except (jobsup.JobsupError, SQLAlchemyError) as exc:
             if time.time() >= deadline:
                 raise
-            ledger.note(f"quiescence: resume failed, again: {type(exc).__name__}"[:300])
+            ledger.note(f"quiescence: {what} failed, again: {type(exc).__name__}"[:300])
             time.sleep(0.5)
 
 
@@ -233,7 +238,7 @@ def quiesce(
     ledger.note("quiescence: faults stop")
     resume_all(faults, ledger)
     faults.end_outage()
-    client.remove_recurring("chaos-cron")
+    retried("removing the schedule", lambda: client.remove_recurring("chaos-cron"), ledger)
     for role, args in plan.items():
         if not fleet.live(role):
             fleet.start(role, args)
