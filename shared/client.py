@@ -38,9 +38,9 @@ def url_enabling_outbox(database_url: str | None) -> str:
 
     settings = load()
     if settings.events_publisher:
-        from jobsup.events import record
+        from jobsup.events import publishing
 
-        record.enable()
+        publishing.enable()
     return settings.database_url if database_url is None else database_url
 
 

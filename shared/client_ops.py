@@ -87,9 +87,7 @@ class OpsAPI:
             check_text(reason, "reason", longest=MAX_REASON)
         who = actor_of(actor)
         self._ready()
-        paused = self.store.pauses.pause(queue, actor=who, reason=reason, allow_unknown=allow_unknown)
-        emit("queue.paused", queue=queue, actor=who, reason=reason, already=not paused or None)
-        return paused
+        return self.store.pauses.pause(queue, actor=who, reason=reason, allow_unknown=allow_unknown)
 
     def resume_queue(self, queue: str, *, actor: str | None = None) -> bool:
         """Let every instance claim jobs of `queue` again, and wake its idle workers; False
@@ -97,9 +95,7 @@ class OpsAPI:
         check_name(queue, "queue")
         who = actor_of(actor)
         self._ready()
-        resumed = self.store.pauses.resume(queue, actor=who)
-        emit("queue.resumed", queue=queue, actor=who, was_paused=resumed)
-        return resumed
+        return self.store.pauses.resume(queue, actor=who)
 
     def queues(self) -> list[dict[str, Any]]:
         """Every queue a job, job definition, schedule or pause names, by name: pending and

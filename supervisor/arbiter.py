@@ -24,7 +24,7 @@ from sqlalchemy import select
 
 from jobsup import exits
 from jobsup.errors import ConfigurationError, JobsupError
-from jobsup.events import record
+from jobsup.events import publishing
 from jobsup.events.publishers import publisher_for
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
@@ -161,7 +161,7 @@ class Arbiter:
         publisher = publisher_for(
             settings.events_publisher, secret=settings.events_secret, timeout=settings.events_timeout
         )
-        record.enable()
+        publishing.enable()
         outbox = Outbox(self.db)
         self.relay = Relay(outbox, publisher, self.id)
         return [OutboxGauges(outbox)]

@@ -202,9 +202,9 @@ def exchange(rabbitmq: None) -> Iterator[broker.Exchange]:
 @pytest.fixture
 def events_on() -> Iterator[None]:
     """This process's transitions write the outbox for the test, and stop after it."""
-    from jobsup.events import hooks, record
+    from jobsup.events import hooks, publishing
 
-    record.enable()
+    publishing.enable()
     yield
     hooks.clear()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Insert, Select, Update
@@ -75,6 +76,8 @@ class _Row(tuple):  # type: ignore[type-arg]
             return "pending" if name == "status" else 0
         if name == "cancel_requested_at":  # nobody asked to cancel it
             return None
+        if name == "run_at":
+            return datetime(2026, 1, 1, tzinfo=UTC)
         raise AttributeError(name)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import jobsup
 from jobsup.errors import ConfigurationError
-from jobsup.events import hooks, record
+from jobsup.events import hooks, publishing
 
 from helpers import run_jobsup
 
@@ -52,9 +52,9 @@ def test_a_publisher_in_the_settings_turns_the_outbox_on_for_a_client_given_a_ur
     folder: Path, sqlite_url: str, make: str
 ) -> None:
     (folder / "jobsup.toml").write_text('events_publisher = "amqp://guest:guest@127.0.0.1:5672/"\n')
-    record.disable()
+    publishing.disable()
     if make == "client":
         jobsup.Client(sqlite_url).close()
     else:
         asyncio.run(jobsup.AsyncClient(sqlite_url).close())
-    assert record.publishing()
+    assert publishing.enabled()

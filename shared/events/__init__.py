@@ -10,5 +10,5 @@ process, its publishers (RabbitMQ, webhooks), and OpenTelemetry trace context.
 
 Nothing here costs a transition anything until a hook is registered or a publisher is
 configured (`events_publisher`): only then do the transitions run the step that builds
-events (`jobsup.events.record`).
+events (`jobsup.events.publishing`).
 """

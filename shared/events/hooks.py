@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobsup.events import record
+from jobsup.events import publishing
 from jobsup.events.catalogue import check_type
 from jobsup.observe.events import emit
 
@@ -57,7 +57,7 @@ def on(kind: str, *, timeout: float = DEFAULT_TIMEOUT) -> Callable[[Hook], Hook]
 
     def register(hook: Hook) -> Hook:
         _hooks.setdefault(kind, []).append(Registered(hook, timeout))
-        record.want(kind, dispatch)
+        publishing.want(kind, dispatch)
         return hook
 
     return register
@@ -66,7 +66,7 @@ def on(kind: str, *, timeout: float = DEFAULT_TIMEOUT) -> Callable[[Hook], Hook]
 def clear() -> None:
     """Forget every hook (tests)."""
     _hooks.clear()
-    record.disable()
+    publishing.disable()
 
 
 def dispatch(events: list[dict[str, Any]]) -> None:

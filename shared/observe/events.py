@@ -1,7 +1,7 @@
 """Logic emits events; subscribers turn them into log lines and metrics. This is the one
-place a process's own events go through. (The public events that reach the outbox and the
-hooks take another way: announced in the transaction that makes them true
-(`jobsup.store.announce`), written to the outbox there by `jobsup.events.record`.)
+place a process's events go through to the log and the metrics; each type is declared in
+`jobsup.events.catalogue`. (The public events also reach the outbox and the hooks, from the
+transaction that makes them true: `jobsup.events.publishing`.)
 
 An event is a name and fields: ``emit("job.failed", job=42, name="send-email", attempt=2)``.
 State changes are announced by the transitions after their commit (never before the write

@@ -9,54 +9,15 @@ import os
 import time
 from typing import Any
 
-log = logging.getLogger("jobsup")
+from jobsup.events import catalogue
 
-_WARNINGS = {
-    "fault.hanging",
-    "job.failed",
-    "job.dead_lettered",
-    "job.lease_lost",
-    "lease.expired",
-    "job.traceback",
-    "job.result_dropped",
-    "joblog.write_failed",
-    "joblog.line_dropped",
-    "worker.died",
-    "worker.boot_failed",
-    "worker.killed_overdue",
-    "recurring.invalid",
-    "recurring.behind",
-    "definitions.incompatible",
-    "supervisor.polling",
-    "worker.claim_batch_limited",
-    "worker.orphan_stuck",
-    "concurrency.repaired",
-    "breaker.opened",
-    "sla.breached",
-    "hook.timed_out",
-    "hook.dropped",
-    "events.publish_failed",
-    "events.parked",
-    "health.failed",
-}
-_ERRORS = {
-    "db.error",
-    "secrets.unseal_failed",
-    "supervisor.failed",
-    "worker.crashed",
-    "maintenance.failed",
-    "step.failed",
-    "http.failed",
-    "audit.failed",
-    "hook.failed",
-    "relay.failed",
-}
+log = logging.getLogger("jobsup")
 
 
 def record(kind: str, fields: dict[str, Any]) -> None:
     if fields.get("quiet"):  # counted, but said once already (a failure repeating as it is retried)
         return
-    level = logging.ERROR if kind in _ERRORS else logging.WARNING if kind in _WARNINGS else logging.INFO
+    level = catalogue.level(kind)
     if not log.isEnabledFor(level):
         return
     present = {key: value for key, value in fields.items() if value is not None}

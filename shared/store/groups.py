@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, LockBusy
+from jobsup.events.publishing import job_fields, publish
 from jobsup.observe.events import emit
-from jobsup.store.announce import announce, job_fields
 from jobsup.store.database import after_commit
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, UNFINISHED_STATUSES, WAITING
@@ -86,7 +86,7 @@ class Groups:
                     for again in self.t.sql.reopen.run(conn, params):
                         queues.add(again.queue)
                         retry_at = again.run_at.isoformat() if status == PENDING else None
-                        announce(conn, "job.retrying", retry_at=retry_at, **job_fields(again))
+                        publish(conn, "job.retrying", retry_at=retry_at, **job_fields(again))
             self.t.workflows.set_cancelled(conn, workflow_id, False, clock)
             self.t.dialect.after_enqueue(conn, queues)
         emit("workflow.retried", workflow=workflow_id, steps=len(redo))
@@ -197,10 +197,7 @@ class Groups:
         with self.t.db.transaction(operation) as conn:
             if self.t.batches.any_unfinished(conn, batch_id, skip_locked=False):
                 return False
-            fired = fire_batch(conn, self.t, batch_id, clock)
-        if fired:
-            emit("batch.finished", batch=batch_id)
-        return fired
+            return fire_batch(conn, self.t, batch_id, clock)
 
     def sweep_batches(self, *, limit: int = 100) -> int:
         """Fire the closed batches whose children have all ended but whose callbacks did not

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, ConfigurationError, LockBusy
+from jobsup.events.publishing import job_fields, publish
 from jobsup.observe.events import emit
 from jobsup.store import limits
-from jobsup.store.announce import announce, job_fields
 from jobsup.store.builder import build
 from jobsup.store.database import after_commit
 from jobsup.store.rows import NewJob, has_links
@@ -124,7 +124,7 @@ def unblock_dependents(conn: Connection, t: Transitions, rows: Sequence[Any], cl
     reason = "cancelled: a step it depends on did not succeed"
     cancelled = list(t.sql.cancel_blocked.run(conn, {**clock, "p_ids": blocked, "p_error": reason}))
     for row in cancelled:  # not through the cancel transition, whose steps would cascade again
-        announce(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
+        publish(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
     return cancelled
 
 
@@ -177,7 +177,7 @@ def fire_batch(conn: Connection, t: Transitions, batch_id: int, clock: Mapping[s
     succeeded = counts[SUCCEEDED] == ended
     outcome = "cancelled" if finished.cancelled else "succeeded" if succeeded else "failed"
     ended_counts = {status: n for status, n in counts.items() if n}
-    announce(
+    publish(
         conn,
         "batch.finished",
         subject=f"batch:{batch_id}",
@@ -226,7 +226,7 @@ def finish_workflow(conn: Connection, t: Transitions, workflow_id: int, clock: M
         return False
     counts = t.workflows.counts(conn, workflow_id)
     outcome = workflow_status(counts, finished.cancelled_at is not None)
-    announce(
+    publish(
         conn,
         "workflow.finished",
         subject=f"workflow:{workflow_id}",

@@ -48,13 +48,7 @@ from sqlalchemy import (
 from jobsup.clock import host_clock
 from jobsup.store.audit import Audit
 from jobsup.store.database import Database
-from jobsup.store.schema import job, outbox
-
-# What the events of a settle, cancel or retry need to know about each job.
-FACT_COLUMNS = (
-    *(job.c.id, job.c.name, job.c.queue, job.c.attempts),
-    *(job.c.status, job.c.actor, job.c.last_error, job.c.run_at),
-)
+from jobsup.store.schema import outbox
 
 
 @dataclass(frozen=True)
@@ -77,7 +71,6 @@ _INSERT = insert(outbox).values(
     payload=bindparam("o_payload"),
     created_at=bindparam("o_at"),
 )
-_FACTS = select(*FACT_COLUMNS).where(job.c.id.in_(bindparam("p_ids", expanding=True)))
 
 
 def write(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -85,11 +78,6 @@ def write(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     o_type, o_payload, o_at. One executemany, in order (their ids order them per object)."""
     if rows:
         conn.execute(_INSERT, list(rows))
-
-
-def facts(conn: Connection, ids: Sequence[int]) -> dict[int, Any]:
-    """The jobs `ids` as the transition on `conn` left them, by id."""
-    return {row.id: row for row in conn.execute(_FACTS, {"p_ids": list(ids)})}
 
 
 class Outbox:

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Select, literal_column, select, true, union, update
 
 from jobsup.errors import UnknownQueue
-from jobsup.store.announce import announce
+from jobsup.events.publishing import publish
 from jobsup.store.audit import Audit
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
@@ -79,7 +79,7 @@ class Pauses:
             detail = {"reason": reason, "was_paused": bool(was)}
             self.audit.record(actor, "queue.pause", target=queue, detail=detail, connection=conn, now=now)
             if not was:
-                announce(conn, "queue.paused", subject=f"queue:{queue}", queue=queue, actor=actor, reason=reason)
+                publish(conn, "queue.paused", subject=f"queue:{queue}", queue=queue, actor=actor, reason=reason)
         return not was
 
     def resume(self, queue: str, *, actor: str, now: datetime | None = None) -> bool:
@@ -94,7 +94,7 @@ class Pauses:
             outcome = "ok" if resumed else "not_found"
             self.audit.record(actor, "queue.resume", target=queue, outcome=outcome, connection=conn, now=now)
             if resumed:
-                announce(conn, "queue.resumed", subject=f"queue:{queue}", queue=queue, actor=actor)
+                publish(conn, "queue.resumed", subject=f"queue:{queue}", queue=queue, actor=actor)
         return resumed
 
     def states(self) -> dict[str, QueueState]:

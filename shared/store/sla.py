@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, bindparam, select
 
-from jobsup.observe.events import emit
-from jobsup.store.announce import announce
+from jobsup.events.publishing import publish
 from jobsup.store.claim import status_literal
 from jobsup.store.schema import PENDING, RUNNING, WAITING, job
 
@@ -75,9 +74,7 @@ class SlaMarks:
                 with self.t.db.transaction("sla") as conn:
                     rows = self.t.sql.sla_mark.run(conn, {**clock, "p_ids": ids})
                     for row in rows:
-                        announce(conn, "sla.breached", job=row.id, name=row.name, queue=row.queue, kind=kind)
-                for row in rows:
-                    emit("sla.breached", job=row.id, name=row.name, queue=row.queue, kind=kind)
+                        publish(conn, "sla.breached", job=row.id, name=row.name, queue=row.queue, kind=kind)
                 marked += len(rows)
                 if len(ids) < batch:
                     break

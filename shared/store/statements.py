@@ -49,6 +49,9 @@ from jobsup.store.schema import (
 
 # An operator cancelled the running job: whatever ends its attempt ends the job `cancelled`.
 CANCEL_REQUESTED = job.c.cancel_requested_at.is_not(None)
+# What an event of a settled job says of it (`jobsup.events.publishing`), returned by the
+# settle itself so that building the event reads nothing again.
+EVENT_COLUMNS = (job.c.queue, job.c.attempts, job.c.actor)
 
 
 class Statements(LinkedStatements):
@@ -147,7 +150,7 @@ class Statements(LinkedStatements):
                 lease_expires_at=None,
                 result=bindparam("p_result"),
             )
-            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name, *EVENT_COLUMNS)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -167,7 +170,7 @@ class Statements(LinkedStatements):
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name, *EVENT_COLUMNS, job.c.last_error, job.c.run_at)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -193,7 +196,7 @@ class Statements(LinkedStatements):
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id, job.c.status, *LINKS, job.c.name)
+            .returning(job.c.id, job.c.status, *LINKS, job.c.name, *EVENT_COLUMNS)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -267,7 +270,7 @@ class Statements(LinkedStatements):
                     (running, func.coalesce(job.c.cancel_requested_at, clock)), else_=job.c.cancel_requested_at
                 ),
             )
-            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS)
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS, job.c.actor)
         )
         return self.dialect.returning(first)
 
@@ -301,7 +304,15 @@ class Statements(LinkedStatements):
                 finished_at=None,
             )
             .returning(
-                job.c.id, job.c.name, job.c.queue, job.c.workflow_id, job.c.concurrency_key, job.c.concurrency_limit
+                job.c.id,
+                job.c.name,
+                job.c.queue,
+                job.c.workflow_id,
+                job.c.concurrency_key,
+                job.c.concurrency_limit,
+                job.c.attempts,
+                job.c.actor,
+                job.c.run_at,
             )
         )
 

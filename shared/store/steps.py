@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row
 
-from jobsup.events import record
+from jobsup.events import publishing
 from jobsup.store import breakers, limits, links, rates
 
 if TYPE_CHECKING:
@@ -63,12 +63,12 @@ class Step:
 _HAND_ON_KEYS = Step(limits.after_finish)  # a key's slot to the next waiting job
 _UNBLOCK = Step(links.after_finish)  # dependents, batch callbacks, triggers
 _COUNT_SETTLES = Step(breakers.count_settles)  # a breaker type's successes and failures
-# The outbox, and hooks after commit. Looked up when called: `record` imports the store,
-# which imports this module, so `record` may still be loading when this line runs.
+# The outbox, and hooks after commit. Looked up when called: `publishing` imports the store,
+# which imports this module, so `publishing` may still be loading when this line runs.
 _EVENTS = Step(
-    lambda conn, change: record.record(conn, change),
+    lambda conn, change: publishing.publish_transition(conn, change),
     selective=False,
-    wanted=lambda transition: record.wanted(transition),
+    wanted=lambda transition: publishing.wanted(transition),
 )
 
 # One line per transition (an arrow of DESIGN section 4), its steps in the order they run.
@@ -80,8 +80,8 @@ STEPS: dict[str, tuple[Step, ...]] = {
     "expire": (_HAND_ON_KEYS, _UNBLOCK, _COUNT_SETTLES, _EVENTS),
     # A release ends the job when an operator asked to cancel it while it was held.
     "release": (_HAND_ON_KEYS, _UNBLOCK, _EVENTS),
-    "cancel": (_HAND_ON_KEYS, _UNBLOCK, _EVENTS),
-    "retry": (Step(limits.after_retry), Step(links.after_retry), _EVENTS),  # a dead letter waits again
+    "cancel": (_HAND_ON_KEYS, _UNBLOCK),  # its event: `publish`, as the transition's own
+    "retry": (Step(limits.after_retry), Step(links.after_retry)),  # a dead letter waits again
 }
 
 

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobsup.calendars import Calendar
 from jobsup.errors import ConstraintViolation, DuplicateJob
+from jobsup.events.publishing import job_fields, publish
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
 from jobsup.store import firing, limits, steps
@@ -297,9 +298,11 @@ class Transitions:
             ended = [row for row in rows if row.status == CANCELLED]
             if ended:
                 steps.run(conn, steps.Change("cancel", ended, params, self))
+            for row in ended:
+                publish(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
         for row in rows:
-            kind = "job.cancelled" if row.status == CANCELLED else "job.cancel_requested"
-            emit(kind, job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
+            if row.status != CANCELLED:
+                emit("job.cancel_requested", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
         return rows
 
     def retry(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
@@ -314,13 +317,13 @@ class Transitions:
                     rows = self.sql.retry.run(conn, params)
                     if rows:
                         steps.run(conn, steps.Change("retry", rows, params, self))
+                    for row in rows:
+                        publish(conn, "job.retrying", retry_at=row.run_at.isoformat(), **job_fields(row))
             except ConstraintViolation:
                 raise DuplicateJob(
                     f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None
                 ) from None
-            for row in rows:
-                retried.append(row.id)
-                emit("job.retried", job=row.id, name=row.name, queue=row.queue)
+            retried.extend(row.id for row in rows)
         return retried
 
     # -- fire: a recurring schedule's slot -> a pending job -----------------------------------------

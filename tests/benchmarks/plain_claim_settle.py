@@ -44,9 +44,9 @@ try:
     migrate.upgrade(Database(url))
     jobsup.job("bench-plain")(lambda ctx, payload: None)
     if events:  # only then: an older tree may have no jobsup.events
-        from jobsup.events import record
+        from jobsup.events import publishing
 
-        record.enable()
+        publishing.enable()
     client = jobsup.Client(url)
     if jobs:
         client.enqueue_many([{"name": "bench-plain"} for _ in range(jobs)])

@@ -1,13 +1,18 @@
-"""Building events inside the transitions, and sending them on: into the outbox (in the
-same transaction, so an event exists if and only if its change committed) and to the
-in-process hooks (after the commit).
+"""Publishing events: how an event of a change leaves the transaction that made it. A
+public event (`jobsup.events.catalogue`) goes into the outbox in the same transaction, so it
+exists if and only if its change committed, and to the in-process hooks after the commit.
 
-This is an in-transaction step (`jobsup.store.steps`), on only for the transitions whose
-events someone wants: every transition once a publisher is configured (`enable`), else those
-a hook listens to. Off, a transition pays nothing, and PostgreSQL's claim and settle stay
-single statements. The events of no transition (breakers, queues, SLAs,
-batches, workflows) come from the store's announcements (`jobsup.store.announce`), which
-this module listens to.
+Two ways in, one way out (`_send`):
+- a job transition's events are built by an in-transaction step (`jobsup.store.steps`) from
+  the rows its compare-and-set returned (`publish_transition`); the step is on only for the
+  transitions whose events someone wants: every transition once a publisher is configured
+  (`enable`), else those a hook listens to. Off, a transition pays nothing, and
+  PostgreSQL's claim and settle stay single statements. The log lines and metrics of a
+  transition are the transition's own (`jobsup.store.transitions`), emitted after the
+  commit from what the worker knows (its run time, the error's message);
+- a change of no transition (a breaker, a pause, an SLA mark, a workflow or batch
+  finishing, a step changed by its workflow) calls `publish`, which also hands the event to
+  the log and the metrics after the commit: one call, one event.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from jobsup.clock import host_clock
-from jobsup.events.catalogue import encode, error_type, event
-from jobsup.store import announce, outbox
+from jobsup.events.catalogue import TYPES, encode, error_type, event
+from jobsup.observe.events import emit
+from jobsup.store import outbox
 from jobsup.store.database import after_commit
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING
 
@@ -33,9 +39,7 @@ TRANSITION_TYPES: dict[str, frozenset[str]] = {
     "complete": frozenset({"job.succeeded"}),
     "fail": frozenset({"job.failed", "job.timed_out", "job.retrying", "job.dead_lettered"}),
     "expire": frozenset({"lease.expired", "job.retrying", "job.dead_lettered"}),
-    "cancel": frozenset({"job.cancelled"}),
     "release": frozenset({"job.cancelled"}),  # a job an operator asked to cancel while it was held
-    "retry": frozenset({"job.retrying"}),
 }
 
 _publishing = False  # a publisher is configured: every event goes into the outbox
@@ -67,7 +71,7 @@ def want(kind: str, dispatch: Callable[[list[dict[str, Any]]], None]) -> None:
     _update_wanted()
 
 
-def publishing() -> bool:
+def enabled() -> bool:
     return _publishing
 
 
@@ -81,25 +85,28 @@ def _update_wanted() -> None:
     _wanted = frozenset(t for t, types in TRANSITION_TYPES.items() if _publishing or types & _hooked)
 
 
-def record(conn: Connection, change: Change) -> None:
+def publish_transition(conn: Connection, change: Change) -> None:
     """The step: this transition's events, into the outbox and, after commit, to hooks."""
-    built = list(_events(conn, change))
+    built = list(_events(change))
     if built:
         _send(conn, built)
 
 
-class _Announcements:
-    """The listener of the store's announcements: an event of no transition, sent as the
-    transitions' events are."""
-
-    def wants(self, kind: str) -> bool:
-        return _publishing or kind in _hooked
-
-    def announce(self, conn: Connection, kind: str, subject: str | None, fields: dict[str, Any]) -> None:
+def publish(conn: Connection, kind: str, /, *, subject: str | None = None, **fields: Any) -> None:
+    """Publish a `kind` event of a change made on `conn` that is not a job transition (a
+    breaker, a pause, an SLA mark, a workflow or batch finishing, a step changed by its
+    workflow): into the outbox in its transaction, and after the commit to hooks, the log
+    and the metrics. `subject` names the object of an event of no job (``queue:mail``) and
+    orders its events in the outbox; an event of a job passes `job=` (`job_fields`) instead."""
+    if kind in TYPES and (_publishing or kind in _hooked):  # public, and someone wants it
         _send(conn, [event(kind, host_clock(), **fields)], subject=subject)
+    after_commit(conn, lambda: emit(kind, **fields))
 
 
-announce.listen(_Announcements())
+def job_fields(row: Any) -> dict[str, Any]:
+    """What every event of a job says about it, from a row with its id, name, queue,
+    attempts and actor."""
+    return {"job": row.id, "name": row.name, "queue": row.queue, "attempt": row.attempts, "actor": row.actor}
 
 
 def _send(conn: Connection, built: list[dict[str, Any]], *, subject: str | None = None) -> None:
@@ -122,7 +129,7 @@ def _send(conn: Connection, built: list[dict[str, Any]], *, subject: str | None 
         after_commit(conn, lambda: dispatch(hooked))
 
 
-def _events(conn: Connection, change: Change) -> Iterable[dict[str, Any]]:
+def _events(change: Change) -> Iterable[dict[str, Any]]:
     at, transition = host_clock(), change.transition
     if transition == "enqueue":
         for job_id, new in change.rows:  # type: ignore[misc]  # enqueue's rows are (id, NewJob) pairs
@@ -135,20 +142,14 @@ def _events(conn: Connection, change: Change) -> Iterable[dict[str, Any]]:
                     "job.started", at, job=row.id, name=row.name, queue=row.queue, attempt=row.attempts, actor=row.actor
                 )
         return
-    found = outbox.facts(conn, [row[0] for row in change.rows])
     outcome = change.params.get("p_outcome")
-    for row in change.rows:
-        job = found.get(row[0])
-        if job is None:
-            continue
-        same = announce.job_fields(job)
+    for job in change.rows:  # as the compare-and-set returned them (`statements.EVENT_COLUMNS`)
+        same = job_fields(job)
         if transition == "complete":
             yield event("job.succeeded", at, **same, outcome="succeeded")
-        elif transition in ("cancel", "release"):  # a release is announced only when it ended the job
+        elif transition == "release":  # announced only when it ended the job
             if job.status == CANCELLED:
                 yield event("job.cancelled", at, **same, outcome="cancelled")
-        elif transition == "retry":
-            yield event("job.retrying", at, **same, retry_at=job.run_at.isoformat())
         else:  # fail or expire: how the attempt ended, then what becomes of the job
             kind = {"timed_out": "job.timed_out", "lease_expired": "lease.expired"}.get(str(outcome), "job.failed")
             if outcome != "cancelled":  # the worker stopped it for its cancel: job.cancelled says it
