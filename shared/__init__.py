@@ -34,10 +34,10 @@ from jobsup.errors import (
     UnsupportedDatabase,
 )
 from jobsup.events.hooks import on
-from jobsup.links import Trigger, Workflow
 from jobsup.params import Sensitive
 from jobsup.registry import job, workflow
 from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, StepInfo, WorkflowInfo
+from jobsup.workflow_spec import Trigger, Workflow
 
 __all__ = [
     "AsyncClient",

@@ -20,6 +20,7 @@ from jobsup.errors import BadInput, ConfigurationError, JobsupError
 from jobsup.observe import subscribe_logs_and_metrics
 from jobsup.ops import (
     audit,
+    batches,
     bench,
     breakers,
     calendars,
@@ -28,10 +29,10 @@ from jobsup.ops import (
     events,
     jobs,
     keys,
-    links,
     pauses,
     queues,
     recurring,
+    workflows,
 )
 from jobsup.ops.options import Target, config_option, database_url_option, with_target
 
@@ -125,8 +126,8 @@ for _command in (
     jobs.enqueue,
     jobs.jobs,
     jobs.dead,
-    links.workflows,
-    links.batches,
+    workflows.workflows,
+    batches.batches,
     recurring.recurring,
     definitions.definitions,
     pauses.queues,

@@ -16,7 +16,6 @@ from jobsup.client_schedules import SchedulesAPI
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
 from jobsup.jobtypes import JobType
-from jobsup.links import check_triggers
 from jobsup.observe import subscribe_logs_and_metrics, tracing
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
@@ -25,6 +24,7 @@ from jobsup.store.builder import EnqueueOptions, build
 from jobsup.store.calendars import uses_calendar
 from jobsup.store.rows import Definition, Job, LogLine, NewJob
 from jobsup.store.schema import DEAD_LETTERED, STATUSES
+from jobsup.workflow_spec import check_triggers
 
 INT64 = 2**63 - 1
 

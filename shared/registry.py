@@ -78,7 +78,7 @@ def job(
     check_attempts(max_attempts)
     check_priority(priority)
     seconds = None if timeout is None else parse_duration(timeout, what=f"timeout of job {name!r}")
-    from jobsup.links import check_triggers
+    from jobsup.workflow_spec import check_triggers
 
     triggers = check_triggers(then) if then else ()
     typed = None if params is None else params_of(params, job=name, sensitive=sensitive)
@@ -111,7 +111,7 @@ def workflow(name: str, *, queue: str = DEFAULT_QUEUE, **settings: Any) -> Calla
 
     def register(factory: Callable[[Any], Any]) -> Any:
         def start(ctx: JobContext, payload: Any) -> dict[str, int]:
-            from jobsup.links import Workflow
+            from jobsup.workflow_spec import Workflow
 
             built = factory(payload)
             if not isinstance(built, Workflow):

@@ -232,7 +232,7 @@ class PurgeAudit:
 
 class FinishBatches:
     """Fire the batches whose last child ended in a process that died before it could look
-    (see `jobsup.store.links`)."""
+    (see `jobsup.store.batches`)."""
 
     name = "finish_batches"
 
@@ -240,12 +240,12 @@ class FinishBatches:
         self.store = store
 
     def run_once(self, now: datetime | None = None) -> int:
-        return self.store.transitions.groups.sweep_batches()
+        return self.store.transitions.batches.sweep()
 
 
 class FinishWorkflows:
     """Mark finished (and announce) the workflows whose last step ended in a process that
-    died before it could look (see `jobsup.store.links`)."""
+    died before it could look (see `jobsup.store.batches`)."""
 
     name = "finish_workflows"
 
@@ -253,7 +253,7 @@ class FinishWorkflows:
         self.store = store
 
     def run_once(self, now: datetime | None = None) -> int:
-        return self.store.transitions.groups.sweep_workflows()
+        return self.store.transitions.workflows.sweep()
 
 
 class Maintenance:

@@ -140,5 +140,9 @@ class OfflineDatabase:
     statement = transaction = read
 
     @contextlib.contextmanager
+    def unit(self, connection: Any, operation: str) -> Iterator[Recording]:
+        yield self.recording
+
+    @contextlib.contextmanager
     def errors(self) -> Iterator[None]:
         yield

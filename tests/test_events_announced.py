@@ -219,7 +219,7 @@ def test_a_batch_finishing_is_announced_once_with_its_counts(
     succeed(client, claimed[:2])
     assert announced(client) == []
     fail(client, claimed[2], kind="discarded")
-    assert client.store.transitions.groups.settle_batch(batch_id) is False  # fired once, never again
+    assert client.store.transitions.batches.settle(batch_id) is False  # fired once, never again
     assert strip(announced(client)) == [
         {
             "type": "batch.finished",
@@ -242,7 +242,7 @@ def test_a_batch_closed_in_a_transaction_that_rolls_back_announces_nothing(
     batch.add([{"name": "a"}])
     succeed(client, [claim_one(client)])
     with client.database.engine.connect() as conn, conn.begin() as tx:
-        assert client.store.transitions.groups.close_batch(batch.id, connection=conn)
+        assert client.store.transitions.batches.close(batch.id, connection=conn)
         tx.rollback()
     assert announced(client) == []
     assert batch.close() is True
@@ -271,7 +271,7 @@ def test_a_workflow_finishing_is_announced_once_when_its_last_step_ends(
     succeed(client, both[1:])
     assert announced(client) == []  # the report waits
     succeed(client, claim(client, "w1", limit=10))
-    assert client.store.transitions.groups.settle_workflow(workflow_id) is False
+    assert client.store.transitions.workflows.settle(workflow_id) is False
     assert strip(announced(client)) == [
         {
             "type": "workflow.finished",
@@ -306,8 +306,8 @@ def test_the_sweep_finishes_and_announces_a_workflow_whose_last_settle_did_not(
     with client.database.transaction() as conn:
         conn.execute(job.update().values(status="succeeded"))
     assert announced(client) == []
-    assert client.store.transitions.groups.sweep_workflows() == 1
-    assert client.store.transitions.groups.sweep_workflows() == 0
+    assert client.store.transitions.workflows.sweep() == 1
+    assert client.store.transitions.workflows.sweep() == 0
     assert [(e["workflow"], e["outcome"]) for e in announced(client)] == [(workflow_id, "succeeded")]
     with client.database.read() as conn:
         assert conn.execute(select(workflow.c.finished_at)).scalar() is not None

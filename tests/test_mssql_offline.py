@@ -279,11 +279,11 @@ def test_a_workflow_enqueues_and_cancels_on_sql_server(db: OfflineDatabase) -> N
     t = transitions(db)
     first = build(JobType("a"), None, {}, links={"step": "first", "on_failure": "cancel"})
     second = build(JobType("a"), None, {}, links={"step": "second", "waiting_on": 1, "on_failure": "cancel"})
-    t.groups.enqueue_workflow("wf", "key-1", [(first, []), (second, [0])])
+    t.workflows.enqueue("wf", "key-1", [(first, []), (second, [0])])
     sql = "\n".join(db.sql)
     assert "INSERT INTO jobsup_workflow" in sql and "INSERT INTO jobsup_job_dependency" in sql
     assert "THEN 'waiting' ELSE 'pending' END" in sql
-    t.groups.cancel_workflow(3)
+    t.workflows.cancel(3)
     assert "UPDATE jobsup_workflow SET cancelled_at" in "\n".join(db.sql)
 
 

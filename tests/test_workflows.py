@@ -308,8 +308,8 @@ def test_a_batch_fires_its_callbacks_once_when_the_last_child_ends(client: jobsu
     assert {k: v for k, v in report.payload["batch"]["counts"].items() if v} == {"succeeded": 4, "dead_lettered": 1}
     info = client.get_batch(batch_id)
     assert info is not None and info.status == "failed" and info.finished_at is not None
-    assert client.store.transitions.groups.settle_batch(batch_id) is False  # fired once, never again
-    assert client.store.transitions.groups.sweep_batches() == 0
+    assert client.store.transitions.batches.settle(batch_id) is False  # fired once, never again
+    assert client.store.transitions.batches.sweep() == 0
     assert len(callbacks(client)) == 2
 
 
@@ -342,7 +342,7 @@ def test_a_batch_closed_in_the_callers_transaction_fires_when_its_children_have_
     batch.add([{"name": "a"}])
     succeed(client, [claim_one(client)])
     with client.database.engine.connect() as conn, conn.begin():
-        assert client.store.transitions.groups.close_batch(batch.id, connection=conn)
+        assert client.store.transitions.batches.close(batch.id, connection=conn)
     assert [j.name for j in callbacks(client)] == ["report"]
 
 
@@ -361,9 +361,9 @@ def test_the_sweep_fires_a_batch_whose_last_settle_did_not(client: jobsup.Client
     with client.database.transaction() as conn:
         conn.execute(job.update().values(status="succeeded", finished_at=func.now()))
     assert callbacks(client) == []
-    assert client.store.transitions.groups.sweep_batches() == 1
+    assert client.store.transitions.batches.sweep() == 1
     assert [j.name for j in callbacks(client)] == ["report"]
-    assert client.store.transitions.groups.sweep_batches() == 0
+    assert client.store.transitions.batches.sweep() == 0
     assert client.get_batch(batch_id).status == "succeeded"  # type: ignore[union-attr]
 
 

@@ -17,7 +17,8 @@ Two ways in, one way out (`_send`):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -30,6 +31,7 @@ from jobsup.store.database import after_commit
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING
 
 if TYPE_CHECKING:
+    from jobsup.store.rows import NewJob
     from jobsup.store.steps import Change
 
 # The event types each transition can announce.
@@ -101,6 +103,25 @@ def publish(conn: Connection, kind: str, /, *, subject: str | None = None, **fie
     if kind in TYPES and (_publishing or kind in _hooked):  # public, and someone wants it
         _send(conn, [event(kind, host_clock(), **fields)], subject=subject)
     after_commit(conn, lambda: emit(kind, **fields))
+
+
+def emit_enqueued(
+    jobs: Sequence[NewJob], ids: Sequence[int], inserted: Iterable[int], connection: Connection | None = None
+) -> None:
+    """The log lines and metrics of an enqueue (one per job, or one per queue and type for
+    many), after the commit of `connection` (the caller's transaction), else now. Its public
+    events are the `enqueue` transition's (`publish_transition`)."""
+    positions = list(inserted)
+
+    def emitted() -> None:
+        if len(positions) == 1:
+            new = jobs[positions[0]]
+            emit("job.enqueued", job=ids[positions[0]], name=new.name, queue=new.queue)
+            return
+        for (queue, name), count in Counter((jobs[i].queue, jobs[i].name) for i in positions).items():
+            emit("job.enqueued", name=name, queue=queue, count=count)
+
+    after_commit(connection, emitted) if connection is not None else emitted()
 
 
 def job_fields(row: Any) -> dict[str, Any]:

@@ -43,3 +43,8 @@ def _cell(value: Any) -> str:
         return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
     text = str(value).replace("\n", " ")
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def status_counts(counts: dict[str, int]) -> str:
+    """A workflow's or batch's jobs by status, those with none left out: ``2 succeeded, 1 running``."""
+    return ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "-"

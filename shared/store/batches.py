@@ -1,23 +1,38 @@
-"""Every statement about `jobsup_batch`, and the reads of a batch's children.
+"""Batches: children counted by their own rows, callbacks fired once. Every statement about
+`jobsup_batch`, the batch transitions (open, enqueue, add, close, settle, sweep, cancel),
+and what happens in the transaction that ends a child (`child_ended`).
 
 A batch is open while children may be added, closed once they may not, and finished once
 its callbacks fired: `finished_at` is the compare-and-set of firing, so they fire once
-however many transactions find the last child ended (see `jobsup.store.links`). Counts are
-read from the children's rows when asked for; no settle writes a counter.
+however many transactions find the last child ended (docs/internals.md, "The steps of
+linked jobs", says why none is missed). Counts are read from the children's rows when asked
+for; no settle writes a counter.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Connection, Integer, Select, bindparam, func, insert, select, update
 
-from jobsup.store.database import Database
-from jobsup.store.rows import BatchInfo
+from jobsup.errors import BadInput, ConfigurationError, LockBusy
+from jobsup.events.publishing import emit_enqueued, publish
+from jobsup.observe.events import emit
+from jobsup.store import limits
+from jobsup.store.builder import build
+from jobsup.store.database import last_member_ended
+from jobsup.store.rows import BatchInfo, NewJob
 from jobsup.store.schema import FINISHED_STATUSES, STATUSES, SUCCEEDED, UNFINISHED_STATUSES, batch, job
+
+if TYPE_CHECKING:
+    from jobsup.store.transitions import Transitions
+
+log = logging.getLogger("jobsup.batches")
 
 
 class Finished(NamedTuple):
@@ -29,8 +44,183 @@ class Finished(NamedTuple):
 
 
 class Batches:
-    def __init__(self, db: Database) -> None:
-        self.db, self.dialect = db, db.dialect
+    def __init__(self, t: Transitions) -> None:
+        self.t, self.db, self.dialect = t, t.db, t.dialect
+
+    # -- the transitions ----------------------------------------------------------------------
+
+    def open(
+        self,
+        name: str | None,
+        callbacks: Mapping[str, Any],
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+    ) -> int:
+        with self.db.unit(connection, "enqueue") as conn:
+            return self.create(conn, name, callbacks, self.dialect.clock_params(now))
+
+    def enqueue(
+        self,
+        name: str | None,
+        callbacks: Mapping[str, Any],
+        news: Sequence[NewJob],
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+        progress: Callable[[int], object] | None = None,
+    ) -> tuple[int, list[int]]:
+        """Create a batch, insert its children and close it, in one transaction (all or
+        none); its id and the children's ids."""
+        clock = self.dialect.clock_params(now)
+        with self.db.unit(connection, "enqueue") as conn:
+            batch_id = self.create(conn, name, callbacks, clock)
+            ids = self._add(conn, batch_id, news, clock, progress)
+            self._close(conn, batch_id, clock)
+        emit_enqueued(news, ids, range(len(ids)), connection)
+        return batch_id, ids
+
+    def add(
+        self,
+        batch_id: int,
+        news: Sequence[NewJob],
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+        progress: Callable[[int], object] | None = None,
+        close: bool = False,
+    ) -> list[int]:
+        """Insert children of an open batch in one transaction (all or none); with `close`,
+        close it in that transaction. `BadInput` when the batch is closed or does not exist."""
+        clock = self.dialect.clock_params(now)
+        with self.db.unit(connection, "enqueue") as conn:
+            ids = self._add(conn, batch_id, news, clock, progress)
+            if close:
+                self._close(conn, batch_id, clock)
+        emit_enqueued(news, ids, range(len(ids)), connection)
+        return ids
+
+    def _add(
+        self,
+        conn: Connection,
+        batch_id: int,
+        news: Sequence[NewJob],
+        clock: Mapping[str, Any],
+        progress: Callable[[int], object] | None,
+        chunk: int = 5000,
+    ) -> list[int]:
+        """Insert children, `chunk` per statement; `progress(n)` after each chunk."""
+        if not self.grow(conn, batch_id, len(news)):
+            raise BadInput(f"batch {batch_id} is closed or does not exist: children are added to an open batch")
+        ids: list[int] = []
+        for start in range(0, len(news), chunk):
+            part = news[start : start + chunk]
+            for new in part:
+                new.batch_id = batch_id
+            ids.extend(self.t.insert(conn, part, clock)[0])
+            if progress is not None:
+                progress(len(part))
+        return ids
+
+    def close(self, batch_id: int, *, connection: Connection | None = None, now: datetime | None = None) -> bool:
+        """No more children: its callbacks fire once the last has ended (at once, if they all
+        have). False when it was closed already."""
+        with self.db.unit(connection, "enqueue") as conn:
+            return self._close(conn, batch_id, self.dialect.clock_params(now))
+
+    def _close(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
+        """Close it, and fire it in this transaction if every child has ended already:
+        waiting for the transactions ending children now (no child's settle waits for the
+        batch row this holds, so nothing waits in a circle). Not after the commit: on your
+        connection (`connection=`) that would run before your COMMIT, unable to see it."""
+        if not self.mark_closed(conn, batch_id, clock):
+            return False
+        if not self.any_unfinished(conn, batch_id, skip_locked=False):
+            self.fire(conn, batch_id, clock)
+        return True
+
+    def settle(self, batch_id: int, *, now: datetime | None = None, operation: str = "batches") -> bool:
+        """Fire the batch if it is closed and no child is unfinished, waiting for the
+        transactions changing its children to end; True if this fired it. Run after the
+        commit of a child's end that could not decide (`child_ended`), and by the sweep."""
+        clock = self.dialect.clock_params(now)
+        with self.db.transaction(operation) as conn:
+            if self.any_unfinished(conn, batch_id, skip_locked=False):
+                return False
+            return self.fire(conn, batch_id, clock)
+
+    def sweep(self, *, limit: int = 100) -> int:
+        """Fire the closed batches whose children have all ended but whose callbacks did not
+        fire (the process that ended the last child died before its second look)."""
+        fired = 0
+        for batch_id in self.finishable_ids(limit):
+            try:
+                fired += self.settle(batch_id, operation="maintenance")
+            except LockBusy as exc:  # a callback's key a caller holds: the next sweep tries again
+                emit("db.error", operation="maintenance", batch=batch_id, error=exc)
+        return fired
+
+    def cancel(self, batch_id: int, *, now: datetime | None = None) -> int:
+        """Cancel every unfinished child of a batch, and close it, as one transition; its
+        callbacks then fire with the counts. Returns how many children were cancelled."""
+
+        def mark(conn: Connection, clock: dict[str, Any]) -> None:
+            self.mark_cancelled(conn, batch_id, clock)
+
+        return len(self.t.cancel_where(self.t.sql.cancel_batch, {"p_batch": batch_id}, now, mark))
+
+    # -- in the transaction that ends a child ---------------------------------------------------
+
+    def child_ended(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> None:
+        """A child of `batch_id` ended in this transaction (or the batch was closed): fire the
+        batch now, or look again after the commit, or leave it to the sibling that will end
+        after this commit."""
+        if not self.any_unfinished(conn, batch_id, skip_locked=True):
+            last_member_ended(
+                conn, self.dialect, lambda: self.fire(conn, batch_id, clock), lambda: self._settle_later(batch_id)
+            )
+
+    def _settle_later(self, batch_id: int) -> None:
+        try:
+            self.settle(batch_id)
+        except LockBusy as exc:  # a callback's key a caller holds: maintenance fires it (`FinishBatches`)
+            emit("db.error", operation="batches", batch=batch_id, error=exc)
+
+    def fire(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
+        """Finish the batch and enqueue its callbacks, in `conn`'s transaction; False when it
+        is not closed yet or has already fired."""
+        finished = self.finish(conn, batch_id, clock)
+        if finished is None:
+            return False
+        counts = self.counts(conn, batch_id)
+        ended = sum(counts[s] for s in FINISHED_STATUSES)
+        succeeded = counts[SUCCEEDED] == ended
+        outcome = "cancelled" if finished.cancelled else "succeeded" if succeeded else "failed"
+        ended_counts = {status: n for status, n in counts.items() if n}
+        subject = f"batch:{batch_id}"
+        publish(
+            conn,
+            "batch.finished",
+            subject=subject,
+            batch=batch_id,
+            name=finished.name,
+            outcome=outcome,
+            counts=ended_counts,
+        )
+        news = []
+        for key in ["on_complete", "on_success" if succeeded else "on_failure"]:
+            callback = finished.callbacks.get(key)
+            if not isinstance(callback, dict) or not isinstance(callback.get("job"), str):
+                continue
+            payload = {**(callback.get("payload") or {}), "batch": {"id": batch_id, "counts": counts}}
+            try:
+                news.append(build(self.t.resolver.settings_of(callback["job"]), payload, {}))
+            except (BadInput, ConfigurationError) as exc:
+                log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
+        if news:
+            with limits.bounded(conn, self.t, news):
+                self.t.insert(conn, news, clock)
+        return True
 
     # -- writes, on the caller's transaction ----------------------------------------------
 
@@ -49,7 +239,7 @@ class Batches:
         )
         return bool(self.dialect.returning(stmt).run(conn, {}))
 
-    def close(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
+    def mark_closed(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
         stmt = (
             update(batch)
             .where(batch.c.id == batch_id, batch.c.closed_at.is_(None))

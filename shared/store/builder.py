@@ -17,7 +17,6 @@ from jobsup.clock import host_clock
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, InvalidPayload
 from jobsup.jobtypes import JobType
-from jobsup.links import check_triggers, triggers_text
 from jobsup.paramcheck import check
 from jobsup.payload import check_length, encode_payload
 from jobsup.policies import concurrency_key, deadline
@@ -25,6 +24,7 @@ from jobsup.registry import lookup
 from jobsup.scrub import scrub, secrets_of, validation_text
 from jobsup.secrets import MARK, Binding, Sealing, has_sealed, required_keyring, schedule_binding, sealed_fields
 from jobsup.store.rows import NewJob, RecurringSchedule
+from jobsup.workflow_spec import check_triggers, triggers_text
 
 
 class EnqueueOptions(TypedDict, total=False):

@@ -107,6 +107,16 @@ class Database:
                 yield conn
 
     @contextmanager
+    def unit(self, connection: Connection | None, operation: str) -> Iterator[Connection]:
+        """The caller's connection (its transaction), else a transaction of our own."""
+        if connection is not None:
+            with self.errors():
+                yield connection
+            return
+        with self.transaction(operation) as conn:
+            yield conn
+
+    @contextmanager
     def errors(self) -> Iterator[None]:
         """Translate driver errors once, here, with the password hidden."""
         try:
@@ -151,6 +161,19 @@ def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
         event.listen(conn, "rollback", _rolled_back)
         event.listen(conn, "rollback_savepoint", _rolled_back_to)
     waiting.append((_savepoints(conn), callback))
+
+
+def last_member_ended(
+    conn: Connection, dialect: Dialect, now: Callable[[], object], later: Callable[[], object]
+) -> None:
+    """This transaction ended the last member of a workflow or batch that it can see. Where
+    writers take turns (SQLite) no sibling can be ending beside it, so `now()` finishes the
+    group in it; elsewhere a sibling's uncommitted end is invisible here (skipped, not
+    waited for), so `later()` looks again after the commit, waiting."""
+    if dialect.one_writer:
+        now()
+    else:
+        after_commit(conn, later)
 
 
 def _savepoints(conn: Connection) -> frozenset[str]:

@@ -153,7 +153,7 @@ def as_jobtype(definition: Definition) -> JobType:
 
 def _triggers(described: list[dict[str, Any]] | None) -> tuple[Any, ...]:
     from jobsup.errors import BadInput
-    from jobsup.links import Trigger
+    from jobsup.workflow_spec import Trigger
 
     triggers = []
     for item in described or ():

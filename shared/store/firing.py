@@ -24,6 +24,7 @@ from sqlalchemy import Connection, select
 from jobsup.calendars import Calendar
 from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import BadInput, ConstraintViolation
+from jobsup.events.publishing import emit_enqueued
 from jobsup.observe.events import emit
 from jobsup.store import limits
 from jobsup.store.builder import build, fired_payload
@@ -47,8 +48,6 @@ def fire(
     calendar: Calendar | None = None,
 ) -> str:
     """See `Transitions.fire`."""
-    from jobsup.store.transitions import announce_enqueued
-
     at = now or recurring.clock()
     assert schedule.next_run_at is not None
     slot = latest_slot(schedule.cron, schedule.timezone, schedule.next_run_at, at)
@@ -80,7 +79,7 @@ def fire(
     if reason is not None:
         emit("recurring.skipped", schedule=schedule.name, reason=reason, slot=slot.isoformat())
         return SKIPPED
-    announce_enqueued([new], ids, [0])
+    emit_enqueued([new], ids, [0])
     emit("recurring.fired", schedule=schedule.name, job=ids[0], name=schedule.job, slot=slot.isoformat())
     return FIRED
 

@@ -1,4 +1,4 @@
-"""The statements of the in-transaction steps (`jobsup.store.links`, `jobsup.store.limits`,
+"""The statements of the in-transaction steps (`jobsup.store.workflows`, `jobsup.store.limits`,
 `jobsup.store.rates`): the job-row writes of workflows, batches, concurrency keys and rate
 windows, a part of `Statements` kept apart by role."""
 
@@ -13,7 +13,7 @@ from jobsup.store.chain import Returning
 from jobsup.store.claim import status_is
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, WAITING, job, job_attempt, job_dependency
 
-# What the in-transaction steps of a job that finished need to know of it (`jobsup.store.links`).
+# What the in-transaction steps of a job that finished need to know of it (`jobsup.store.steps.after_finish`).
 # (and `jobsup.store.limits`: a concurrency key's slot, held unless it waits with no dependency).
 LINKS = (
     job.c.workflow_id,
@@ -107,7 +107,7 @@ class LinkedStatements:
             job_attempt.c.finished_at.is_(None),
         )
 
-    # -- links: workflow steps waiting on their dependencies (`jobsup.store.links`) --------
+    # -- workflow steps waiting on their dependencies (`jobsup.store.workflows`) ----------
 
     @cached_property
     def dependents_of(self) -> Select[Any]:

@@ -200,7 +200,7 @@ class NewJob:
     actor: str | None = None
     recurring_name: str | None = None
     scheduled_slot: datetime | None = None
-    # Links (`jobsup.store.links`): None for a plain job.
+    # Links (`jobsup.store.steps`): None for a plain job.
     workflow_id: int | None = None
     step: str | None = None
     batch_id: int | None = None

@@ -70,7 +70,7 @@ job = Table(
     Column("result", LongText),
     # Attempts a dead-letter retry grants; None: max_attempts (a job never retried).
     Column("budget", Integer),
-    # Links to other jobs (all null for a plain job; see `jobsup.store.links`): the workflow
+    # Links to other jobs (all null for a plain job; see `jobsup.store.steps`): the workflow
     # and step this job is, the batch it is a child of, the job whose trigger or batch
     # enqueued it, how many of its dependencies have not finished (and how many of those
     # that did failed), what it does when one failed, and the follow-ups it triggers.

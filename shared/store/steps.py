@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Row
 
 from jobsup.events import publishing
-from jobsup.store import breakers, limits, links, rates
+from jobsup.store import breakers, limits, rates, triggers
+from jobsup.store.rows import has_links
+from jobsup.store.schema import FINISHED_STATUSES
 
 if TYPE_CHECKING:
     from jobsup.store.transitions import Transitions
@@ -60,8 +62,30 @@ class Step:
     wanted: Callable[[str], bool] | None = None  # asked with the transition: is it on in this process?
 
 
+def after_finish(conn: Connection, change: Change) -> None:
+    """What the end of linked jobs does, in its transaction, level by level: their triggers
+    fire, their batches count them, their workflows' dependents unblock (or, cancelled by a
+    failed dependency, end too: the next level); then each workflow may end."""
+    t, clock = change.transitions, {"p_now": change.params.get("p_now")}
+    level = [row for row in change.rows if row.status in FINISHED_STATUSES and has_links(row)]
+    workflows: set[int] = set()
+    while level:
+        triggers.fire(conn, t, [row for row in level if row.triggers is not None], clock)
+        for batch_id in sorted({row.batch_id for row in level if row.batch_id is not None}):
+            t.batches.child_ended(conn, batch_id, clock)
+        steps_ended = [row for row in level if row.workflow_id is not None]
+        workflows |= {int(row.workflow_id) for row in steps_ended}
+        level = t.workflows.steps_ended(conn, steps_ended, clock)
+    for workflow_id in sorted(workflows):  # once every level is settled: its last steps may be among them
+        t.workflows.step_ended(conn, workflow_id, clock)
+
+
+def _recount(conn: Connection, change: Change) -> None:
+    change.transitions.workflows.step_retried(conn, change.rows, change.params)
+
+
 _HAND_ON_KEYS = Step(limits.after_finish)  # a key's slot to the next waiting job
-_UNBLOCK = Step(links.after_finish)  # dependents, batch callbacks, triggers
+_UNBLOCK = Step(after_finish)  # dependents, batch callbacks, triggers
 _COUNT_SETTLES = Step(breakers.count_settles)  # a breaker type's successes and failures
 # The outbox, and hooks after commit. Looked up when called: `publishing` imports the store,
 # which imports this module, so `publishing` may still be loading when this line runs.
@@ -81,7 +105,7 @@ STEPS: dict[str, tuple[Step, ...]] = {
     # A release ends the job when an operator asked to cancel it while it was held.
     "release": (_HAND_ON_KEYS, _UNBLOCK, _EVENTS),
     "cancel": (_HAND_ON_KEYS, _UNBLOCK),  # its event: `publish`, as the transition's own
-    "retry": (Step(limits.after_retry), Step(links.after_retry)),  # a dead letter waits again
+    "retry": (Step(limits.after_retry), Step(_recount)),  # a dead letter waits again
 }
 
 

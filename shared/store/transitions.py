@@ -12,7 +12,7 @@ time-dependent transition takes an optional `now`; without it the reference cloc
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -22,18 +22,17 @@ from sqlalchemy.exc import IntegrityError
 
 from jobsup.calendars import Calendar
 from jobsup.errors import ConstraintViolation, DuplicateJob
-from jobsup.events.publishing import job_fields, publish
+from jobsup.events.publishing import emit_enqueued, job_fields, publish
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
 from jobsup.store import firing, limits, steps
 from jobsup.store.batches import Batches
 from jobsup.store.chain import Chain
 from jobsup.store.claim import Claimed, claim_params, claim_rounds
-from jobsup.store.database import Database, after_commit
+from jobsup.store.database import Database
 from jobsup.store.firing import ALREADY_FIRED as ALREADY_FIRED  # the outcomes of a fire
 from jobsup.store.firing import FIRED as FIRED
 from jobsup.store.firing import SKIPPED as SKIPPED
-from jobsup.store.groups import Groups
 from jobsup.store.insert import row_params
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.rows import (
@@ -61,8 +60,7 @@ class Transitions:
     def __init__(self, db: Database, resolver: Resolver, *, key_wait: float | None = None) -> None:
         self.db, self.dialect, self.resolver, self.key_wait = db, db.dialect, resolver, key_wait  # `Store`
         self.sql = Statements(db.dialect)
-        self.workflows, self.batches = Workflows(db), Batches(db)
-        self.groups, self.sweep = Groups(self), Sweep(self)
+        self.workflows, self.batches, self.sweep = Workflows(self), Batches(self), Sweep(self)
 
     # -- enqueue: (nothing) -> pending -------------------------------------------------------
 
@@ -82,7 +80,7 @@ class Transitions:
         if connection is not None:
             with self.db.errors():
                 ids, positions = self.insert(connection, jobs, clock)
-            after_commit(connection, lambda: announce_enqueued(jobs, ids, positions))
+            emit_enqueued(jobs, ids, positions, connection)
         else:
             # No unique key, secret or enqueue step: one atomic insert where the dialect has
             # one (PostgreSQL: a single round trip in autocommit), else a transaction.
@@ -90,7 +88,7 @@ class Transitions:
             alone = alone and not any(new.writes_twice for new in jobs)
             with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
                 ids, positions = self.insert(conn, jobs, clock)
-            announce_enqueued(jobs, ids, positions)
+            emit_enqueued(jobs, ids, positions)
         if inserted is not None:
             inserted.extend(positions)
         return ids
@@ -384,12 +382,3 @@ def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
         fields["worker"] = outcome.worker
         fields["seconds"] = None if outcome.seconds is None else round(outcome.seconds, 6)
     return fields
-
-
-def announce_enqueued(jobs: Sequence[NewJob], ids: Sequence[int], inserted: Sequence[int]) -> None:
-    if len(inserted) == 1:
-        new = jobs[inserted[0]]
-        emit("job.enqueued", job=ids[inserted[0]], name=new.name, queue=new.queue)
-        return
-    for (queue, name), count in Counter((jobs[i].queue, jobs[i].name) for i in inserted).items():
-        emit("job.enqueued", name=name, queue=queue, count=count)

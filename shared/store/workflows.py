@@ -1,30 +1,197 @@
-"""Every statement about `jobsup_workflow` and `jobsup_job_dependency`, and the reads of a
-workflow's steps.
+"""Workflows: steps enqueued together, each waiting for its dependencies. Every statement
+about `jobsup_workflow` and `jobsup_job_dependency`, the workflow transitions (enqueue,
+retry, settle, sweep, cancel), and what happens in the transaction that ends a step
+(`steps_ended`: its dependents unblock or are cancelled; `step_ended`: the workflow may end).
 
 A workflow's status is never stored: it is read from its steps' rows (and whether an
 operator cancelled it). Only the end of its last step writes the workflow row:
 `finished_at`, the compare-and-set that announces `workflow.finished` once, found the way
-a batch's end is (see `jobsup.store.links`).
+a batch's end is (`jobsup.store.batches`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Integer, Select, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from jobsup.store.database import Database
-from jobsup.store.rows import StepInfo, WorkflowInfo, decode_stored
-from jobsup.store.schema import STATUSES, SUCCEEDED, UNFINISHED_STATUSES, job, job_dependency, workflow
+from jobsup.errors import BadInput
+from jobsup.events.publishing import emit_enqueued, job_fields, publish
+from jobsup.observe.events import emit
+from jobsup.store.database import last_member_ended
+from jobsup.store.rows import NewJob, StepInfo, WorkflowInfo, decode_stored
+from jobsup.store.schema import (
+    CANCELLED,
+    DEAD_LETTERED,
+    PENDING,
+    STATUSES,
+    SUCCEEDED,
+    UNFINISHED_STATUSES,
+    WAITING,
+    job,
+    job_dependency,
+    workflow,
+)
+
+if TYPE_CHECKING:
+    from jobsup.store.transitions import Transitions
 
 
 class Workflows:
-    def __init__(self, db: Database) -> None:
-        self.db, self.dialect = db, db.dialect
+    def __init__(self, t: Transitions) -> None:
+        self.t, self.db, self.dialect = t, t.db, t.dialect
+
+    # -- the transitions ----------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        name: str,
+        key: str | None,
+        plan: Sequence[tuple[NewJob, Sequence[int]]],
+        *,
+        connection: Connection | None = None,
+        now: datetime | None = None,
+    ) -> tuple[int, list[int]]:
+        """Insert a workflow and its steps, atomically: `plan` is each step's row and the
+        positions in `plan` of the steps it depends on, every step after its dependencies.
+        Returns the workflow's id and its steps' ids; when `key` names a workflow made
+        before, that one's id and no steps (nothing is written)."""
+        clock = self.dialect.clock_params(now)
+        news = [new for new, _ in plan]
+        with self.db.unit(connection, "enqueue") as conn:
+            workflow_id, created = self.create(conn, name, key, clock)
+            if not created:
+                return workflow_id, []
+            for new in news:
+                new.workflow_id = workflow_id
+            ids, inserted = self.t.insert(conn, news, clock)
+            self.link(conn, [(ids[i], ids[d]) for i, (_, deps) in enumerate(plan) for d in deps])
+        emit_enqueued(news, ids, inserted, connection)
+        emit("workflow.enqueued", workflow=workflow_id, name=name, steps=len(ids))
+        return workflow_id, ids
+
+    def retry(self, workflow_id: int, *, now: datetime | None = None) -> list[int]:
+        """Run a finished workflow's failed and cancelled steps again (each waiting again for
+        those of its dependencies that run again); returns their ids. `BadInput` while a
+        step is unfinished: its end would race the recount."""
+        clock = self.dialect.clock_params(now)
+        with self.db.transaction("workflows") as conn:
+            rows = self.steps_of(conn, workflow_id)
+            if any(row.status in UNFINISHED_STATUSES for row in rows):
+                raise BadInput(f"workflow {workflow_id} is still running: wait for it to finish, or cancel it first")
+            redo = {row.id for row in rows if row.status in (DEAD_LETTERED, CANCELLED)}
+            deps = self.edges_of(conn, sorted(redo))
+            queues: set[str] = set()
+            for row in rows:
+                if row.id in redo:
+                    waiting = sum(dep in redo for dep in deps.get(row.id, ())) or None
+                    status = PENDING if waiting is None else WAITING
+                    params = {**clock, "p_job": row.id, "p_status": status, "p_waiting_on": waiting}
+                    for again in self.t.sql.reopen.run(conn, params):
+                        queues.add(again.queue)
+                        retry_at = again.run_at.isoformat() if status == PENDING else None
+                        publish(conn, "job.retrying", retry_at=retry_at, **job_fields(again))
+            self.set_cancelled(conn, workflow_id, False, clock)
+            self.dialect.after_enqueue(conn, queues)
+        emit("workflow.retried", workflow=workflow_id, steps=len(redo))
+        return sorted(redo)
+
+    def settle(self, workflow_id: int, *, now: datetime | None = None, operation: str = "workflows") -> bool:
+        """Finish the workflow if no step is unfinished, waiting for the transactions
+        changing its steps to end; True if this finished it (as `Batches.settle`)."""
+        clock = self.dialect.clock_params(now)
+        with self.db.transaction(operation) as conn:
+            if self.any_unfinished(conn, workflow_id, skip_locked=False):
+                return False
+            return self.finish_now(conn, workflow_id, clock)
+
+    def sweep(self, *, limit: int = 100) -> int:
+        """Finish the workflows whose steps have all ended but which were not marked (the
+        process that ended the last step died before its second look)."""
+        return sum(self.settle(workflow_id, operation="maintenance") for workflow_id in self.finishable_ids(limit))
+
+    def cancel(self, workflow_id: int, *, now: datetime | None = None) -> int:
+        """Cancel every unfinished step of a workflow, as one transition; returns how many."""
+
+        def mark(conn: Connection, clock: dict[str, Any]) -> None:
+            self.set_cancelled(conn, workflow_id, True, clock)
+
+        return len(self.t.cancel_where(self.t.sql.cancel_workflow, {"p_workflow": workflow_id}, now, mark))
+
+    # -- in the transaction that ends a step ------------------------------------------------------
+
+    def steps_ended(self, conn: Connection, rows: Sequence[Any], clock: Mapping[str, Any]) -> list[Any]:
+        """Count the ended `rows` on their dependents: those with nothing left to wait for
+        become pending, or, when a dependency failed and they cancel on failure, cancelled.
+        Returns the dependents this cancelled (they ended too)."""
+        if not rows:
+            return []
+        sql = self.t.sql
+        failed = {row.id for row in rows if row.status != SUCCEEDED}
+        done: dict[int, list[int]] = defaultdict(list)
+        for dependent, depends_on in conn.execute(sql.dependents_of, {"p_ids": [row.id for row in rows]}):
+            done[int(dependent)].append(int(depends_on))
+        ready, blocked = [], []
+        for dependent in sorted(done):
+            deps = done[dependent]
+            params = {**clock, "p_job": dependent, "p_done": len(deps), "p_failed": sum(d in failed for d in deps)}
+            counts = sql.unblock.run(conn, params)
+            counted = counts[0] if counts else None
+            if counted is None or counted.waiting_on > 0:
+                continue  # no longer waiting (cancelled by an operator), or more to wait for
+            if counted.failed_deps and (counted.on_failure or "cancel") == "cancel":
+                blocked.append(dependent)
+            else:
+                ready.append(dependent)
+        if ready:
+            promoted = sql.promote.run(conn, {**clock, "p_ids": ready})
+            self.dialect.after_enqueue(conn, {row.queue for row in promoted})
+        if not blocked:
+            return []
+        reason = "cancelled: a step it depends on did not succeed"
+        cancelled = list(sql.cancel_blocked.run(conn, {**clock, "p_ids": blocked, "p_error": reason}))
+        for row in cancelled:  # not through the cancel transition, whose steps would cascade again
+            publish(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
+        return cancelled
+
+    def step_ended(self, conn: Connection, workflow_id: int, clock: Mapping[str, Any]) -> None:
+        """A step of `workflow_id` ended in this transaction: finish the workflow now, or look
+        again after the commit, or leave it to the step that will end after this commit."""
+        if not self.any_unfinished(conn, workflow_id, skip_locked=True):
+            last_member_ended(
+                conn, self.dialect, lambda: self.finish_now(conn, workflow_id, clock), lambda: self.settle(workflow_id)
+            )
+
+    def finish_now(self, conn: Connection, workflow_id: int, clock: Mapping[str, Any]) -> bool:
+        """Mark the workflow finished and announce it, in `conn`'s transaction; False when it
+        had been already."""
+        finished = self.finish(conn, workflow_id, clock)
+        if finished is None:
+            return False
+        counts = self.counts(conn, workflow_id)
+        outcome = status_of(counts, finished.cancelled_at is not None)
+        subject = f"workflow:{workflow_id}"
+        publish(
+            conn,
+            "workflow.finished",
+            subject=subject,
+            workflow=workflow_id,
+            name=finished.name,
+            outcome=outcome,
+            counts=counts,
+        )
+        return True
+
+    def step_retried(self, conn: Connection, rows: Sequence[Any], clock: Mapping[str, Any]) -> None:
+        """Dead-lettered steps run again: whoever still waits on them waits again."""
+        for row in rows:
+            if row.workflow_id is not None:
+                conn.execute(self.t.sql.recount, {"p_job": row.id, "p_now": clock.get("p_now")})
 
     # -- writes, on the caller's transaction ----------------------------------------------
 

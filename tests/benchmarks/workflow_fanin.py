@@ -52,8 +52,8 @@ def empty(client: jobsup.Client) -> None:
 
 def layered(steps: int, width: int = 100) -> jobsup.Workflow:
     wf = jobsup.Workflow("bench")
-    before: list[jobsup.links.Step] = []
-    layer: list[jobsup.links.Step] = []
+    before: list[jobsup.workflow_spec.Step] = []
+    layer: list[jobsup.workflow_spec.Step] = []
     for index in range(steps):
         i = len(layer)
         deps = [before[i], before[(i + 1) % width]] if before else []

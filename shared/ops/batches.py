@@ -1,4 +1,4 @@
-"""`jobsup workflows list|show|cancel|retry` and `jobsup batches list|show|cancel|enqueue`."""
+"""`jobsup batches list|show|cancel|enqueue`."""
 
 from __future__ import annotations
 
@@ -12,77 +12,7 @@ import click
 from jobsup.audit import actor_of
 from jobsup.errors import BadInput
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_payload, with_target
-from jobsup.ops.tables import emit_json, emit_table
-
-_LIVE = ("waiting", "pending", "running")
-
-
-def _counts(counts: dict[str, int]) -> str:
-    return ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "-"
-
-
-@click.group()
-def workflows() -> None:
-    """Workflows: jobs that run after the jobs they depend on."""
-
-
-@workflows.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
-@json_option
-@with_target
-def workflows_list(target: Target, limit: int, as_json: bool) -> None:
-    """Workflows, newest first, with their steps' counts by status."""
-    found = target.client().list_workflows(limit=limit)
-    if as_json:
-        emit_json([w.to_dict() for w in found])
-        return
-    rows = [(w.id, w.name, w.status, sum(w.counts.values()), _counts(w.counts), w.created_at) for w in found]
-    emit_table(["id", "name", "status", "steps", "counts", "created"], rows, empty="no workflows")
-
-
-@workflows.command("show")
-@click.argument("workflow_id", type=int)
-@json_option
-@with_target
-def workflows_show(target: Target, workflow_id: int, as_json: bool) -> None:
-    """One workflow with each step's status and dependencies."""
-    found = target.client().get_workflow(workflow_id)
-    if found is None:
-        raise NotFound(f"no workflow with id {workflow_id}")
-    if as_json:
-        emit_json(found.to_dict())
-        return
-    click.echo(f"workflow {found.id} {found.name!r}: {found.status} ({_counts(found.counts)})")
-    emit_table(
-        ["step", "job id", "job", "status", "after", "attempts", "last error"],
-        [
-            (s.name, s.job_id, s.job, s.status, ", ".join(s.depends_on) or "-", s.attempts, s.last_error)
-            for s in found.steps
-        ],
-    )
-
-
-@workflows.command("cancel")
-@click.argument("workflow_id", type=int)
-@actor_option
-@with_target
-def workflows_cancel(target: Target, workflow_id: int, actor: str | None) -> None:
-    """Cancel every unfinished step."""
-    client = target.client()
-    if client.get_workflow(workflow_id) is None:
-        raise NotFound(f"no workflow with id {workflow_id}")
-    count = client.cancel_workflow(workflow_id, actor=actor)
-    click.echo(f"cancelled {count} steps of workflow {workflow_id} (a running one ends once its worker stops it)")
-
-
-@workflows.command("retry")
-@click.argument("workflow_id", type=int)
-@actor_option
-@with_target
-def workflows_retry(target: Target, workflow_id: int, actor: str | None) -> None:
-    """Run a finished workflow's failed and cancelled steps again."""
-    retried = target.client().retry_workflow(workflow_id, actor=actor)
-    click.echo(f"retrying {len(retried)} steps of workflow {workflow_id}")
+from jobsup.ops.tables import emit_json, emit_table, status_counts
 
 
 @click.group()
@@ -101,7 +31,7 @@ def batches_list(target: Target, unfinished: bool, limit: int, as_json: bool) ->
     if as_json:
         emit_json([b.to_dict() for b in found])
         return
-    rows = [(b.id, b.name, b.status, b.total, _counts(b.counts), b.created_at) for b in found]
+    rows = [(b.id, b.name, b.status, b.total, status_counts(b.counts), b.created_at) for b in found]
     emit_table(["id", "name", "status", "children", "counts", "created"], rows, empty="no batches")
 
 

@@ -3,7 +3,7 @@ dependencies, a `Trigger` that enqueues a follow-up when a job ends, and a batch
 
 These are plain descriptions, checked when made (a bad policy, an unknown event, a step of
 another workflow) and turned into job rows by the client; the store makes them happen
-(`jobsup.store.links`).
+(`jobsup.store.steps`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from jobsup.errors import BadInput
 from jobsup.payload import encode_payload
 
 # When a trigger fires: the job ended succeeded, ended without succeeding (dead-lettered or
-# cancelled), ended dead-lettered, ended cancelled, or ended at all (`jobsup.store.links`).
+# cancelled), ended dead-lettered, ended cancelled, or ended at all (`jobsup.store.steps`).
 TRIGGER_EVENTS = ("succeeded", "failed", "dead_lettered", "cancelled", "any")
 
 # What a workflow step does when one of its dependencies did not succeed.
