@@ -9,12 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from test_events_announced import announced, open_breaker
 
 import jobsup
 from jobsup.events import catalogue
-from jobsup.observe import events as bus
 
 from helpers import claim, fail, succeed
 
@@ -96,46 +94,34 @@ def test_the_public_types_are_the_catalogues_with_a_meaning() -> None:
     assert "job.dead_lettered" in catalogue.TYPES and "worker.spawned" not in catalogue.TYPES
 
 
-@pytest.fixture
-def heard_on_the_bus() -> Iterator[list[tuple[str, dict[str, Any]]]]:
-    got: list[tuple[str, dict[str, Any]]] = []
-
-    def hear(kind: str, fields: dict[str, Any]) -> None:
-        got.append((kind, fields))
-
-    bus.subscribe(hear)
-    yield got
-    bus.unsubscribe(hear)
-
-
 def test_a_pause_and_a_resume_reach_the_log_once_each(
-    client: jobsup.Client, events_on: None, heard_on_the_bus: list[tuple[str, dict[str, Any]]]
+    client: jobsup.Client, events_on: None, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:
     client.pause_queue("mail", actor="alice", allow_unknown=True)
     client.pause_queue("mail", actor="alice", allow_unknown=True)  # paused already: no change, no event
     client.resume_queue("mail", actor="bob")
-    kinds = [kind for kind, _ in heard_on_the_bus if kind.startswith("queue.")]
+    kinds = [kind for kind, _ in seen if kind.startswith("queue.")]
     assert kinds == ["queue.paused", "queue.resumed"]
     assert [e["type"] for e in announced(client)] == kinds
 
 
 def test_a_breaker_opening_is_one_event_for_the_outbox_and_the_log(
-    client: jobsup.Client, events_on: None, heard_on_the_bus: list[tuple[str, dict[str, Any]]]
+    client: jobsup.Client, events_on: None, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:
     open_breaker(client)
-    on_bus = [fields for kind, fields in heard_on_the_bus if kind == "breaker.opened"]
+    on_bus = [fields for kind, fields in seen if kind == "breaker.opened"]
     in_outbox = [e for e in announced(client) if e["type"] == "breaker.opened"]
     assert len(on_bus) == len(in_outbox) == 1
     assert on_bus[0]["failed_job"] == in_outbox[0]["failed_job"]
 
 
 def test_a_batch_fired_by_its_last_childs_settle_reaches_the_log(
-    client: jobsup.Client, events_on: None, heard_on_the_bus: list[tuple[str, dict[str, Any]]]
+    client: jobsup.Client, events_on: None, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:
     batch_id = client.enqueue_batch([{"name": "a"}] * 2, on_complete="report", name="nightly")
     claimed = claim(client, "w1", limit=2)
     succeed(client, claimed[:1])
     fail(client, claimed[1], kind="discarded")
-    finished = [fields for kind, fields in heard_on_the_bus if kind == "batch.finished"]
+    finished = [fields for kind, fields in seen if kind == "batch.finished"]
     assert [(f["batch"], f["outcome"]) for f in finished] == [(batch_id, "failed")]
     assert len([e for e in announced(client) if e["type"] == "batch.finished"]) == 1

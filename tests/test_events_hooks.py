@@ -18,7 +18,7 @@ from jobsup.errors import BadInput
 from jobsup.events import hooks
 from jobsup.events.publishers import publisher_for
 from jobsup.store.outbox import Outbox
-from jobsup.store.rows import FAILED, Outcome
+from jobsup.store.rows import CANCELLED, FAILED, Outcome
 from jobsup.store.schema import job
 from jobsup.supervisor.relay import Relay
 
@@ -171,3 +171,20 @@ def test_a_hook_never_hears_an_enqueue_whose_savepoint_was_rolled_back(client: j
         assert sorted(conn.execute(select(job.c.id)).scalars()) == [kept, after]
     # The hooks of one commit run on a pool: any order, but only the committed jobs.
     assert sorted(heard) == [kept, after]
+
+
+def test_a_hook_on_job_cancelled_alone_hears_a_running_job_its_cancel_ended(
+    client: jobsup.Client, seen: list[Any]
+) -> None:
+    """The end of a running job an operator cancelled is written by its worker's failed
+    attempt (outcome cancelled): the events of `fail` must be built for a hook that listens
+    to job.cancelled only (they were not: the fail transition was not among those that
+    announce a cancel)."""
+    got: list[dict[str, Any]] = []
+    jobsup.on("job.cancelled")(got.append)
+    job_id = client.enqueue("work", {})
+    running = claim_one(client)
+    client.cancel(job_id)  # running: a request, the worker ends it
+    assert client.store.transitions.fail(Outcome(running.held, CANCELLED, "cancelled while it ran", 0.0)) == "cancelled"
+    wait_until(lambda: got, timeout=10, what="the hook")
+    assert [(e["type"], e["job"], e["outcome"]) for e in got] == [("job.cancelled", job_id, "cancelled")]

@@ -38,6 +38,9 @@ VERSION = 1
 class Kind:
     level: int = INFO  # of its log line
     meaning: str | None = None  # a public type's, as its subscribers read it; None: internal
+    # The job transitions whose in-transaction step builds it (`jobsup.events.publishing`);
+    # the others are published by the change that makes them.
+    made_by: tuple[str, ...] = ()
 
 
 _INFO, _WARNING, _ERROR = Kind(), Kind(WARNING), Kind(ERROR)
@@ -47,15 +50,22 @@ _INFO, _WARNING, _ERROR = Kind(), Kind(WARNING), Kind(ERROR)
 # or, if it will not, job.dead_lettered.
 KINDS: dict[str, Kind] = {
     # -- public: hooks and the outbox hear these too ----------------------------------------
-    "job.enqueued": Kind(meaning="a job was stored (pending, or waiting on its dependencies)"),
-    "job.started": Kind(meaning="a worker claimed the job: an attempt began"),
-    "job.succeeded": Kind(meaning="the attempt succeeded; the job is finished"),
-    "job.failed": Kind(WARNING, "the attempt raised (outcome failed)"),
-    "job.timed_out": Kind(WARNING, "the attempt ran past its timeout (outcome timed_out)"),
-    "lease.expired": Kind(WARNING, "the attempt's worker died or lost its lease (outcome lease_expired)"),
-    "job.retrying": Kind(meaning="the job will run again at retry_at: after a failed attempt, or an operator's retry"),
-    "job.dead_lettered": Kind(WARNING, "the job will not run again: attempts used up, or discarded"),
-    "job.cancelled": Kind(meaning="the job was cancelled"),
+    "job.enqueued": Kind(meaning="a job was stored (pending, or waiting on its dependencies)", made_by=("enqueue",)),
+    "job.started": Kind(meaning="a worker claimed the job: an attempt began", made_by=("claim",)),
+    "job.succeeded": Kind(meaning="the attempt succeeded; the job is finished", made_by=("complete",)),
+    "job.failed": Kind(WARNING, "the attempt raised (outcome failed)", ("fail",)),
+    "job.timed_out": Kind(WARNING, "the attempt ran past its timeout (outcome timed_out)", ("fail",)),
+    "lease.expired": Kind(WARNING, "the attempt's worker died or lost its lease (outcome lease_expired)", ("expire",)),
+    "job.retrying": Kind(
+        meaning="the job will run again at retry_at: after a failed attempt, or an operator's retry",
+        made_by=("fail", "expire"),
+    ),
+    "job.dead_lettered": Kind(
+        WARNING, "the job will not run again: attempts used up, or discarded", ("fail", "expire")
+    ),
+    # By an operator; or, for a running job, by the end its worker (or the sweep, or a release
+    # of one held unstarted) writes once the job has stopped.
+    "job.cancelled": Kind(meaning="the job was cancelled", made_by=("fail", "expire", "release")),
     "batch.finished": Kind(meaning="a batch's last child ended (after it was closed): its callbacks fired"),
     "workflow.finished": Kind(meaning="a workflow's last step ended"),
     "sla.breached": Kind(WARNING, "a job missed an SLA deadline (once per job: the first deadline it missed)"),

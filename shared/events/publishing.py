@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from jobsup.clock import host_clock
-from jobsup.events.catalogue import TYPES, encode, error_type, event
+from jobsup.events.catalogue import KINDS, TYPES, encode, error_type, event
 from jobsup.observe.events import emit
 from jobsup.store import outbox
 from jobsup.store.database import after_commit
@@ -34,14 +34,10 @@ if TYPE_CHECKING:
     from jobsup.store.rows import NewJob
     from jobsup.store.steps import Change
 
-# The event types each transition can announce.
+# The event types each transition's step may build, from the catalogue.
 TRANSITION_TYPES: dict[str, frozenset[str]] = {
-    "enqueue": frozenset({"job.enqueued"}),
-    "claim": frozenset({"job.started"}),
-    "complete": frozenset({"job.succeeded"}),
-    "fail": frozenset({"job.failed", "job.timed_out", "job.retrying", "job.dead_lettered"}),
-    "expire": frozenset({"lease.expired", "job.retrying", "job.dead_lettered"}),
-    "release": frozenset({"job.cancelled"}),  # a job an operator asked to cancel while it was held
+    transition: frozenset(name for name, kind in KINDS.items() if transition in kind.made_by)
+    for transition in {transition for kind in KINDS.values() for transition in kind.made_by}
 }
 
 _publishing = False  # a publisher is configured: every event goes into the outbox
