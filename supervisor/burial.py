@@ -1,25 +1,6 @@
-"""What the supervisor writes after a worker died: the worker's leases, closed at once so its
-jobs do not wait out the lease (a compare-and-set on owner and attempt, so a job it already
-settled or released is not touched).
-
-The worker's slot says which jobs it was running; the exit says how their attempts end
-(unless the slot entry says otherwise: a worker running several jobs that ends itself for
-one of them marks how each of the others ends, released unless it was cancelled too):
-
-- it ended itself because its job ignored the timeout's cancellation: `timed_out`, retried
-  like a failure;
-- it ended itself because its job ignored shutdown: released (the attempt does not count);
-- anything else (killed, crashed, out of memory, lease lost): `lease_expired`.
-
-Every other lease it held was a job waiting in its claimed batch, or an outcome it had not
-written yet: released. Written only now that the process is dead, so the job's row never
-changes while its function may still run. If the database cannot be reached, the burial is
-retried with backoff until it is written or the lease lapses (then the sweep of any instance
-closes it).
-
-Burials are written by a thread of their own: a database that does not answer (a connect
-waiting out its timeout, a statement on a half-open connection) must not hold up the
-supervisor's loop, which reaps and restarts the other workers and answers signals meanwhile.
+"""What the supervisor writes after a worker died: its leases, closed at once by
+compare-and-set, each as the worker's exit and slot say, from a thread of its own. The
+rules: docs/internals.md, "Burials".
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     # Sensitive: what was sealed, and what this code marks sensitive (a row may predate it).
     sensitive = sealed_fields(payload) | (registered.params.sensitive if registered.params else frozenset())
     try:
-        payload = opened(job, payload)
+        payload = unsealed(job, payload)
     except (SealedParameterError, ConfigurationError) as exc:
         # Retried: the key may be added to JOBSUP_ENCRYPTION_KEYS by the next attempt.
         emit("secrets.unseal_failed", job=job.id, name=job.name, error=exc)
@@ -96,7 +96,7 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     return Prepared(registered.function, ctx, payload, secrets, registered.is_async)
 
 
-def opened(job: ClaimedJob, payload: Any) -> Any:
+def unsealed(job: ClaimedJob, payload: Any) -> Any:
     """`payload` with its sealed values opened (only the worker running the job does this)."""
     if not has_sealed(payload):
         return payload

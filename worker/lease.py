@@ -1,35 +1,6 @@
 """The lease threads: one renews the worker's leases every heartbeat, the other enforces the
-running jobs' deadlines, so that two attempts of one job never overlap. They are separate so
-that a renewal hanging on a dead connection cannot stall the enforcement; an unexpected
-error in either ends the process (exit 4), since without them a job could outlive its lease.
-Neither writes anything about a job whose function is still running: only once its process
-is dead may its row change (the supervisor writes it after reaping).
-
-- Renewal: one statement for every lease the worker holds (running jobs, jobs waiting in a
-  claimed batch, outcomes not yet written). A lease that comes back missing was lost: its
-  lease expired and another worker may have it. A lease renewed with a cancel request: an
-  operator cancelled the job (a running one is told; one still waiting is released, which
-  ends it).
-  Each renewal is also written to the worker's slot, where the supervisor watches it.
-- Cancellation: a running job's `ctx.cancelled` is set when an operator cancelled it, when
-  its lease is lost, when renewal has failed for so long that the lease will lapse within
-  two heartbeats, when its timeout passes, and after the shutdown grace.
-- Ending: a job that has not returned `cancel_grace` after cancellation (or one heartbeat
-  before a lease it could not renew would lapse) ends the process from this thread, with an
-  exit code that tells the supervisor what to write.
-- Waiting jobs: once a job has run for `HOLD_WAITING`, the jobs waiting behind it in its
-  claimed batch are released, so idle workers elsewhere can take them.
-- Orphans: the main thread ends the process between jobs once its supervisor is gone. Should
-  it still be there `ORPHAN_GRACE` after the worker last held a lease, with the supervisor
-  gone, this thread ends it: it stops the main thread from starting anything, gives back every
-  lease the database says this worker holds (a claim whose reply has not arrived), and exits,
-  logging where the main thread was (a claim hanging on a half-open connection, say). While
-  the database does not answer, it keeps trying and the process stays.
-
-The bookkeeping is keyed by job id, but an entry is only ever removed by the claim that made
-it (compared by identity): a job this worker released can be claimed by it again, with the
-same lease, before the release's own bookkeeping has caught up, and that new claim must not
-be forgotten.
+running jobs' deadlines (cancel, end the process), so that two attempts of one job never
+overlap. What each does and why: docs/internals.md, "The lease threads".
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from jobsup.errors import DatabaseError
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.store import Database, Store
+from jobsup.store.claim import Claimed
 from jobsup.store.dialects import Listener, OwnerLock
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
 from jobsup.worker.aio import EventLoop
@@ -137,11 +138,11 @@ class Worker:
             self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
             raise
 
-    def claim(self, limit: int | None = None) -> list[ClaimedJob]:
+    def claim(self, limit: int | None = None) -> Claimed:
         lock = self.settler.claim_lock
         while not lock.acquire(timeout=LOOK_EVERY):  # a release of ours is being written
             if self.stop.requested or os.getppid() != self.spec.supervisor_pid:
-                return []
+                return Claimed()
         try:
             if self.claim_unsure:
                 self.release_orphans()
@@ -165,18 +166,17 @@ class Worker:
             self.claim_unsure = True
             self.idle_backoff = min(max(0.5, self.idle_backoff * 2), 30.0, self.settings.heartbeat)
             emit("db.error", operation="claim", worker=self.spec.label, error=exc, retry_in=self.idle_backoff)
-            return []
+            return Claimed()
         finally:
             lock.release()
         self.idle_backoff = 0.0
         return jobs
 
-    def due_again(self, jobs: list[ClaimedJob]) -> None:
+    def due_again(self, claimed: Claimed) -> None:
         """A claim that put jobs back (a rate window with no room) says when the first is due
         again: look then, not at the next poll, which may be seconds later."""
-        due = getattr(jobs, "next_due", None)
-        if due is not None:
-            self.relook = max(RELOOK_AFTER, min((due - host_clock()).total_seconds(), self.poll_interval))
+        if claimed.next_due is not None:
+            self.relook = max(RELOOK_AFTER, min((claimed.next_due - host_clock()).total_seconds(), self.poll_interval))
 
     def release_orphans(self, also: Sequence[ClaimedJob] = ()) -> None:
         """Release the leases this worker holds in the database but not in its bookkeeping
@@ -304,7 +304,7 @@ class Worker:
                 code = exits.PARENT_GONE
             if code is not None and not pool.running:
                 return self.finish(code)
-            jobs: list[ClaimedJob] = []
+            jobs = Claimed()
             wanted = pool.free
             if code is None and wanted and not self.ending.is_set():
                 claimed_at = time.monotonic()

@@ -1,20 +1,6 @@
-"""The worker's writer: settles outcomes, from a thread of its own or from the main thread.
-
-Successes and releases wait at most `FLUSH_EVERY` (or less, when the main thread finishes a
-batch and asks for it), whatever the job running meanwhile does; the successes of one flush
-settle in one statement. A failure is written by the main thread at once (`write_now`),
-before the job leaves the worker's slot, so a worker that dies first is still charged for
-the attempt.
-
-Each write is retried through a brief outage for up to one lease, so an outage does not turn
-a success into a rerun; the leases of outcomes not yet written stay held (and renewed) until
-they are. The parts of a batch are written and retried one by one, and a part that was seen
-written is never written again; a write whose reply was lost may be retried, so the main
-thread claims nothing while a release is being written (`claim_lock`): a release retried
-after this worker had claimed the job anew would match that claim (a release gives the
-attempt back). A worker that could not write an outcome for a whole lease ends itself: it
-holds leases it can neither renew nor settle, and only its death lets its supervisor, or the
-sweep, give them back.
+"""The worker's writer: settles outcomes, from a thread of its own or from the main thread,
+retrying through brief outages for up to one lease. When each kind of outcome is written,
+and the races that shape it: docs/internals.md, "The settler".
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
-"""A worker's slot: a few words of memory the worker writes and its supervisor reads.
-
-The supervisor maps one shared anonymous region before it forks anything; each worker slot
-(``default#1``) owns a fixed part of it, reused by the worker that replaces a dead one. The
-worker records that it booted, when its leases were last known good (a claim or a renewal,
-on the monotonic clock, which every process of a host shares), and which jobs it is running
-right now (job id, attempt, timeout, and how its attempt ends should the worker end
-itself now). A job stays "running" here until its outcome is written, or, for a success or
-a release, handed to the settler: a worker that dies before writing a failure is charged
-for it (a job running beside one the worker ended itself for is released instead).
-
-The supervisor uses this for what the worker's own interpreter may fail to do: it kills a
-worker whose renewal is overdue (a job holding the GIL starves the lease threads), and when
-it buries a dead worker it knows which of its leases were running jobs (their attempt ends
-as the exit says, or as the entry says when the worker ended itself: see `ending`) and
-which were jobs that never started (released, the attempt not used).
-
-Every field is one aligned 8-byte word written with a single store, so a reader never sees
-half of one. A running entry is written job id and timeout first and attempt last; attempt 0
-marks a free entry (real attempts start at 1).
+"""A worker's slot: a few words of shared memory the worker writes (booted, leases last good,
+the jobs it runs and how each ends) and its supervisor reads. What it is for and how it is
+written safely: docs/internals.md, "A worker's slot".
 """
 
 from __future__ import annotations
