@@ -4,7 +4,7 @@ rate=..., breaker=..., sla=..., calendar=...)`), and `Limits`, a type's policies
 Each policy is a frozen dataclass with the same three doors: `parse(value, job)` (the
 decorator's argument, checked; `BadInput` naming the job), `describe()` (JSON for the
 definition row, `jobsup_job_definition.limits`) and `load(described)` (back from that row).
-What enforces each lives in the store: `jobsup.store.limits` (concurrency keys, at
+What enforces each lives in the store: `jobsup.store.concurrency_keys` (concurrency keys, at
 admission), `jobsup.store.rates` (in the claim), `jobsup.store.breakers` (in the claim and
 maintenance), `jobsup.store.sla` (marked by maintenance), `jobsup.store.calendars` (run_at
 moved at enqueue).

@@ -12,7 +12,7 @@ from jobsup.clock import host_clock
 from jobsup.errors import LockBusy
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
-from jobsup.store import Store, limits
+from jobsup.store import Store, concurrency_keys
 from jobsup.store.outbox import Outbox
 from jobsup.store.processes import stale_age
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
@@ -187,7 +187,7 @@ class ForgetIdleKeys:
 
 class RepairKeys:
     """Recount the concurrency keys that have jobs waiting from the job rows, and let those
-    in while their key has room (`jobsup.store.limits.repair`): a count a transition failed
+    in while their key has room (`jobsup.store.concurrency_keys.repair`): a count a transition failed
     to keep costs at most one maintenance interval, never a key stuck with room."""
 
     name = "repair_keys"
@@ -198,13 +198,13 @@ class RepairKeys:
     def run_once(self, now: datetime | None = None) -> int:
         t = self.store.transitions
         with t.db.read("maintenance") as conn:
-            keys = limits.keys_waiting(conn, self.batch)
+            keys = concurrency_keys.keys_waiting(conn, self.batch)
         clock = t.dialect.clock_params(now)
         repaired = 0
         for key in keys:
             try:
                 with t.db.transaction("maintenance") as conn:
-                    kept, admitted, woken = limits.repair(conn, t.sql, key, clock)
+                    kept, admitted, woken = concurrency_keys.repair(conn, t.sql, key, clock)
                     if woken:
                         t.dialect.after_enqueue(conn, woken)
             except LockBusy:

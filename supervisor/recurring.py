@@ -59,7 +59,7 @@ class CronTick:
             calendar = None if schedule.calendar is None else self.calendar(schedule.calendar)
             fired = self.store.transitions.fire(self.store.recurring, schedule, now=now, calendar=calendar)
         except LockBusy as exc:
-            # Its slot stays due and fires once the key is free (`jobsup.store.limits`).
+            # Its slot stays due and fires once the key is free (`jobsup.store.concurrency_keys`).
             emit("db.error", operation="recurring", schedule=schedule.name, error=exc, quiet=schedule.name in self.held)
             self.held[schedule.name] = time.monotonic() + HELD_RETRY
             return HELD

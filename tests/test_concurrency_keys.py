@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select, text
 
 import jobsup
-from jobsup.store import limits
+from jobsup.store import concurrency_keys
 from jobsup.store.schema import concurrency, job
 from jobsup.supervisor.maintenance import ForgetIdleKeys
 
@@ -238,13 +238,15 @@ def test_forgetting_idle_keys_never_waits_on_an_admission_holding_them(postgres_
         conn.execute(concurrency.insert(), [{"key": "a", "admitted": 0}, {"key": "b", "admitted": 0}])
     forgotten: list[int] = []
     with client.database.transaction() as conn:
-        assert limits._took(conn, client.database.dialect, "a", 1)  # an enqueue holding key a, about to take key b
+        # An enqueue holding key a, about to take key b.
+        assert concurrency_keys._took(conn, client.database.dialect, "a", 1)
         sweep = threading.Thread(target=lambda: forgotten.append(ForgetIdleKeys(client.store).run_once()))
         sweep.start()
         sweep.join(timeout=30)
         # Before: the delete held b and waited for a, and this transaction's b then deadlocked.
         assert not sweep.is_alive() and forgotten == [1]
-        assert limits._took(conn, client.database.dialect, "b", 1)  # b's row is gone: the admission makes it again
+        # b's row is gone: the admission makes it again.
+        assert concurrency_keys._took(conn, client.database.dialect, "b", 1)
     assert (admitted(client, "a"), admitted(client, "b")) == (1, 1)
     client.close()
 

@@ -156,7 +156,7 @@ class Settler:
                 write()
                 return
             except LockBusy as exc:
-                # A concurrency key held by a caller's open transaction (`jobsup.store.limits`):
+                # A concurrency key held by a caller's open transaction (`jobsup.store.concurrency_keys`):
                 # the write waits for it as long as that takes, and between tries no row of
                 # ours is locked, so the leases, this one's too, are renewed meanwhile.
                 emit("db.error", operation="settle", error=exc, retry_in=KEY_RETRY, quiet=held)

@@ -19,10 +19,10 @@ from jobsup.jobtypes import Resolver
 from jobsup.store.audit import Audit
 from jobsup.store.breakers import Breakers
 from jobsup.store.calendars import CalendarStore
+from jobsup.store.concurrency_keys import KEY_WAIT
 from jobsup.store.database import Database
 from jobsup.store.definitions import Definitions
 from jobsup.store.joblogs import JobLogs
-from jobsup.store.limits import KEY_WAIT
 from jobsup.store.outbox import Outbox
 from jobsup.store.overview import OverviewReads
 from jobsup.store.pauses import Pauses

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Integer, Select, bindparam, func, insert, sel
 from jobsup.errors import BadInput, ConfigurationError, LockBusy
 from jobsup.events.publishing import emit_enqueued, publish
 from jobsup.observe.events import emit
-from jobsup.store import limits
+from jobsup.store import concurrency_keys
 from jobsup.store.builder import build
 from jobsup.store.database import last_member_ended
 from jobsup.store.rows import BatchInfo, NewJob
@@ -218,7 +218,7 @@ class Batches:
             except (BadInput, ConfigurationError) as exc:
                 log.warning("batch %s: %s callback %r not enqueued: %s", batch_id, key, callback["job"], exc)
         if news:
-            with limits.bounded(conn, self.t, news):
+            with concurrency_keys.bounded(conn, self.t, news):
                 self.t.insert(conn, news, clock)
         return True
 

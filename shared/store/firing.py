@@ -4,7 +4,7 @@ A slot is fired, skipped (counted on the schedule, reason ``overlap`` or ``calen
 deferred (fired with the job's run_at at the end of its blackout, or the start of its next
 allowed window). With overlap ``queue`` every slot fires, and its job waits behind the live
 one: a queue schedule's jobs share the concurrency key ``recurring:<name>`` with a limit of
-one (`jobsup.store.limits`), so each is admitted when the one before it ends, in slot order.
+one (`jobsup.store.concurrency_keys`), so each is admitted when the one before it ends, in slot order.
 
 Every decision is made inside the fire's transaction: the live-run check reads the
 schedule's unfinished jobs there, and the skip is recorded by the same compare-and-set on
@@ -26,7 +26,7 @@ from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import BadInput, ConstraintViolation
 from jobsup.events.publishing import emit_enqueued
 from jobsup.observe.events import emit
-from jobsup.store import limits
+from jobsup.store import concurrency_keys
 from jobsup.store.builder import build, fired_payload
 from jobsup.store.recurring import BLACKOUT, DEFER, QUEUE, SKIP, RecurringStore
 from jobsup.store.rows import RecurringSchedule
@@ -71,7 +71,7 @@ def fire(
                 emit("recurring.already_fired", schedule=schedule.name)
                 return ALREADY_FIRED
             if reason is None:
-                with limits.bounded(conn, transitions, [new]):  # a held key: LockBusy, the tick goes on
+                with concurrency_keys.bounded(conn, transitions, [new]):  # a held key: LockBusy, the tick goes on
                     ids, _ = transitions.insert(conn, [new], clock)
     except ConstraintViolation:
         emit("recurring.already_fired", schedule=schedule.name)

@@ -1,4 +1,4 @@
-"""The statements of the in-transaction steps (`jobsup.store.workflows`, `jobsup.store.limits`,
+"""The statements of the in-transaction steps (`jobsup.store.workflows`, `jobsup.store.concurrency_keys`,
 `jobsup.store.rates`): the job-row writes of workflows, batches, concurrency keys and rate
 windows, a part of `Statements` kept apart by role."""
 
@@ -14,7 +14,7 @@ from jobsup.store.claim import status_is
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, WAITING, job, job_attempt, job_dependency
 
 # What the in-transaction steps of a job that finished need to know of it (`jobsup.store.steps.after_finish`).
-# (and `jobsup.store.limits`: a concurrency key's slot, held unless it waits with no dependency).
+# (and `jobsup.store.concurrency_keys`: a concurrency key's slot, held unless it waits with no dependency).
 LINKS = (
     job.c.workflow_id,
     job.c.batch_id,
@@ -31,7 +31,7 @@ class LinkedStatements:
 
         dialect: Dialect
 
-    # -- concurrency keys: jobs over their key's limit wait (`jobsup.store.limits`) ---------
+    # -- concurrency keys: jobs over their key's limit wait (`jobsup.store.concurrency_keys`) ---------
 
     @cached_property
     def hold_for_key(self) -> Update:

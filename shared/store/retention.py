@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, or_, select
 
-from jobsup.store import limits
+from jobsup.store import concurrency_keys
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.joblogs import JobLogs
@@ -90,7 +90,7 @@ class Retention:
         forgotten = 0
         for _ in range(max_batches):
             with self.db.transaction("retention") as conn:
-                deleted = limits.forget_idle(conn, batch)
+                deleted = concurrency_keys.forget_idle(conn, batch)
             forgotten += deleted
             if deleted < batch:
                 break

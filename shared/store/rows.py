@@ -48,7 +48,7 @@ class Job:
     step: str | None = None  # its name in its workflow
     batch_id: int | None = None
     parent_id: int | None = None  # the job whose trigger or batch enqueued it
-    concurrency_key: str | None = None  # the key it is counted under (`jobsup.store.limits`)
+    concurrency_key: str | None = None  # the key it is counted under (`jobsup.store.concurrency_keys`)
     sla_start_by: datetime | None = None  # its SLA deadlines (`jobsup.store.sla`)
     sla_finish_by: datetime | None = None
     sla_breached_at: datetime | None = None  # when maintenance found it past one

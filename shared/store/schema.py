@@ -83,7 +83,7 @@ job = Table(
     Column("on_failure", Name(10)),
     Column("triggers", LongText),  # JSON: [{"job", "on", "payload", "queue"}]
     Column("key_id", Name(64)),  # the key its sensitive values are sealed with (`jobsup.secrets`)
-    # Flow control (`jobsup.store.limits`): null for a job that uses none of it.
+    # Flow control (`jobsup.store.concurrency_keys`): null for a job that uses none of it.
     Column("concurrency_key", _NAME),
     Column("concurrency_limit", Integer),  # copied from the job type's policy at enqueue
     Column("sla_start_by", UTCDateTime),
@@ -231,7 +231,7 @@ queue_state = Table(
 )
 
 # A concurrency key's admitted jobs (pending or running): one over its key's limit waits
-# outside the claim index until a job of its key finishes (`jobsup.store.limits`).
+# outside the claim index until a job of its key finishes (`jobsup.store.concurrency_keys`).
 concurrency = Table(
     "jobsup_concurrency",
     metadata,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Row
 
 from jobsup.events import publishing
-from jobsup.store import breakers, limits, rates, triggers
+from jobsup.store import breakers, concurrency_keys, rates, triggers
 from jobsup.store.rows import has_links
 from jobsup.store.schema import FINISHED_STATUSES
 
@@ -84,7 +84,7 @@ def _recount(conn: Connection, change: Change) -> None:
     change.transitions.workflows.step_retried(conn, change.rows, change.params)
 
 
-_HAND_ON_KEYS = Step(limits.after_finish)  # a key's slot to the next waiting job
+_HAND_ON_KEYS = Step(concurrency_keys.after_finish)  # a key's slot to the next waiting job
 _UNBLOCK = Step(after_finish)  # dependents, batch callbacks, triggers
 _COUNT_SETTLES = Step(breakers.count_settles)  # a breaker type's successes and failures
 # The outbox, and hooks after commit. Looked up when called: `publishing` imports the store,
@@ -105,7 +105,7 @@ STEPS: dict[str, tuple[Step, ...]] = {
     # A release ends the job when an operator asked to cancel it while it was held.
     "release": (_HAND_ON_KEYS, _UNBLOCK, _EVENTS),
     "cancel": (_HAND_ON_KEYS, _UNBLOCK),  # its event: `publish`, as the transition's own
-    "retry": (Step(limits.after_retry), Step(_recount)),  # a dead letter waits again
+    "retry": (Step(concurrency_keys.after_retry), Step(_recount)),  # a dead letter waits again
 }
 
 

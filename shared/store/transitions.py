@@ -25,7 +25,7 @@ from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.events.publishing import emit_enqueued, job_fields, publish
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
-from jobsup.store import firing, limits, steps
+from jobsup.store import concurrency_keys, firing, steps
 from jobsup.store.batches import Batches
 from jobsup.store.chain import Chain
 from jobsup.store.claim import Claimed, claim_params, claim_rounds
@@ -112,7 +112,7 @@ class Transitions:
         if inserted:
             new = [(ids[i], jobs[i]) for i in inserted]
             seal_new(conn, self.sql, new)
-            limits.admit_new(conn, self.sql, new)
+            concurrency_keys.admit_new(conn, self.sql, new)
             if steps.of("enqueue"):
                 steps.run(conn, steps.Change("enqueue", new, clock, self))
             self.dialect.after_enqueue(conn, {jobs[i].queue for i in inserted} - woken)

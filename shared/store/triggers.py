@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection
 
 from jobsup.errors import BadInput, ConfigurationError
-from jobsup.store import limits
+from jobsup.store import concurrency_keys
 from jobsup.store.builder import build
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
@@ -54,5 +54,5 @@ def fire(conn: Connection, t: Transitions, rows: Sequence[Any], clock: Mapping[s
             except (BadInput, ConfigurationError) as exc:  # valid at enqueue; the row or the job type changed since
                 log.warning("job %s: trigger %r not fired: %s", row.id, trigger.get("job"), exc)
     if news:
-        with limits.bounded(conn, t, news):
+        with concurrency_keys.bounded(conn, t, news):
             t.insert(conn, news, clock)

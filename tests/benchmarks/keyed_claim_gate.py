@@ -1,4 +1,4 @@
-"""Why concurrency keys are gated at admission, not in the claim (`jobsup.store.limits`).
+"""Why concurrency keys are gated at admission, not in the claim (`jobsup.store.concurrency_keys`).
 
 Builds, in a scratch PostgreSQL database, a bare job table with 10,000 pending jobs of one
 saturated key at the head and 2,000 jobs of other keys behind them, and times a claim that
