@@ -67,7 +67,7 @@ class GroupsAPI:
                 raise type(exc)(f"step {step.name!r}: {exc}") from None
             plan.append((new, [position[dep] for dep in deps]))
         self._ready()
-        workflow_id, _ = self.store.transitions.workflows.enqueue(workflow.name, key, plan, connection=connection)
+        workflow_id, _ = self.store.workflows.enqueue(workflow.name, key, plan, connection=connection)
         return workflow_id
 
     def get_workflow(self, workflow_id: int) -> WorkflowInfo | None:
@@ -86,7 +86,7 @@ class GroupsAPI:
         workflow_id, who = _id(workflow_id, "workflow"), actor_of(actor)
         self._ready()
         found = self.store.workflows.get(workflow_id) is not None
-        cancelled = self.store.transitions.workflows.cancel(workflow_id)
+        cancelled = self.store.workflows.cancel(workflow_id)
         outcome = "ok" if found else "not_found"
         self._audit(who, "workflow.cancel", target=f"workflow:{workflow_id}", job_count=cancelled, outcome=outcome)
         return cancelled
@@ -101,7 +101,7 @@ class GroupsAPI:
             self._audit(who, "workflow.retry", target=target, job_count=0, outcome="not_found")
             raise JobNotFound(f"no workflow with id {workflow_id}")
         try:
-            retried = self.store.transitions.workflows.retry(workflow_id)
+            retried = self.store.workflows.retry(workflow_id)
         except BadInput as exc:  # a step still running: the workflow's state forbids it
             self._audit(
                 who, "workflow.retry", target=target, job_count=0, outcome="refused", detail={"reason": str(exc)}
@@ -134,7 +134,7 @@ class GroupsAPI:
             check_text(name, "batch name")
         news = _children(self._build_many(children, allow_unknown, "children"), 0)
         self._ready()
-        batches = self.store.transitions.batches
+        batches = self.store.batches
         batch_id, _ = batches.enqueue(name, callbacks, news, connection=connection, progress=progress)
         return batch_id
 
@@ -154,7 +154,7 @@ class GroupsAPI:
         if name is not None:
             check_text(name, "batch name")
         self._ready()
-        batch_id = self.store.transitions.batches.open(name, callbacks, connection=connection)
+        batch_id = self.store.batches.open(name, callbacks, connection=connection)
         return Batch(self, batch_id, connection, allow_unknown)
 
     def _callbacks(
@@ -189,7 +189,7 @@ class GroupsAPI:
         if self.store.batches.get(batch_id) is None:
             self._audit(who, "batch.cancel", target=f"batch:{batch_id}", job_count=0, outcome="not_found")
             raise JobNotFound(f"no batch with id {batch_id}")
-        cancelled = self.store.transitions.batches.cancel(batch_id)
+        cancelled = self.store.batches.cancel(batch_id)
         self._audit(who, "batch.cancel", target=f"batch:{batch_id}", job_count=cancelled)
         return cancelled
 
@@ -212,15 +212,13 @@ class Batch:
         batch in the same transaction. `BadInput` over `MAX_BATCH` children in all, or when
         the batch is closed."""
         news = _children(self.client._build_many(children, self.allow_unknown, "children"), self.added)
-        ids = self.client.store.transitions.batches.add(
-            self.id, news, connection=self.connection, progress=progress, close=close
-        )
+        ids = self.client.store.batches.add(self.id, news, connection=self.connection, progress=progress, close=close)
         self.added += len(ids)
         return ids
 
     def close(self) -> bool:
         """No more children; False if it was closed already."""
-        return self.client.store.transitions.batches.close(self.id, connection=self.connection)
+        return self.client.store.batches.close(self.id, connection=self.connection)
 
 
 def _children(news: list[NewJob], added: int) -> list[NewJob]:

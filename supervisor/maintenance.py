@@ -245,7 +245,7 @@ class FinishBatches:
 
 class FinishWorkflows:
     """Mark finished (and announce) the workflows whose last step ended in a process that
-    died before it could look (see `jobsup.store.batches`)."""
+    died before it could look (see `jobsup.store.workflows`)."""
 
     name = "finish_workflows"
 

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from children import worker_pids
+
 import jobsup
 
 from helpers import wait_until
@@ -73,10 +75,7 @@ class Supervisor:
         return self.process.pid
 
     def workers(self) -> list[int]:
-        try:
-            return [int(pid) for pid in Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()]
-        except FileNotFoundError:
-            return []
+        return worker_pids(self.pid)
 
     def wait_for_workers(self, count: int, timeout: float = 30) -> list[int]:
         return wait_until(

@@ -219,7 +219,7 @@ def test_a_batch_finishing_is_announced_once_with_its_counts(
     succeed(client, claimed[:2])
     assert announced(client) == []
     fail(client, claimed[2], kind="discarded")
-    assert client.store.transitions.batches.settle(batch_id) is False  # fired once, never again
+    assert client.store.transitions.batches.finish_if_done(batch_id) is False  # fired once, never again
     assert strip(announced(client)) == [
         {
             "type": "batch.finished",
@@ -271,7 +271,7 @@ def test_a_workflow_finishing_is_announced_once_when_its_last_step_ends(
     succeed(client, both[1:])
     assert announced(client) == []  # the report waits
     succeed(client, claim(client, "w1", limit=10))
-    assert client.store.transitions.workflows.settle(workflow_id) is False
+    assert client.store.transitions.workflows.finish_if_done(workflow_id) is False
     assert strip(announced(client)) == [
         {
             "type": "workflow.finished",

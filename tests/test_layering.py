@@ -107,3 +107,46 @@ def test_only_the_store_statements_write_job_rows() -> None:
 def test_no_module_grows_past_400_lines(path: Path) -> None:
     # One concept per module: a class cut in two (or into mixins) to fit is not a split.
     assert len(path.read_text().splitlines()) <= 400, "split it by concept before adding more"
+
+
+# The store and the events import each other (a change publishes its event; publishing writes
+# the store's outbox): each must import first, before the package's own __init__ has loaded
+# the rest, or a reordered import elsewhere breaks `import jobsup`.
+FIRST = [
+    "jobsup.events.publishing",
+    "jobsup.events.hooks",
+    "jobsup.store",
+    "jobsup.store.breakers",
+    "jobsup.store.pauses",
+    "jobsup.store.sla",
+    "jobsup.store.workflows",
+    "jobsup.store.batches",
+    "jobsup.store.triggers",
+    "jobsup.store.steps",
+    "jobsup.store.transitions",
+]
+_IMPORT_FIRST = """
+import importlib, importlib.util, sys, types
+locations = list(importlib.util.find_spec("jobsup").submodule_search_locations)
+failed = []
+for name in sys.argv[1:]:
+    for key in [k for k in sys.modules if k == "jobsup" or k.startswith("jobsup.")]:
+        del sys.modules[key]
+    bare = types.ModuleType("jobsup")  # the package without its __init__, which imports much
+    bare.__path__ = locations
+    sys.modules["jobsup"] = bare
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        failed.append(f"{name}: {type(exc).__name__}: {exc}")
+print("\\n".join(failed))
+"""
+
+
+def test_the_store_and_the_events_each_import_first() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _IMPORT_FIRST, *FIRST], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

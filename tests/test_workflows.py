@@ -308,7 +308,7 @@ def test_a_batch_fires_its_callbacks_once_when_the_last_child_ends(client: jobsu
     assert {k: v for k, v in report.payload["batch"]["counts"].items() if v} == {"succeeded": 4, "dead_lettered": 1}
     info = client.get_batch(batch_id)
     assert info is not None and info.status == "failed" and info.finished_at is not None
-    assert client.store.transitions.batches.settle(batch_id) is False  # fired once, never again
+    assert client.store.transitions.batches.finish_if_done(batch_id) is False  # fired once, never again
     assert client.store.transitions.batches.sweep() == 0
     assert len(callbacks(client)) == 2
 

@@ -2,7 +2,10 @@
 log line is, and, for the public types, what it means; and the one shape public events share.
 
 Public events (those with a meaning below) reach hooks and, through the outbox, the
-publishers; every event, public or internal, reaches the log and the metrics. An event is a
+publishers. The log and the metrics hear every change: a change of no job transition by the
+same event; a job transition by its own words for it, with what only the worker knows (its
+run time, the error's message): ``job.failed outcome=timed_out`` where the public event is
+``job.timed_out``, and no separate ``job.retrying`` line after a failed attempt. An event is a
 small JSON object, versioned by ``"v"``::
 
     {"v": 1, "id": "5f0c...", "type": "job.dead_lettered", "at": "2026-12-02T10:00:00.123456+00:00",
@@ -36,7 +39,7 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class Kind:
-    level: int = INFO  # of its log line
+    level: int = INFO  # of its log line, where it has one
     meaning: str | None = None  # a public type's, as its subscribers read it; None: internal
     # The job transitions whose in-transaction step builds it (`jobsup.events.publishing`);
     # the others are published by the change that makes them.

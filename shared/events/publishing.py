@@ -2,7 +2,7 @@
 public event (`jobsup.events.catalogue`) goes into the outbox in the same transaction, so it
 exists if and only if its change committed, and to the in-process hooks after the commit.
 
-Two ways in, one way out (`_send`):
+Two ways in, one way into the outbox and to the hooks (`_send`):
 - a job transition's events are built by an in-transaction step (`jobsup.store.steps`) from
   the rows its compare-and-set returned (`publish_transition`); the step is on only for the
   transitions whose events someone wants: every transition once a publisher is configured
@@ -11,8 +11,9 @@ Two ways in, one way out (`_send`):
   transition are the transition's own (`jobsup.store.transitions`), emitted after the
   commit from what the worker knows (its run time, the error's message);
 - a change of no transition (a breaker, a pause, an SLA mark, a workflow or batch
-  finishing, a step changed by its workflow) calls `publish`, which also hands the event to
-  the log and the metrics after the commit: one call, one event.
+  finishing, a step changed by its workflow) calls `publish` (or `publish_each`), which also
+  hands the event to the log and the metrics after the commit: one call, one event.
+An enqueue's log lines and metrics (`emit_enqueued`) are its transition's own, as above.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ _dispatch: Callable[[list[dict[str, Any]]], None] | None = None  # `jobsup.event
 _wanted: frozenset[str] = frozenset()  # the transitions whose events someone wants
 
 
-def enable(*, publish: bool = True) -> None:
+def enable() -> None:
     """Write every event into the outbox from now on (a publisher is configured)."""
     global _publishing
-    _publishing = _publishing or publish
+    _publishing = True
     _update_wanted()
 
 
@@ -96,9 +97,23 @@ def publish(conn: Connection, kind: str, /, *, subject: str | None = None, **fie
     workflow): into the outbox in its transaction, and after the commit to hooks, the log
     and the metrics. `subject` names the object of an event of no job (``queue:mail``) and
     orders its events in the outbox; an event of a job passes `job=` (`job_fields`) instead."""
+    publish_each(conn, kind, [fields], subject=subject)
+
+
+def publish_each(conn: Connection, kind: str, each: Sequence[dict[str, Any]], *, subject: str | None = None) -> None:
+    """`publish` a `kind` event with each of `each`'s fields, in one outbox write (a cancel
+    of a whole batch, say)."""
+    if not each:
+        return
     if kind in TYPES and (_publishing or kind in _hooked):  # public, and someone wants it
-        _send(conn, [event(kind, host_clock(), **fields)], subject=subject)
-    after_commit(conn, lambda: emit(kind, **fields))
+        at = host_clock()
+        _send(conn, [event(kind, at, **fields) for fields in each], subject=subject)
+
+    def emitted() -> None:
+        for fields in each:
+            emit(kind, **fields)
+
+    after_commit(conn, emitted)
 
 
 def emit_enqueued(

@@ -7,8 +7,6 @@ import click
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, with_target
 from jobsup.ops.tables import emit_json, emit_table, status_counts
 
-_LIVE = ("waiting", "pending", "running")
-
 
 @click.group()
 def workflows() -> None:

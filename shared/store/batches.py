@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from sqlalchemy import Connection, Integer, Select, bindparam, func, insert, select, update
 
 from jobsup.errors import BadInput, ConfigurationError, LockBusy
-from jobsup.events.publishing import emit_enqueued, publish
+from jobsup.events import publishing
 from jobsup.observe.events import emit
 from jobsup.store import concurrency_keys
 from jobsup.store.builder import build
-from jobsup.store.database import last_member_ended
+from jobsup.store.database import now_or_after_commit
 from jobsup.store.rows import BatchInfo, NewJob
 from jobsup.store.schema import FINISHED_STATUSES, STATUSES, SUCCEEDED, UNFINISHED_STATUSES, batch, job
 
@@ -77,7 +77,7 @@ class Batches:
             batch_id = self.create(conn, name, callbacks, clock)
             ids = self._add(conn, batch_id, news, clock, progress)
             self._close(conn, batch_id, clock)
-        emit_enqueued(news, ids, range(len(ids)), connection)
+        publishing.emit_enqueued(news, ids, range(len(ids)), connection)
         return batch_id, ids
 
     def add(
@@ -97,7 +97,7 @@ class Batches:
             ids = self._add(conn, batch_id, news, clock, progress)
             if close:
                 self._close(conn, batch_id, clock)
-        emit_enqueued(news, ids, range(len(ids)), connection)
+        publishing.emit_enqueued(news, ids, range(len(ids)), connection)
         return ids
 
     def _add(
@@ -136,10 +136,10 @@ class Batches:
         if not self.mark_closed(conn, batch_id, clock):
             return False
         if not self.any_unfinished(conn, batch_id, skip_locked=False):
-            self.fire(conn, batch_id, clock)
+            self.finish_now(conn, batch_id, clock)
         return True
 
-    def settle(self, batch_id: int, *, now: datetime | None = None, operation: str = "batches") -> bool:
+    def finish_if_done(self, batch_id: int, *, now: datetime | None = None, operation: str = "batches") -> bool:
         """Fire the batch if it is closed and no child is unfinished, waiting for the
         transactions changing its children to end; True if this fired it. Run after the
         commit of a child's end that could not decide (`child_ended`), and by the sweep."""
@@ -147,7 +147,7 @@ class Batches:
         with self.db.transaction(operation) as conn:
             if self.any_unfinished(conn, batch_id, skip_locked=False):
                 return False
-            return self.fire(conn, batch_id, clock)
+            return self.finish_now(conn, batch_id, clock)
 
     def sweep(self, *, limit: int = 100) -> int:
         """Fire the closed batches whose children have all ended but whose callbacks did not
@@ -155,7 +155,7 @@ class Batches:
         fired = 0
         for batch_id in self.finishable_ids(limit):
             try:
-                fired += self.settle(batch_id, operation="maintenance")
+                fired += self.finish_if_done(batch_id, operation="maintenance")
             except LockBusy as exc:  # a callback's key a caller holds: the next sweep tries again
                 emit("db.error", operation="maintenance", batch=batch_id, error=exc)
         return fired
@@ -172,21 +172,21 @@ class Batches:
     # -- in the transaction that ends a child ---------------------------------------------------
 
     def child_ended(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> None:
-        """A child of `batch_id` ended in this transaction (or the batch was closed): fire the
-        batch now, or look again after the commit, or leave it to the sibling that will end
+        """A child of `batch_id` ended in this transaction (or the batch was closed): finish
+        the batch now, or look again after the commit, or leave it to the sibling that will end
         after this commit."""
         if not self.any_unfinished(conn, batch_id, skip_locked=True):
-            last_member_ended(
-                conn, self.dialect, lambda: self.fire(conn, batch_id, clock), lambda: self._settle_later(batch_id)
+            now_or_after_commit(
+                conn, self.dialect, lambda: self.finish_now(conn, batch_id, clock), lambda: self._finish_later(batch_id)
             )
 
-    def _settle_later(self, batch_id: int) -> None:
+    def _finish_later(self, batch_id: int) -> None:
         try:
-            self.settle(batch_id)
+            self.finish_if_done(batch_id)
         except LockBusy as exc:  # a callback's key a caller holds: maintenance fires it (`FinishBatches`)
             emit("db.error", operation="batches", batch=batch_id, error=exc)
 
-    def fire(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
+    def finish_now(self, conn: Connection, batch_id: int, clock: Mapping[str, Any]) -> bool:
         """Finish the batch and enqueue its callbacks, in `conn`'s transaction; False when it
         is not closed yet or has already fired."""
         finished = self.finish(conn, batch_id, clock)
@@ -198,7 +198,7 @@ class Batches:
         outcome = "cancelled" if finished.cancelled else "succeeded" if succeeded else "failed"
         ended_counts = {status: n for status, n in counts.items() if n}
         subject = f"batch:{batch_id}"
-        publish(
+        publishing.publish(
             conn,
             "batch.finished",
             subject=subject,

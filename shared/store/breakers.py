@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, literal_column, or_, select, update
 
-from jobsup.events.publishing import publish
+from jobsup.events import publishing
 from jobsup.observe.events import emit
 from jobsup.store.claim import status_is
 from jobsup.store.database import after_commit
@@ -93,7 +93,7 @@ def _succeeded(conn: Connection, t: Any, name: str, job_id: int, params: Any) ->
     if not closed and not reset(counted):
         return
     if closed:
-        publish(conn, "breaker.closed", subject=f"breaker:{name}", name=name, probe_job=job_id)
+        publishing.publish(conn, "breaker.closed", subject=f"breaker:{name}", name=name, probe_job=job_id)
     else:  # a closed breaker's failures counted so far: a success zeroes them
         after_commit(conn, lambda: emit("breaker.reset_by_success", name=name, job=job_id))
 
@@ -132,7 +132,9 @@ def _failed(conn: Connection, t: Any, name: str, job_id: int, policy: Any, param
     )
     opened = t.dialect.returning(opens_now).run(conn, clock_params)
     if opened:
-        publish(conn, "breaker.opened", subject=f"breaker:{name}", name=name, failed_job=job_id, reset=policy.reset)
+        publishing.publish(
+            conn, "breaker.opened", subject=f"breaker:{name}", name=name, failed_job=job_id, reset=policy.reset
+        )
 
 
 # -- maintenance and operators -------------------------------------------------------------
@@ -202,7 +204,7 @@ class Breakers:
         values = {"state": CLOSED, "failures": 0, "probe_job_id": None, "changed_by": SYSTEM}
         closed = bool(conn.execute(cas.values(**values, changed_at=self.dialect.clock()), params).rowcount)
         if closed:
-            publish(conn, "breaker.closed", subject=f"breaker:{name}", name=name, probe_job=probe)
+            publishing.publish(conn, "breaker.closed", subject=f"breaker:{name}", name=name, probe_job=probe)
         return closed
 
     def _next_pending(self, conn: Connection, name: str, params: Any) -> int | None:
@@ -230,7 +232,9 @@ class Breakers:
                 actor, "breaker.reset", target=name, outcome=outcome, detail=detail, connection=conn, now=now
             )
             if done and was is not None and was.state != CLOSED:
-                publish(conn, "breaker.closed", subject=f"breaker:{name}", name=name, actor=actor, was=was.state)
-        if done and was is not None and was.state == CLOSED:  # a reset of a closed one only zeroes its count
+                publishing.publish(
+                    conn, "breaker.closed", subject=f"breaker:{name}", name=name, actor=actor, was=was.state
+                )
+        if done and (was is None or was.state == CLOSED):  # a reset of a closed one only zeroes its count
             emit("breaker.reset", name=name, actor=actor)
         return done

@@ -163,13 +163,14 @@ def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
     waiting.append((_savepoints(conn), callback))
 
 
-def last_member_ended(
+def now_or_after_commit(
     conn: Connection, dialect: Dialect, now: Callable[[], object], later: Callable[[], object]
 ) -> None:
-    """This transaction ended the last member of a workflow or batch that it can see. Where
-    writers take turns (SQLite) no sibling can be ending beside it, so `now()` finishes the
-    group in it; elsewhere a sibling's uncommitted end is invisible here (skipped, not
-    waited for), so `later()` looks again after the commit, waiting."""
+    """`now()` where writers take turns (SQLite), else `later()` after the commit. For a
+    transaction that ended the last member of a workflow or batch it can see: with one
+    writer no sibling can be ending beside it, so it finishes the group itself; elsewhere a
+    sibling's uncommitted end is invisible to it (skipped, not waited for), so the group is
+    looked at again after the commit, waiting."""
     if dialect.one_writer:
         now()
     else:

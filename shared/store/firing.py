@@ -24,7 +24,7 @@ from sqlalchemy import Connection, select
 from jobsup.calendars import Calendar
 from jobsup.cron import latest_slot, next_slot
 from jobsup.errors import BadInput, ConstraintViolation
-from jobsup.events.publishing import emit_enqueued
+from jobsup.events import publishing
 from jobsup.observe.events import emit
 from jobsup.store import concurrency_keys
 from jobsup.store.builder import build, fired_payload
@@ -79,7 +79,7 @@ def fire(
     if reason is not None:
         emit("recurring.skipped", schedule=schedule.name, reason=reason, slot=slot.isoformat())
         return SKIPPED
-    emit_enqueued([new], ids, [0])
+    publishing.emit_enqueued([new], ids, [0])
     emit("recurring.fired", schedule=schedule.name, job=ids[0], name=schedule.job, slot=slot.isoformat())
     return FIRED
 

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Select, literal_column, select, true, union, update
 
 from jobsup.errors import UnknownQueue
-from jobsup.events.publishing import publish
+from jobsup.events import publishing
 from jobsup.store.audit import Audit
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
@@ -79,7 +79,9 @@ class Pauses:
             detail = {"reason": reason, "was_paused": bool(was)}
             self.audit.record(actor, "queue.pause", target=queue, detail=detail, connection=conn, now=now)
             if not was:
-                publish(conn, "queue.paused", subject=f"queue:{queue}", queue=queue, actor=actor, reason=reason)
+                publishing.publish(
+                    conn, "queue.paused", subject=f"queue:{queue}", queue=queue, actor=actor, reason=reason
+                )
         return not was
 
     def resume(self, queue: str, *, actor: str, now: datetime | None = None) -> bool:
@@ -94,7 +96,7 @@ class Pauses:
             outcome = "ok" if resumed else "not_found"
             self.audit.record(actor, "queue.resume", target=queue, outcome=outcome, connection=conn, now=now)
             if resumed:
-                publish(conn, "queue.resumed", subject=f"queue:{queue}", queue=queue, actor=actor)
+                publishing.publish(conn, "queue.resumed", subject=f"queue:{queue}", queue=queue, actor=actor)
         return resumed
 
     def states(self) -> dict[str, QueueState]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, bindparam, select
 
-from jobsup.events.publishing import publish
+from jobsup.events import publishing
 from jobsup.store.claim import status_literal
 from jobsup.store.schema import PENDING, RUNNING, WAITING, job
 
@@ -73,8 +73,8 @@ class SlaMarks:
                     break
                 with self.t.db.transaction("sla") as conn:
                     rows = self.t.sql.sla_mark.run(conn, {**clock, "p_ids": ids})
-                    for row in rows:
-                        publish(conn, "sla.breached", job=row.id, name=row.name, queue=row.queue, kind=kind)
+                    breached = [{"job": r.id, "name": r.name, "queue": r.queue, "kind": kind} for r in rows]
+                    publishing.publish_each(conn, "sla.breached", breached)
                 marked += len(rows)
                 if len(ids) < batch:
                     break

@@ -41,7 +41,9 @@ class Change:
     """What a transition changed, as its steps see it.
 
     `rows` are the rows its compare-and-set matched (for `enqueue`, (id, `NewJob`) pairs;
-    for `claim`, the claimed rows; for `fail` and `expire`, each row's id and new status);
+    for `claim`, the claimed rows; for the others, the columns its statement returns: the
+    new status, the links (`linked_statements.LINKS`) and what the job's events say of it
+    (`statements.EVENT_COLUMNS`));
     `params` are its bound parameters, clock included, so a step's statements use the same
     instant."""
 
@@ -73,9 +75,9 @@ def after_finish(conn: Connection, change: Change) -> None:
         triggers.fire(conn, t, [row for row in level if row.triggers is not None], clock)
         for batch_id in sorted({row.batch_id for row in level if row.batch_id is not None}):
             t.batches.child_ended(conn, batch_id, clock)
-        steps_ended = [row for row in level if row.workflow_id is not None]
-        workflows |= {int(row.workflow_id) for row in steps_ended}
-        level = t.workflows.steps_ended(conn, steps_ended, clock)
+        workflow_steps = [row for row in level if row.workflow_id is not None]
+        workflows |= {int(row.workflow_id) for row in workflow_steps}
+        level = t.workflows.unblock_dependents(conn, workflow_steps, clock)
     for workflow_id in sorted(workflows):  # once every level is settled: its last steps may be among them
         t.workflows.step_ended(conn, workflow_id, clock)
 

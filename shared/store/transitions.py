@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobsup.calendars import Calendar
 from jobsup.errors import ConstraintViolation, DuplicateJob
-from jobsup.events.publishing import emit_enqueued, job_fields, publish
+from jobsup.events import publishing
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
 from jobsup.store import concurrency_keys, firing, steps
@@ -80,7 +80,7 @@ class Transitions:
         if connection is not None:
             with self.db.errors():
                 ids, positions = self.insert(connection, jobs, clock)
-            emit_enqueued(jobs, ids, positions, connection)
+            publishing.emit_enqueued(jobs, ids, positions, connection)
         else:
             # No unique key, secret or enqueue step: one atomic insert where the dialect has
             # one (PostgreSQL: a single round trip in autocommit), else a transaction.
@@ -88,7 +88,7 @@ class Transitions:
             alone = alone and not any(new.writes_twice for new in jobs)
             with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
                 ids, positions = self.insert(conn, jobs, clock)
-            emit_enqueued(jobs, ids, positions)
+            publishing.emit_enqueued(jobs, ids, positions)
         if inserted is not None:
             inserted.extend(positions)
         return ids
@@ -296,8 +296,8 @@ class Transitions:
             ended = [row for row in rows if row.status == CANCELLED]
             if ended:
                 steps.run(conn, steps.Change("cancel", ended, params, self))
-            for row in ended:
-                publish(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
+            cancelled = [{"outcome": "cancelled", **publishing.job_fields(row)} for row in ended]
+            publishing.publish_each(conn, "job.cancelled", cancelled)
         for row in rows:
             if row.status != CANCELLED:
                 emit("job.cancel_requested", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
@@ -316,7 +316,9 @@ class Transitions:
                     if rows:
                         steps.run(conn, steps.Change("retry", rows, params, self))
                     for row in rows:
-                        publish(conn, "job.retrying", retry_at=row.run_at.isoformat(), **job_fields(row))
+                        publishing.publish(
+                            conn, "job.retrying", retry_at=row.run_at.isoformat(), **publishing.job_fields(row)
+                        )
             except ConstraintViolation:
                 raise DuplicateJob(
                     f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None

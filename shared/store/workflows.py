@@ -1,7 +1,7 @@
 """Workflows: steps enqueued together, each waiting for its dependencies. Every statement
 about `jobsup_workflow` and `jobsup_job_dependency`, the workflow transitions (enqueue,
-retry, settle, sweep, cancel), and what happens in the transaction that ends a step
-(`steps_ended`: its dependents unblock or are cancelled; `step_ended`: the workflow may end).
+retry, finish_if_done, sweep, cancel), and what happens in the transaction that ends a step
+(`unblock_dependents`, then `step_ended`: the workflow may end).
 
 A workflow's status is never stored: it is read from its steps' rows (and whether an
 operator cancelled it). Only the end of its last step writes the workflow row:
@@ -21,9 +21,9 @@ from sqlalchemy import Connection, Integer, Select, bindparam, func, insert, sel
 from sqlalchemy.exc import IntegrityError
 
 from jobsup.errors import BadInput
-from jobsup.events.publishing import emit_enqueued, job_fields, publish
+from jobsup.events import publishing
 from jobsup.observe.events import emit
-from jobsup.store.database import last_member_ended
+from jobsup.store.database import after_commit, now_or_after_commit
 from jobsup.store.rows import NewJob, StepInfo, WorkflowInfo, decode_stored
 from jobsup.store.schema import (
     CANCELLED,
@@ -71,8 +71,12 @@ class Workflows:
                 new.workflow_id = workflow_id
             ids, inserted = self.t.insert(conn, news, clock)
             self.link(conn, [(ids[i], ids[d]) for i, (_, deps) in enumerate(plan) for d in deps])
-        emit_enqueued(news, ids, inserted, connection)
-        emit("workflow.enqueued", workflow=workflow_id, name=name, steps=len(ids))
+        publishing.emit_enqueued(news, ids, inserted, connection)
+
+        def said() -> None:
+            emit("workflow.enqueued", workflow=workflow_id, name=name, steps=len(ids))
+
+        after_commit(connection, said) if connection is not None else said()  # the caller's commit, else now
         return workflow_id, ids
 
     def retry(self, workflow_id: int, *, now: datetime | None = None) -> list[int]:
@@ -95,15 +99,15 @@ class Workflows:
                     for again in self.t.sql.reopen.run(conn, params):
                         queues.add(again.queue)
                         retry_at = again.run_at.isoformat() if status == PENDING else None
-                        publish(conn, "job.retrying", retry_at=retry_at, **job_fields(again))
+                        publishing.publish(conn, "job.retrying", retry_at=retry_at, **publishing.job_fields(again))
             self.set_cancelled(conn, workflow_id, False, clock)
             self.dialect.after_enqueue(conn, queues)
         emit("workflow.retried", workflow=workflow_id, steps=len(redo))
         return sorted(redo)
 
-    def settle(self, workflow_id: int, *, now: datetime | None = None, operation: str = "workflows") -> bool:
+    def finish_if_done(self, workflow_id: int, *, now: datetime | None = None, operation: str = "workflows") -> bool:
         """Finish the workflow if no step is unfinished, waiting for the transactions
-        changing its steps to end; True if this finished it (as `Batches.settle`)."""
+        changing its steps to end; True if this finished it (as `Batches.finish_if_done`)."""
         clock = self.dialect.clock_params(now)
         with self.db.transaction(operation) as conn:
             if self.any_unfinished(conn, workflow_id, skip_locked=False):
@@ -113,7 +117,9 @@ class Workflows:
     def sweep(self, *, limit: int = 100) -> int:
         """Finish the workflows whose steps have all ended but which were not marked (the
         process that ended the last step died before its second look)."""
-        return sum(self.settle(workflow_id, operation="maintenance") for workflow_id in self.finishable_ids(limit))
+        return sum(
+            self.finish_if_done(workflow_id, operation="maintenance") for workflow_id in self.finishable_ids(limit)
+        )
 
     def cancel(self, workflow_id: int, *, now: datetime | None = None) -> int:
         """Cancel every unfinished step of a workflow, as one transition; returns how many."""
@@ -125,7 +131,7 @@ class Workflows:
 
     # -- in the transaction that ends a step ------------------------------------------------------
 
-    def steps_ended(self, conn: Connection, rows: Sequence[Any], clock: Mapping[str, Any]) -> list[Any]:
+    def unblock_dependents(self, conn: Connection, rows: Sequence[Any], clock: Mapping[str, Any]) -> list[Any]:
         """Count the ended `rows` on their dependents: those with nothing left to wait for
         become pending, or, when a dependency failed and they cancel on failure, cancelled.
         Returns the dependents this cancelled (they ended too)."""
@@ -155,16 +161,20 @@ class Workflows:
             return []
         reason = "cancelled: a step it depends on did not succeed"
         cancelled = list(sql.cancel_blocked.run(conn, {**clock, "p_ids": blocked, "p_error": reason}))
-        for row in cancelled:  # not through the cancel transition, whose steps would cascade again
-            publish(conn, "job.cancelled", outcome="cancelled", **job_fields(row))
+        # Not through the cancel transition, whose steps would cascade again.
+        ended = [{"outcome": "cancelled", **publishing.job_fields(row)} for row in cancelled]
+        publishing.publish_each(conn, "job.cancelled", ended)
         return cancelled
 
     def step_ended(self, conn: Connection, workflow_id: int, clock: Mapping[str, Any]) -> None:
         """A step of `workflow_id` ended in this transaction: finish the workflow now, or look
         again after the commit, or leave it to the step that will end after this commit."""
         if not self.any_unfinished(conn, workflow_id, skip_locked=True):
-            last_member_ended(
-                conn, self.dialect, lambda: self.finish_now(conn, workflow_id, clock), lambda: self.settle(workflow_id)
+            now_or_after_commit(
+                conn,
+                self.dialect,
+                lambda: self.finish_now(conn, workflow_id, clock),
+                lambda: self.finish_if_done(workflow_id),
             )
 
     def finish_now(self, conn: Connection, workflow_id: int, clock: Mapping[str, Any]) -> bool:
@@ -176,7 +186,7 @@ class Workflows:
         counts = self.counts(conn, workflow_id)
         outcome = status_of(counts, finished.cancelled_at is not None)
         subject = f"workflow:{workflow_id}"
-        publish(
+        publishing.publish(
             conn,
             "workflow.finished",
             subject=subject,

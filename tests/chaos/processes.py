@@ -20,6 +20,8 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
+from tests.children import worker_pids
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 MARIADB_ADMIN = "mariadb+pymysql://root@127.0.0.1:3306/mysql"
@@ -137,10 +139,7 @@ class Supervisor:
         return self.process.poll() is None
 
     def workers(self) -> list[int]:
-        try:
-            return [int(p) for p in Path(f"/proc/{self.pid}/task/{self.pid}/children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            return []
+        return worker_pids(self.pid)
 
 
 @dataclass
