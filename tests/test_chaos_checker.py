@@ -168,3 +168,29 @@ def test_the_schedule_is_removed_at_quiescence_though_the_database_restarted_las
         client.close()
     finally:
         database.drop()
+
+
+def test_a_child_retried_after_its_batch_fired_is_a_new_life_though_the_callback_was_claimed_later(
+    tmp_path: Path,
+) -> None:
+    # CI, PostgreSQL seed 12: the batch fired when child 2 was dead-lettered (+5 s); the faults
+    # retried child 2 (+7 s), whose new run began at +8 s; the callback was first claimed only
+    # at +10 s (a loaded host), and ran beside that run. The checker took the callback's claim
+    # for the batch's firing, so the new run "began before the batch fired": a false report.
+    child = JobRow(2, "plain", "default", "succeeded", T0, None, None, 1, None, None, "{}")
+    fired = JobRow(3, "callback", "default", "succeeded", T0, None, None, None, None, None, json.dumps(
+        {"batch": {"id": 1}, "kind": "on_complete"}
+    ), attempts=[(1, "succeeded", "owner", T0 + timedelta(seconds=10))])  # fmt: skip
+    end = EndState({2: child, 3: fired}, {}, {1: {"finished_at": T0 + timedelta(seconds=5)}}, {}, set(), [], {})
+    t0 = T0.timestamp()
+    runs = [
+        Run(2, 1, 1, "plain", t0, end=t0 + 4),
+        Run(2, 2, 1, "plain", t0 + 8, end=t0 + 14),
+        Run(3, 1, 1, "callback", t0 + 10, end=t0 + 10.1, extra={"batch": 1, "kind": "on_complete"}),
+    ]
+    retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2})
+    assert batches(runs, retried, end, set()) == []
+    # A run of the child that began before the batch fired and outlived the callback's start
+    # is still reported.
+    early = [*runs[:1], Run(2, 2, 1, "plain", t0 + 3, end=t0 + 14), runs[2]]
+    assert [v.invariant for v in batches(early, retried, end, set())] == ["e:callback-before-children-ended"]

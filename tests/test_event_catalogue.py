@@ -21,9 +21,9 @@ PACKAGE = [ROOT / part for part in ("shared", "worker", "supervisor", "migration
 
 
 def _kinds_named(tree: ast.AST) -> Iterator[tuple[str | None, int]]:
-    """The event kinds a module's `emit(...)`, `publish(conn, ...)`, `event(...)` and
-    `report_errors(event=)` name: a literal,
-    a choice of literals, or a name bound to one in the module. (None: neither.)"""
+    """The event kinds a module's `emit(...)`, `publish(conn, ...)`, `publish_each(conn, ...)`,
+    `event(...)` and `report_errors(event=)` name: a literal, a choice of literals, or a name
+    bound to one in the module. (None: neither.)"""
     bound: dict[str, ast.expr] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -49,7 +49,7 @@ def _kinds_named(tree: ast.AST) -> Iterator[tuple[str | None, int]]:
         if not isinstance(node, ast.Call):
             continue
         called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
-        position = {"emit": 0, "publish": 1, "event": 0}.get(str(called))
+        position = {"emit": 0, "publish": 1, "publish_each": 1, "event": 0}.get(str(called))
         if position is not None and len(node.args) > position:
             for kind in literals(node.args[position]):
                 yield kind, node.lineno

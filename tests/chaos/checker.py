@@ -264,9 +264,10 @@ def batches(runs: list[Run], ledger: Ledger, end: EndState, slow: set[int]) -> l
                     continue  # enqueued, never run: "nothing stuck" judges whether it should have
                 # A child retried from the dead letters after the batch fired runs again beside
                 # the callback as a new life, not as a child the batch should have waited for:
-                # its runs that began after the callback's first claim do not count.
-                claims = [_epoch(at) for (_, _, _, at) in end.jobs[job_id].attempts] if job_id in end.jobs else []
-                fired_by = min(claims, default=first_start[job_id])
+                # its runs that began after the batch fired do not count. (When it fired is the
+                # batch row's finished_at; the callback's first claim, once used instead, may
+                # come seconds later on a loaded host: CI, PostgreSQL seed 12.)
+                fired_by = _epoch(row["finished_at"])
                 late = [
                     r
                     for m in members
