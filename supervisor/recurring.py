@@ -3,7 +3,7 @@
 A tick is bounded in time (`BUDGET`, at least one fire): schedules still due when it runs
 out wait for the next tick, so firing never delays the supervisor's reaping and heartbeats
 for long. A schedule whose job's concurrency key a caller's open transaction holds gives up
-after `limits.KEY_WAIT` and is left for `HELD_RETRY` seconds; its wait does not count
+after `concurrency_keys.KEY_WAIT` and is left for `HELD_RETRY` seconds; its wait does not count
 against the budget, so the schedules behind it still fire. The calendars schedules name are
 read from the database and kept `CALENDAR_TTL` seconds: an edited calendar applies to slots
 fired after that."""

@@ -5,17 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def worker_pids(supervisor: int) -> list[int]:
-    """The children of `supervisor` titled as jobsup workers. Not every child is one:
-    croniter, which the supervisor imports, runs `file -b` on the interpreter
-    (`platform.architecture()`), and a test that took that short-lived child for a worker saw
-    "its workers" gone at once (CI: test_an_orphan_stuck_outside_a_job...). A worker not yet
-    titled (just forked) is left out until it is."""
+def child_pids(supervisor: int) -> list[int]:
+    """Every child of `supervisor`: what a "kill the whole host" kills (a worker just forked,
+    not titled yet, and a dead one not reaped yet, whose process group may hold what its job
+    started, included)."""
     try:
-        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+        return [int(pid) for pid in Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()]
     except (FileNotFoundError, ProcessLookupError):
         return []
-    return [int(pid) for pid in children if _title(int(pid)).startswith("jobsup: worker")]
+
+
+def worker_pids(supervisor: int) -> list[int]:
+    """The children of `supervisor` titled as jobsup workers: what a test counts, or picks to
+    kill, as a worker. Not every child is one: croniter, which the supervisor imports, runs
+    `file -b` on the interpreter (`platform.architecture()`), and a test that took that
+    short-lived child for a worker saw "its workers" gone at once (CI:
+    test_an_orphan_stuck_outside_a_job...). A worker not yet titled (just forked) is left out
+    until it is."""
+    return [pid for pid in child_pids(supervisor) if _title(pid).startswith("jobsup: worker")]
 
 
 def _title(pid: int) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from children import worker_pids
+from children import child_pids, worker_pids
 
 import jobsup
 
@@ -93,7 +93,7 @@ class Supervisor:
     def lose_host(self) -> None:
         """kill -9 the supervisor and all its workers at once (each worker leads its own
         process group, with whatever its job started)."""
-        groups = [self.pid, *self.workers()]
+        groups = [self.pid, *child_pids(self.pid)]
         for group in groups:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)

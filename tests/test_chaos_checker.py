@@ -95,7 +95,7 @@ def test_a_child_retried_from_the_dead_letters_after_its_batch_fired_is_not_a_la
         Run(2, 2, 1, "plain", t0 + 12, end=t0 + 18),
         Run(3, 1, 1, "callback", t0 + 13, end=t0 + 13.1, extra={"batch": 1, "kind": "on_complete"}),
     ]
-    retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2})
+    retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2}, retried_at={2: [t0 + 12]})
     assert batches(runs, retried, end, set()) == []
     never_retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}})
     assert [v.invariant for v in batches(runs, never_retried, end, set())] == ["e:callback-before-children-ended"]
@@ -188,9 +188,13 @@ def test_a_child_retried_after_its_batch_fired_is_a_new_life_though_the_callback
         Run(2, 2, 1, "plain", t0 + 8, end=t0 + 14),
         Run(3, 1, 1, "callback", t0 + 10, end=t0 + 10.1, extra={"batch": 1, "kind": "on_complete"}),
     ]
-    retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2})
+    retried = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2}, retried_at={2: [t0 + 7]})
     assert batches(runs, retried, end, set()) == []
     # A run of the child that began before the batch fired and outlived the callback's start
     # is still reported.
     early = [*runs[:1], Run(2, 2, 1, "plain", t0 + 3, end=t0 + 14), runs[2]]
     assert [v.invariant for v in batches(early, retried, end, set())] == ["e:callback-before-children-ended"]
+    # So is a child retried before the batch fired (+3): it was unfinished when the batch
+    # fired (+5), whenever its run began (+8).
+    too_soon = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2}, retried_at={2: [t0 + 3]})
+    assert [v.invariant for v in batches(runs, too_soon, end, set())] == ["e:callback-before-children-ended"]

@@ -12,7 +12,7 @@ Two ways in, one way into the outbox and to the hooks (`_send`):
   commit from what the worker knows (its run time, the error's message);
 - a change of no transition (a breaker, a pause, an SLA mark, a workflow or batch
   finishing, a step changed by its workflow) calls `publish` (or `publish_each`), which also
-  hands the event to the log and the metrics after the commit: one call, one event.
+  hands the event to the log and the metrics after the commit: each change published once.
 An enqueue's log lines and metrics (`emit_enqueued`) are its transition's own, as above.
 """
 

@@ -40,7 +40,7 @@ class Store:
     """Every table of one jobsup database, for the client, the worker and the supervisor.
 
     `holds_leases`: a worker's or a supervisor's store. Its transitions wait at most
-    `limits.KEY_WAIT` for a concurrency key's row, then raise `LockBusy` to be tried again:
+    `concurrency_keys.KEY_WAIT` for a concurrency key's row, then raise `LockBusy` to be tried again:
     they hold rows that the renewal of leases or the heartbeat need meanwhile. A client's
     transitions wait for a key as long as it is held, as for any lock."""
 

@@ -1,5 +1,5 @@
 """Batches: children counted by their own rows, callbacks fired once. Every statement about
-`jobsup_batch`, the batch transitions (open, enqueue, add, close, settle, sweep, cancel),
+`jobsup_batch`, the batch transitions (open, enqueue, add, close, finish_if_done, sweep, cancel),
 and what happens in the transaction that ends a child (`child_ended`).
 
 A batch is open while children may be added, closed once they may not, and finished once

@@ -264,15 +264,18 @@ def batches(runs: list[Run], ledger: Ledger, end: EndState, slow: set[int]) -> l
                     continue  # enqueued, never run: "nothing stuck" judges whether it should have
                 # A child retried from the dead letters after the batch fired runs again beside
                 # the callback as a new life, not as a child the batch should have waited for:
-                # its runs that began after the batch fired do not count. (When it fired is the
-                # batch row's finished_at; the callback's first claim, once used instead, may
-                # come seconds later on a loaded host: CI, PostgreSQL seed 12.)
-                fired_by = _epoch(row["finished_at"])
+                # its runs that began after such a retry do not count. A retry issued before the
+                # batch fired leaves the child unfinished, and the batch must wait for it: those
+                # runs count. (When it fired is the batch row's finished_at; the callback's first
+                # claim, once used instead, may come seconds later on a loaded host: PostgreSQL
+                # seed 12.)
+                fired_at = _epoch(row["finished_at"])
                 late = [
                     r
                     for m in members
                     for r in children.get(m.id, [])
-                    if r.start < first_start[job_id] < r.until and not (m.id in ledger.retried and r.start > fired_by)
+                    if r.start < first_start[job_id] < r.until
+                    and not any(fired_at < at <= r.start for at in ledger.retried_at.get(m.id, ()))
                 ]
                 if late:
                     found.append(

@@ -116,6 +116,7 @@ class Faults:
             return None
         job = self.rng.choice(dead)
         self.ledger.retried.add(job.id)
+        self.ledger.retried_at.setdefault(job.id, []).append(time.time())  # issued: before it commits
         return f"dead-letter retry {job.id} -> {self.client.dead_letters.retry(job.id, actor='chaos')}"
 
     def pause(self) -> str | None:

@@ -32,6 +32,7 @@ class Ledger:
     triggers: dict[str, int] = field(default_factory=dict)  # tag -> the parent job that carries it
     cancelled_running: list[tuple[float, int]] = field(default_factory=list)
     retried: set[int] = field(default_factory=set)  # dead letters the campaign retried
+    retried_at: dict[int, list[float]] = field(default_factory=dict)  # each, when its retries were issued
     log: list[tuple[float, str]] = field(default_factory=list)
 
     def note(self, what: str, *, fault: bool = False) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from tests.children import worker_pids
+from tests.children import child_pids, worker_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -186,7 +186,7 @@ class Fleet:
 
     def lose_host(self, supervisor: Supervisor) -> None:
         now = time.time()
-        for pid in [supervisor.pid, *supervisor.workers()]:
+        for pid in [supervisor.pid, *child_pids(supervisor.pid)]:
             self.kills.append(Kill(now, pid, "host-kill9"))
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
@@ -211,7 +211,7 @@ class Fleet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 supervisor.process.wait(max(0.1, deadline - time.time()))
             if supervisor.alive():
-                for pid in [supervisor.pid, *supervisor.workers()]:
+                for pid in [supervisor.pid, *child_pids(supervisor.pid)]:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(pid, signal.SIGKILL)
                 supervisor.process.wait(10)
