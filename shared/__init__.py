@@ -12,8 +12,9 @@ job_id = client.enqueue("send-email", {"to": "a@example.com"})
 from typing import TYPE_CHECKING
 
 from jobsup.asyncclient import AsyncClient
-from jobsup.client import Client, DeadLetters
-from jobsup.client_groups import Batch
+from jobsup.client import Client
+from jobsup.client.batches import Batch
+from jobsup.client.operations import DeadLetters
 from jobsup.context import JobContext
 from jobsup.errors import (
     BadInput,

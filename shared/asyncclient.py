@@ -9,14 +9,15 @@ PostgreSQL; SQL Server has no async driver here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from jobsup.client import Client, url_enabling_outbox
+from jobsup.errors import BadInput
 from jobsup.store.bound import BoundDatabase
 from jobsup.store.builder import EnqueueOptions
 from jobsup.store.dialects import dialect_for, normalise_url
-from jobsup.store.rows import Job
+from jobsup.store.rows import Definition, Job, LogLine, RecurringSchedule
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -26,17 +27,28 @@ T = TypeVar("T")
 
 
 class AsyncClient:
-    """A handle on one jobsup database for asyncio code: `enqueue`, `enqueue_many`, `get`,
-    `cancel`, `list_jobs`, each awaited, with `Client`'s arguments and errors. With
-    ``connection=`` (your `AsyncConnection`, in a transaction) the jobs are written in your
-    transaction. Close it with ``await client.close()``."""
+    """A handle on one jobsup database for asyncio code: `Client`'s calls and its parts
+    (``await client.workflows.enqueue(...)``, ``await client.queues.pause(...)``), each
+    awaited, with `Client`'s arguments and errors. With ``connection=`` (your
+    `AsyncConnection`, in a transaction) the jobs are written in your transaction. Close it
+    with ``await client.close()``."""
 
     def __init__(self, database_url: str | None = None) -> None:
         url = normalise_url(url_enabling_outbox(database_url))
         dialect = dialect_for(url)
         self.engine = dialect.create_async_engine(url)
         self._db = BoundDatabase(url, dialect, self.engine.sync_engine)
-        self._client = Client(database=self._db)
+        self._client = client = Client(database=self._db)
+        self.workflows = Awaited(self, client.workflows)
+        self.batches = Awaited(self, client.batches, refused={"open": _OPEN_BATCH})
+        self.schedules = Awaited(self, client.schedules)
+        self.calendars = Awaited(self, client.calendars)
+        self.queues = Awaited(self, client.queues)
+        self.breakers = Awaited(self, client.breakers)
+        self.workers = Awaited(self, client.workers)
+        self.events = Awaited(self, client.events)
+        self.audit = Awaited(self, client.audit)
+        self.dead_letters = Awaited(self, client.dead_letters)
 
     async def enqueue(
         self,
@@ -82,6 +94,18 @@ class AsyncClient:
         found = self._client.list_jobs
         return await self._run(lambda _: found(status=status, queue=queue, limit=limit, sla_breached=sla_breached))
 
+    async def logs(self, job_id: int, *, after_id: int | None = None, limit: int = 1000) -> list[LogLine]:
+        """See `Client.logs`."""
+        return await self._run(lambda _: self._client.logs(job_id, after_id=after_id, limit=limit))
+
+    async def definitions(self) -> list[Definition]:
+        """See `Client.definitions`."""
+        return await self._run(lambda _: self._client.definitions())
+
+    async def add_recurring(self, name: str, **options: Any) -> RecurringSchedule:
+        """See `Client.add_recurring` (its keyword arguments; audited alike)."""
+        return await self._run(lambda _: self._client.add_recurring(name, **options))
+
     async def close(self) -> None:
         await self.engine.dispose()
 
@@ -99,3 +123,33 @@ class AsyncClient:
     def _lent(self, conn: Connection, work: Callable[[Connection | None], T], theirs: bool) -> T:
         with self._db.lent(conn, theirs=theirs):
             return work(conn if theirs else None)
+
+
+_OPEN_BATCH = (
+    "an open batch is added to over several calls, which AsyncClient does not hold open: "
+    "use batches.enqueue, or jobsup.Client"
+)
+
+
+class Awaited:
+    """One of `Client`'s parts (`client.workflows`, ...) with each method awaited: run, as
+    `AsyncClient`'s own calls are, inside ``run_sync`` on a connection of the asyncio engine,
+    or on the caller's `AsyncConnection` given as ``connection=``."""
+
+    def __init__(self, owner: AsyncClient, part: object, refused: Mapping[str, str] | None = None) -> None:
+        self._owner, self._part, self._refused = owner, part, dict(refused or {})
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        if name in self._refused:
+            raise BadInput(f"AsyncClient: {self._refused[name]}")
+        method = getattr(self._part, name)
+        if name.startswith("_") or not callable(method):
+            raise AttributeError(name)
+
+        async def awaited(*args: Any, connection: AsyncConnection | None = None, **kwargs: Any) -> Any:
+            def work(mine: Connection | None) -> Any:
+                return method(*args, **kwargs) if mine is None else method(*args, connection=mine, **kwargs)
+
+            return await self._owner._run(work, connection)
+
+        return awaited

@@ -116,7 +116,7 @@ def workflow(name: str, *, queue: str = DEFAULT_QUEUE, **settings: Any) -> Calla
             built = factory(payload)
             if not isinstance(built, Workflow):
                 raise BadInput(f"workflow factory {name!r} returned {type(built).__name__}, not a jobsup.Workflow")
-            return {"workflow_id": ctx.client.enqueue_workflow(built, key=f"started-by-job:{ctx.job_id}")}
+            return {"workflow_id": ctx.client.workflows.enqueue(built, key=f"started-by-job:{ctx.job_id}")}
 
         start.__module__, start.__qualname__ = factory.__module__, factory.__qualname__
         job(name, queue=queue, **settings)(start)

@@ -82,7 +82,7 @@ class Step:
 
 class Workflow:
     """A named set of jobs with dependencies, enqueued atomically by
-    `Client.enqueue_workflow`.
+    `client.workflows.enqueue`.
 
         wf = jobsup.Workflow("nightly-etl")
         extract = wf.add("extract", {"day": "2026-12-01"})

@@ -163,3 +163,35 @@ def test_an_unreachable_database_names_host_and_port_and_hides_the_password() ->
             await client.close()
 
     run(scenario())
+
+
+def test_the_clients_parts_are_awaited_and_take_the_callers_transaction(url: str) -> None:
+    async def scenario() -> tuple[int, int]:
+        client = jobsup.AsyncClient(url)
+        workflow = jobsup.Workflow("etl")
+        workflow.add("b", deps=[workflow.add("a")])
+        try:
+            async with client.engine.connect() as conn:
+                async with conn.begin():
+                    kept = await client.workflows.enqueue(workflow, connection=conn)
+                transaction = await conn.begin()
+                dropped = await client.workflows.enqueue(workflow, connection=conn)
+                await transaction.rollback()
+            info = await client.workflows.get(kept)
+            assert info is not None and sorted(step.name for step in info.steps) == ["a", "b"]
+            assert await client.queues.pause("default", reason="deploy", actor="alice") is True
+            [queue] = [row for row in await client.queues.list() if row["queue"] == "default"]
+            assert (queue["state"], queue["reason"]) == ("paused", "deploy")
+            assert [entry.action for entry in await client.audit.list(actor="alice")] == ["queue.pause"]
+            assert await client.dead_letters.list() == []
+            with pytest.raises(jobsup.BadInput, match=r"an open batch .* use batches\.enqueue"):
+                await client.batches.open(on_complete="b")
+            with pytest.raises(AttributeError):
+                client.workflows._core  # noqa: B018 (only the part's public calls are awaited)
+            return kept, dropped
+        finally:
+            await client.close()
+
+    kept, dropped = run(scenario())
+    client = jobsup.Client(url)
+    assert client.workflows.get(kept) is not None and client.workflows.get(dropped) is None

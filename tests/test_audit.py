@@ -25,7 +25,7 @@ T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
 def last(client: jobsup.Client, action: str | None = None) -> Any:
     """The newest row (of `action`) as a dict, without its id and time."""
-    [entry] = client.audit(action=action, limit=1)
+    [entry] = client.audit.list(action=action, limit=1)
     fields = entry.to_dict()
     del fields["id"], fields["at"]
     return fields
@@ -84,19 +84,19 @@ def test_retry_all_and_purge_record_the_count_and_the_first_ids(client: jobsup.C
 
 def test_a_row_keeps_the_first_ids_and_the_true_count(client: jobsup.Client) -> None:
     client.store.audit.record("ops", "dead.purge", job_ids=list(range(1, 251)))
-    entry = client.audit(limit=1)[0]
+    entry = client.audit.list(limit=1)[0]
     assert (entry.job_count, entry.job_ids) == (250, tuple(range(1, JOB_IDS_KEPT + 1)))
 
 
 def test_pause_and_resume_are_recorded(client: jobsup.Client) -> None:
     client.enqueue("a", queue="mail")
-    client.pause_queue("mail", reason="smtp down", actor="alice")
+    client.queues.pause("mail", reason="smtp down", actor="alice")
     assert last(client) == row(
         "alice", "queue.pause", target="mail", detail={"reason": "smtp down", "was_paused": False}
     )
-    client.resume_queue("mail", actor="bob")
+    client.queues.resume("mail", actor="bob")
     assert last(client) == row("bob", "queue.resume", target="mail")
-    client.resume_queue("mail", actor="bob")
+    client.queues.resume("mail", actor="bob")
     assert last(client) == row("bob", "queue.resume", target="mail", outcome="not_found")
 
 
@@ -104,13 +104,13 @@ def test_recurring_changes_are_recorded(client: jobsup.Client) -> None:
     client.add_recurring("nightly", job="a", cron="0 3 * * *", timezone="Europe/Berlin", actor="ops")
     detail = {"job": "a", "cron": "0 3 * * *", "timezone": "Europe/Berlin", "queue": "default"}
     assert last(client) == row("ops", "recurring.add", target="nightly", detail=detail)
-    client.set_recurring_enabled("nightly", False, actor="ops")
+    client.schedules.set_enabled("nightly", False, actor="ops")
     assert last(client) == row("ops", "recurring.disable", target="nightly")
-    client.set_recurring_enabled("nightly", True, actor="ops")
+    client.schedules.set_enabled("nightly", True, actor="ops")
     assert last(client) == row("ops", "recurring.enable", target="nightly")
-    assert client.remove_recurring("nightly", actor="ops") is True
+    assert client.schedules.remove("nightly", actor="ops") is True
     assert last(client) == row("ops", "recurring.remove", target="nightly")
-    assert client.remove_recurring("nightly", actor="ops") is False
+    assert client.schedules.remove("nightly", actor="ops") is False
     assert last(client) == row("ops", "recurring.remove", target="nightly", outcome="not_found")
 
 
@@ -118,22 +118,22 @@ def test_workflow_and_batch_actions_are_recorded(client: jobsup.Client) -> None:
     wf = jobsup.Workflow("etl")
     first = wf.add("a")
     wf.add("a", deps=[first], step="second")
-    workflow_id = client.enqueue_workflow(wf)
-    assert client.cancel_workflow(workflow_id, actor="ops") == 2
+    workflow_id = client.workflows.enqueue(wf)
+    assert client.workflows.cancel(workflow_id, actor="ops") == 2
     assert last(client) == row("ops", "workflow.cancel", target=f"workflow:{workflow_id}", job_count=2)
-    retried = client.retry_workflow(workflow_id, actor="ops")
+    retried = client.workflows.retry(workflow_id, actor="ops")
     assert last(client) == row("ops", "workflow.retry", target=f"workflow:{workflow_id}", job_count=2, job_ids=retried)
     with pytest.raises(jobsup.JobsupError):
-        client.retry_workflow(workflow_id + 100, actor="ops")
+        client.workflows.retry(workflow_id + 100, actor="ops")
     assert last(client)["outcome"] == "not_found"
-    batch_id = client.enqueue_batch([{"name": "a"}] * 3)
-    assert client.cancel_batch(batch_id, actor="ops") == 3
+    batch_id = client.batches.enqueue([{"name": "a"}] * 3)
+    assert client.batches.cancel(batch_id, actor="ops") == 3
     assert last(client) == row("ops", "batch.cancel", target=f"batch:{batch_id}", job_count=3)
 
 
 def test_what_the_workers_do_is_not_audited(client: jobsup.Client) -> None:
     dead_letters(client, 2)  # enqueue, claim, fail: the application's and the worker's own work
-    assert client.audit() == []
+    assert client.audit.list() == []
 
 
 def test_listing_filters_by_time_actor_and_action(client: jobsup.Client) -> None:
@@ -172,7 +172,7 @@ def test_the_audit_settings_default_to_90_days() -> None:
 def test_bad_listing_arguments_are_refused(client: jobsup.Client) -> None:
     for bad in ({"since": "yesterday"}, {"since": datetime(2030, 1, 1)}, {"limit": 0}):
         with pytest.raises(jobsup.BadInput):
-            client.audit(**bad)  # type: ignore[arg-type]
+            client.audit.list(**bad)  # type: ignore[arg-type]
 
 
 def test_sql_server_audit_statements_compile() -> None:
@@ -233,7 +233,7 @@ def test_queues_commands_pause_list_and_resume(sqlite_url: str) -> None:
     refused = cli(sqlite_url, "queues", "pause", "mial")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "known queues: mail" in refused.stderr and "--force" in refused.stderr
-    assert client.audit() == [] and client.store.pauses.states() == {}  # nothing written
+    assert client.audit.list() == [] and client.store.pauses.states() == {}  # nothing written
     paused = cli(sqlite_url, "queues", "pause", "mail", "--reason", "smtp down", "--actor", "alice")
     assert paused.stdout.strip() == "paused queue mail"
     listed = json.loads(cli(sqlite_url, "queues", "list", "--json").stdout)
@@ -253,7 +253,7 @@ def test_an_add_recurring_that_changes_nothing_records_nothing(client: jobsup.Cl
     for _ in range(3):  # what every instance does at every start
         client.add_recurring("nightly", job="a", cron="0 3 * * *", actor="ops")
     client.add_recurring("nightly", job="a", cron="0 4 * * *", actor="ops")
-    assert [(e.action, e.detail["cron"]) for e in client.audit()] == [  # type: ignore[index]
+    assert [(e.action, e.detail["cron"]) for e in client.audit.list()] == [  # type: ignore[index]
         ("recurring.add", "0 4 * * *"),
         ("recurring.add", "0 3 * * *"),
     ]
@@ -264,7 +264,7 @@ def test_an_operator_enqueue_of_a_live_unique_key_is_recorded_unchanged(url: str
     first = cli(url, "enqueue", "a", "--unique-key", "k", "--actor", "kim", "--json", "--allow-unknown")
     again = cli(url, "enqueue", "a", "--unique-key", "k", "--actor", "kim", "--json", "--allow-unknown")
     assert first.returncode == again.returncode == 0 and first.stdout == again.stdout
-    assert [(e.action, e.outcome) for e in client.audit()] == [("job.enqueue", "unchanged"), ("job.enqueue", "ok")]
+    assert [(e.action, e.outcome) for e in client.audit.list()] == [("job.enqueue", "unchanged"), ("job.enqueue", "ok")]
 
 
 def test_a_retry_all_stopped_by_an_error_records_what_it_did(client: jobsup.Client) -> None:
@@ -286,7 +286,7 @@ def test_a_retry_all_stopped_by_an_error_records_what_it_did(client: jobsup.Clie
     client.store.transitions.retry = retry_then_break  # type: ignore[method-assign]
     with pytest.raises(jobsup.DatabaseUnavailable):
         client.dead_letters.retry_all(actor="ops")
-    entry = client.audit()[0]
+    entry = client.audit.list()[0]
     assert (entry.action, entry.outcome, entry.job_count, entry.job_ids) == (
         "dead.retry_all",
         "failed",
@@ -301,9 +301,9 @@ def test_an_actor_with_control_characters_is_refused_and_nothing_is_done(client:
     with pytest.raises(jobsup.BadInput, match="actor must"):
         client.cancel(job_id, actor=actor)
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
-    assert client.audit() == []
+    assert client.audit.list() == []
     with pytest.raises(jobsup.BadInput):
-        client.audit(actor=actor)
+        client.audit.list(actor=actor)
 
 
 def test_a_since_beyond_any_clock_and_an_unreadable_row_are_no_traceback(url: str, client: jobsup.Client) -> None:
@@ -312,7 +312,7 @@ def test_a_since_beyond_any_clock_and_an_unreadable_row_are_no_traceback(url: st
     client.cancel(client.enqueue("a"), actor="ops")
     with client.database.transaction() as conn:
         conn.execute(update(audit).values(detail="{not json", job_ids="[1,"))
-    [entry] = client.audit()
+    [entry] = client.audit.list()
     assert entry.detail == {"unreadable": "{not json"} and entry.job_ids == ()
     assert cli(url, "audit").returncode == 0
 
@@ -324,9 +324,9 @@ def test_jobsup_batches_enqueue_adds_the_batch_and_is_audited(url: str, tmp_path
     assert done.returncode == 0, done.stderr
     batch = json.loads(done.stdout)
     client = jobsup.Client(url)
-    info = client.get_batch(batch["id"])
+    info = client.batches.get(batch["id"])
     assert batch["children"] == 2 and info is not None and info.total == 2
-    entry = client.audit()[0]
+    entry = client.audit.list()[0]
     assert (entry.actor, entry.action, entry.target, entry.job_count) == (
         "kim",
         "batch.enqueue",

@@ -25,7 +25,7 @@ def statuses(client: jobsup.Client, ids: list[int]) -> list[str]:
 
 
 def breaker_state(client: jobsup.Client) -> str | None:
-    return next((row["state"] for row in client.breakers() if row["name"] == "breaker-down"), None)
+    return next((row["state"] for row in client.breakers.list() if row["name"] == "breaker-down"), None)
 
 
 def test_a_failing_type_opens_its_breaker_and_its_jobs_wait(url: str, start) -> None:  # type: ignore[no-untyped-def]
@@ -45,7 +45,7 @@ def test_a_failing_type_opens_its_breaker_and_its_jobs_wait(url: str, start) -> 
     assert reset.returncode == 0 and "closed" in reset.stdout, reset.stderr
     wait_until(lambda: statuses(client, ids).count("dead_lettered") == 6, timeout=60, what="three more failures")
     wait_until(lambda: breaker_state(client) == "open", timeout=30, what="the breaker to open again")
-    assert [e.action for e in client.audit(action="breaker.")] == ["breaker.reset"]
+    assert [e.action for e in client.audit.list(action="breaker.")] == ["breaker.reset"]
     port = port_of(supervisor)
 
     def exported() -> bool:
@@ -88,4 +88,4 @@ def test_two_supervisors_run_one_probe_and_its_success_closes_the_breaker(  # ty
 
 
 def state_of(client: jobsup.Client, name: str) -> str | None:
-    return next((row["state"] for row in client.breakers() if row["name"] == name), None)
+    return next((row["state"] for row in client.breakers.list() if row["name"] == name), None)

@@ -31,7 +31,7 @@ def at(seconds: float) -> datetime:
 
 
 def breaker_of(client: jobsup.Client, name: str = "breaker-flaky") -> dict[str, Any] | None:
-    return next((row for row in client.breakers() if row["name"] == name), None)
+    return next((row for row in client.breakers.list() if row["name"] == name), None)
 
 
 def fail_times(client: jobsup.Client, n: int, now: datetime) -> None:
@@ -127,10 +127,10 @@ def test_a_cancelled_probe_is_replaced(client: jobsup.Client) -> None:
 
 def test_an_operator_reset_closes_it_and_is_audited(client: jobsup.Client) -> None:
     ids = open_breaker(client)
-    assert client.reset_breaker("breaker-flaky", actor="alice") is True
+    assert client.breakers.reset("breaker-flaky", actor="alice") is True
     assert breaker_of(client)["state"] == "closed"  # type: ignore[index]
     assert len(claim(client, queue="flaky", limit=10, now=at(2))) == len(ids)  # the failed ones retried at once
-    assert client.reset_breaker("breaker-flaky", actor="alice") is False
+    assert client.breakers.reset("breaker-flaky", actor="alice") is False
     with client.database.read() as conn:
         rows = conn.execute(select(audit.c.actor, audit.c.action, audit.c.outcome).order_by(audit.c.id)).all()
     assert [tuple(r) for r in rows if r.action == "breaker.reset"] == [

@@ -15,7 +15,7 @@ BERLIN = "Europe/Berlin"
 
 def test_a_job_type_calendar_pushes_run_at_at_enqueue(client: jobsup.Client) -> None:
     hours = [{"weekdays": ["mon", "tue", "wed", "thu", "fri"], "time": "09:00-17:00"}]
-    client.add_calendar("business-hours", hours, timezone=BERLIN)
+    client.calendars.add("business-hours", hours, timezone=BERLIN)
 
     @jobsup.job("office-task", calendar={"name": "business-hours", "mode": "allowed"})
     def office_task() -> None: ...
@@ -49,7 +49,7 @@ def test_the_policy_is_checked_at_registration_and_published_in_the_definition()
 def test_the_async_client_pushes_run_at_too(client: jobsup.Client, url: str) -> None:
     import asyncio
 
-    client.add_calendar("weekend", [{"weekdays": ["sat", "sun"]}], timezone="UTC")
+    client.calendars.add("weekend", [{"weekdays": ["sat", "sun"]}], timezone="UTC")
 
     @jobsup.job("weekend-task", calendar="weekend")
     def weekend_task() -> None: ...

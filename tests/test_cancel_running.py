@@ -45,17 +45,17 @@ def test_a_cancelled_workflow_is_not_retried_beside_its_running_step(url: str, s
     client = jobsup.Client(url)
     flow = jobsup.Workflow("nightly")
     flow.add("work", {"seconds": 6}, step="only")
-    workflow_id = client.enqueue_workflow(flow)
-    info = client.get_workflow(workflow_id)
+    workflow_id = client.workflows.enqueue(flow)
+    info = client.workflows.get(workflow_id)
     assert info is not None
     step = info.steps[0].job_id
     start(**SUPERVISOR)
     started_by(record, step)
-    assert client.cancel_workflow(workflow_id) == 1
+    assert client.workflows.cancel(workflow_id) == 1
     with pytest.raises(jobsup.BadInput, match="still running"):
-        client.retry_workflow(workflow_id)
+        client.workflows.retry(workflow_id)
     wait_until(lambda: status_of(client, step) == "cancelled", timeout=60, what="the step to end")
-    assert client.retry_workflow(workflow_id) == [step]
+    assert client.workflows.retry(workflow_id) == [step]
     wait_until(lambda: 2 in attempt_spans(record, step), timeout=60, what="the step's second attempt")
     apart(record, (step, 1), (step, 2))
 

@@ -126,7 +126,7 @@ def test_a_resume_that_meets_a_database_restart_is_tried_again(sqlite_url: str, 
     with pytest.raises(jobsup.JobsupError):
         chaos.resume_due(everything=True)
     looker = jobsup.Client(sqlite_url)  # its own engine: no fault on it
-    assert queue in chaos.paused and [q["queue"] for q in looker.queues() if q["state"] == "paused"] == [queue]
+    assert queue in chaos.paused and [q["queue"] for q in looker.queues.list() if q["state"] == "paused"] == [queue]
 
     def resumed() -> bool:
         try:
@@ -136,7 +136,7 @@ def test_a_resume_that_meets_a_database_restart_is_tried_again(sqlite_url: str, 
         return True
 
     wait_until(resumed, timeout=20, what="the resume to go through once the database is back")
-    assert chaos.paused == {} and all(q["state"] != "paused" for q in looker.queues())
+    assert chaos.paused == {} and all(q["state"] != "paused" for q in looker.queues.list())
     client.close()
     looker.close()
 
@@ -161,8 +161,8 @@ def test_the_schedule_is_removed_at_quiescence_though_the_database_restarted_las
         client.add_recurring("chaos-cron", job="cron", cron="* * * * *", payload={}, allow_unknown=True)
         database.restart()
         ledger = Ledger(tmp_path)
-        retried("removing the schedule", lambda: client.remove_recurring("chaos-cron"), ledger)
-        assert client.list_recurring() == []
+        retried("removing the schedule", lambda: client.schedules.remove("chaos-cron"), ledger)
+        assert client.schedules.list() == []
         # It did meet the ended connection: the retry is what carried it.
         assert "removing the schedule failed, again: DatabaseUnavailable" in (tmp_path / "operations.log").read_text()
         client.close()

@@ -123,7 +123,7 @@ def test_a_bad_key_is_refused_and_nothing_written(client: jobsup.Client) -> None
     wf = jobsup.Workflow("keyed")
     wf.add("one-per-customer", concurrency_key="c")
     with pytest.raises(jobsup.BadInput, match="a workflow step cannot have a concurrency key"):
-        client.enqueue_workflow(wf)
+        client.workflows.enqueue(wf)
     assert client.list_jobs() == []
 
 

@@ -58,7 +58,7 @@ def test_an_unknown_name_is_refused_with_the_close_ones_and_nothing_written(url:
         client.enqueue_many([{"name": "a"}, {"name": "nobody-defined-this"}])
     with pytest.raises(jobsup.UnknownJob):
         client.add_recurring("nightly", job="nobody-defined-this", cron="0 3 * * *")
-    assert count_jobs(client) == 0 and client.list_recurring() == []
+    assert count_jobs(client) == 0 and client.schedules.list() == []
     stored = client.get(client.enqueue("nobody-defined-this", allow_unknown=True))
     assert stored is not None and (stored.queue, stored.max_attempts) == ("default", 5)
 

@@ -97,9 +97,9 @@ def test_the_public_types_are_the_catalogues_with_a_meaning() -> None:
 def test_a_pause_and_a_resume_reach_the_log_once_each(
     client: jobsup.Client, events_on: None, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:
-    client.pause_queue("mail", actor="alice", allow_unknown=True)
-    client.pause_queue("mail", actor="alice", allow_unknown=True)  # paused already: no change, no event
-    client.resume_queue("mail", actor="bob")
+    client.queues.pause("mail", actor="alice", allow_unknown=True)
+    client.queues.pause("mail", actor="alice", allow_unknown=True)  # paused already: no change, no event
+    client.queues.resume("mail", actor="bob")
     kinds = [kind for kind, _ in seen if kind.startswith("queue.")]
     assert kinds == ["queue.paused", "queue.resumed"]
     assert [e["type"] for e in announced(client)] == kinds
@@ -118,7 +118,7 @@ def test_a_breaker_opening_is_one_event_for_the_outbox_and_the_log(
 def test_a_batch_fired_by_its_last_childs_settle_reaches_the_log(
     client: jobsup.Client, events_on: None, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:
-    batch_id = client.enqueue_batch([{"name": "a"}] * 2, on_complete="report", name="nightly")
+    batch_id = client.batches.enqueue([{"name": "a"}] * 2, on_complete="report", name="nightly")
     claimed = claim(client, "w1", limit=2)
     succeed(client, claimed[:1])
     fail(client, claimed[1], kind="discarded")

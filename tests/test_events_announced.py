@@ -115,10 +115,10 @@ def test_an_operator_reset_is_announced_with_the_actor_and_only_when_it_closes(
 
     jobsup.on("breaker.closed")(hook)
     open_breaker(client)
-    assert client.reset_breaker("ev-flaky", actor="alice") is True
-    assert client.reset_breaker("ev-flaky", actor="alice") is False  # closed, no count: nothing to announce
+    assert client.breakers.reset("ev-flaky", actor="alice") is True
+    assert client.breakers.reset("ev-flaky", actor="alice") is False  # closed, no count: nothing to announce
     fail(client, claim_one(client, queue="ev-flaky", now=at(2)), now=at(2))
-    assert client.reset_breaker("ev-flaky", actor="bob") is True  # closed with a count: zeroed, not a close
+    assert client.breakers.reset("ev-flaky", actor="bob") is True  # closed with a count: zeroed, not a close
     closes = [e for e in announced(client) if e["type"] == "breaker.closed"]
     assert [(e["actor"], e["was"], e["_subject"]) for e in closes] == [("alice", "open", "breaker:ev-flaky")]
     wait_until(lambda: heard, timeout=10, what="the hook")
@@ -145,11 +145,11 @@ def test_a_pause_and_a_resume_are_announced_once_each(
         wait_until(lambda: len(heard) == n, timeout=10, what=lambda: f"{n} hook calls, not {heard}")
 
     client.enqueue("a", queue="mail")
-    heard_after(lambda: client.pause_queue("mail", reason="smtp is down", actor="alice"), 1)
-    heard_after(lambda: client.pause_queue("mail", reason="still down", actor="bob"), 1)  # paused already
-    heard_after(lambda: client.resume_queue("mail", actor="carol"), 2)
-    heard_after(lambda: client.resume_queue("mail", actor="carol"), 2)
-    heard_after(lambda: client.pause_queue("mail", actor="dave"), 3)  # a row that exists, paused again
+    heard_after(lambda: client.queues.pause("mail", reason="smtp is down", actor="alice"), 1)
+    heard_after(lambda: client.queues.pause("mail", reason="still down", actor="bob"), 1)  # paused already
+    heard_after(lambda: client.queues.resume("mail", actor="carol"), 2)
+    heard_after(lambda: client.queues.resume("mail", actor="carol"), 2)
+    heard_after(lambda: client.queues.pause("mail", actor="dave"), 3)  # a row that exists, paused again
     queue = {"queue": "mail", "_job_id": None, "_subject": "queue:mail"}
     assert strip(announced(client)) == [
         {"type": "queue.paused", **queue, "actor": "alice", "reason": "smtp is down"},
@@ -169,14 +169,14 @@ def test_of_pauses_at_once_one_pauses_the_queue_and_announces_it(
 ) -> None:
     client.enqueue("a", queue="mail")
     if row == "resumed":  # the compare-and-set on an existing row, else the race to insert it
-        client.pause_queue("mail", actor="setup")
-        client.resume_queue("mail", actor="setup")
+        client.queues.pause("mail", actor="setup")
+        client.queues.resume("mail", actor="setup")
     others = [jobsup.Client(url) for _ in range(6)]
     ready, results = threading.Barrier(len(others)), []
 
     def pause(other: jobsup.Client, n: int) -> None:
         ready.wait(10)
-        results.append(other.pause_queue("mail", actor=f"op{n}"))
+        results.append(other.queues.pause("mail", actor=f"op{n}"))
 
     run_together([threading.Thread(target=pause, args=(other, n)) for n, other in enumerate(others)])
     for other in others:
@@ -214,7 +214,7 @@ def test_a_batch_finishing_is_announced_once_with_its_counts(
     client: jobsup.Client, events_on: None, heard: list[dict[str, Any]]
 ) -> None:
     jobsup.on("batch.finished")(heard.append)
-    batch_id = client.enqueue_batch([{"name": "a"}] * 3, on_complete="report", name="nightly")
+    batch_id = client.batches.enqueue([{"name": "a"}] * 3, on_complete="report", name="nightly")
     claimed = claim(client, "w1", limit=3)
     succeed(client, claimed[:2])
     assert announced(client) == []
@@ -238,7 +238,7 @@ def test_a_batch_finishing_is_announced_once_with_its_counts(
 def test_a_batch_closed_in_a_transaction_that_rolls_back_announces_nothing(
     client: jobsup.Client, events_on: None
 ) -> None:
-    batch = client.open_batch(on_complete="report")
+    batch = client.batches.open(on_complete="report")
     batch.add([{"name": "a"}])
     succeed(client, [claim_one(client)])
     with client.database.engine.connect() as conn, conn.begin() as tx:
@@ -262,7 +262,7 @@ def test_a_workflow_finishing_is_announced_once_when_its_last_step_ends(
     client: jobsup.Client, events_on: None, heard: list[dict[str, Any]]
 ) -> None:
     jobsup.on("workflow.finished")(heard.append)
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     succeed(client, claim(client, "w1", limit=10))  # extract
     both = claim(client, "w1", limit=10)
     assert len(both) == 2
@@ -290,7 +290,7 @@ def test_a_workflow_finishing_is_announced_once_when_its_last_step_ends(
 def test_a_failed_step_that_cancels_the_rest_finishes_the_workflow_failed(
     client: jobsup.Client, events_on: None
 ) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     fail(client, claim_one(client), kind="discarded")  # extract: its dependents are cancelled, level by level
     events = announced(client)
     assert [(e["workflow"], e["outcome"], e["counts"]) for e in events] == [
@@ -301,7 +301,7 @@ def test_a_failed_step_that_cancels_the_rest_finishes_the_workflow_failed(
 def test_the_sweep_finishes_and_announces_a_workflow_whose_last_settle_did_not(
     client: jobsup.Client, events_on: None
 ) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     # The state a settle leaves when its process dies between its commit and its look.
     with client.database.transaction() as conn:
         conn.execute(job.update().values(status="succeeded"))
@@ -320,9 +320,9 @@ def test_the_relay_orders_each_objects_events_and_events_of_no_job_never_stall(
     client: jobsup.Client, events_on: None
 ) -> None:
     job_id = client.enqueue("a", queue="mail")
-    client.pause_queue("mail", actor="alice")
-    client.resume_queue("mail", actor="alice")
-    client.pause_queue("other", actor="alice", allow_unknown=True)
+    client.queues.pause("mail", actor="alice")
+    client.queues.resume("mail", actor="alice")
+    client.queues.pause("other", actor="alice", allow_unknown=True)
     relays = Outbox(client.database)
     first = relays.claim("r1", limit=100, lease=60)
     # The job's event, the first of mail's, and other's: mail's resume waits for its pause.
@@ -342,7 +342,7 @@ def test_the_relay_orders_each_objects_events_and_events_of_no_job_never_stall(
 def test_steps_cancelled_by_a_failed_dependency_and_reopened_by_a_retry_are_announced(
     client: jobsup.Client, events_on: None
 ) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     fail(client, claim_one(client), kind="discarded")  # extract: its three dependents are cancelled
     with client.database.read() as conn:
         cancelled = sorted(conn.execute(select(job.c.id).where(job.c.status == "cancelled")).scalars())
@@ -352,7 +352,7 @@ def test_steps_cancelled_by_a_failed_dependency_and_reopened_by_a_retry_are_anno
     assert (None, "workflow.finished") in events
     before = len(events)
 
-    redone = client.retry_workflow(workflow_id)
+    redone = client.workflows.retry(workflow_id)
     with client.database.read() as conn:
         rows = conn.execute(select(outbox).order_by(outbox.c.id)).all()[before:]
     retrying = {row.job_id: json.loads(row.payload) for row in rows if row.type == "job.retrying"}
@@ -375,14 +375,14 @@ def test_a_step_cancelled_again_after_a_retry_announces_its_second_cancellation(
     retry_workflow, and cancelled again, each step's last event is its second
     job.cancelled, whether the second end comes from its dependency failing again or from
     cancel_workflow."""
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     fail(client, claim_one(client), kind="discarded")
-    redone = client.retry_workflow(workflow_id)
+    redone = client.workflows.retry(workflow_id)
     extract, steps = min(redone), sorted(redone)[1:]
     if how == "failed dependency":
         fail(client, claim_one(client), kind="discarded")
     else:
-        assert client.cancel_workflow(workflow_id) == 4
+        assert client.workflows.cancel(workflow_id) == 4
     with client.database.read() as conn:
         statuses = dict(conn.execute(select(job.c.id, job.c.status).where(job.c.id.in_(redone))).all())
     assert all(statuses[step] == "cancelled" for step in steps), statuses

@@ -96,18 +96,18 @@ def test_a_refused_event_is_parked_and_holds_back_neither_others_nor_its_jobs_la
     assert relay.run_once() == 1
     assert [(e["job"], e["type"]) for e in state.got] == [(other, "job.enqueued"), (refused, "job.cancelled")]
 
-    (parked,) = client.parked_events()
+    (parked,) = client.events.parked()
     assert parked["job_id"] == refused and parked["type"] == "job.enqueued" and parked["attempts"] == 1
     assert "answered 422" in parked["last_error"] and parked["parked_at"] is not None
     assert Outbox(client.database).depth()[0::2] == (0, 1)  # none waiting, one parked
     assert relay.run_once() == 0 and len(state.got) == 2  # nobody takes a parked event
 
     state.refuse.clear()  # the receiver is fixed: the operator retries it
-    assert client.retry_events([parked["id"]], actor="alice") == [parked["id"]]
+    assert client.events.retry([parked["id"]], actor="alice") == [parked["id"]]
     assert relay.run_once() == 1
     assert state.got[-1]["type"] == "job.enqueued" and state.got[-1]["job"] == refused
-    assert client.parked_events() == [] and Outbox(client.database).depth()[0::2] == (0, 0)
-    (entry,) = client.audit(action="events.retry")
+    assert client.events.parked() == [] and Outbox(client.database).depth()[0::2] == (0, 0)
+    (entry,) = client.audit.list(action="events.retry")
     assert entry.actor == "alice" and entry.outcome == "ok" and entry.detail == {"chosen": [parked["id"]], "count": 1}
 
 
@@ -121,10 +121,10 @@ def test_a_destination_that_is_down_parks_nothing_and_counts_the_tries(
         state.status = status
         relay = _relay(client, url)
         assert relay.run_once() == 0 and relay.backoff > 0
-        assert client.parked_events() == []
+        assert client.events.parked() == []
         state.status = 204
         assert relay.run_once() == 1 and state.got[-1]["job"] == job_id
-    assert client.audit(action="events.") == []  # the relay's own tries are no operator's actions
+    assert client.audit.list(action="events.") == []  # the relay's own tries are no operator's actions
 
 
 @pytest.mark.usefixtures("events_on")
@@ -150,7 +150,7 @@ def test_the_operator_commands_list_retry_and_discard_parked_events(
     jobs = [client.enqueue("work", {}) for _ in range(3)]
     state.refuse.update(_first_event_of(client, job_id) for job_id in jobs)
     assert _relay(client, hook).run_once() == 0
-    ids = [row["id"] for row in client.parked_events()]
+    ids = [row["id"] for row in client.events.parked()]
     assert len(ids) == 3
 
     listed = run_jobsup("events", "parked", "--database-url", url)
@@ -167,16 +167,20 @@ def test_the_operator_commands_list_retry_and_discard_parked_events(
     assert both.returncode == 2 and "give event ids or --all" in both.stderr
     everything = run_jobsup("events", "discard", "--all", "--database-url", url)
     assert everything.returncode == 0 and "discarded 1 events" in everything.stdout
-    assert client.parked_events() == []
-    assert [e.action for e in client.audit(action="events.")] == ["events.discard", "events.retry", "events.discard"]
-    assert client.audit(action="events.discard")[-1].actor == "bob"
+    assert client.events.parked() == []
+    assert [e.action for e in client.audit.list(action="events.")] == [
+        "events.discard",
+        "events.retry",
+        "events.discard",
+    ]
+    assert client.audit.list(action="events.discard")[-1].actor == "bob"
 
 
 def test_event_ids_must_be_whole_numbers(client: jobsup.Client) -> None:
     for wrong in ([], [0], ["7"], [True]):
         with pytest.raises(BadInput, match="event ids must be positive whole numbers"):
-            client.retry_events(wrong)  # type: ignore[arg-type]
-    assert client.discard_events([12345]) == []
+            client.events.retry(wrong)  # type: ignore[arg-type]
+    assert client.events.discard([12345]) == []
 
 
 @pytest.mark.usefixtures("events_on")
@@ -198,7 +202,7 @@ def test_the_api_lists_retries_and_discards_parked_events_as_the_web_user(
         assert http.post(retry, json={"ids": [first]}, headers=OPERATOR).json() == {"count": 1}
         assert http.post(f"{API}/events/parked/discard", json={}, headers=OPERATOR).json() == {"count": 1}
         assert http.get(f"{API}/events/parked", headers=READER).json() == []
-    actors = {entry.actor for entry in client.audit(action="events.")}
+    actors = {entry.actor for entry in client.audit.list(action="events.")}
     assert len(actors) == 1 and actors.pop().startswith("web:token-")
 
 
@@ -268,7 +272,7 @@ def test_a_receiver_answering_garbage_is_a_counted_failure_with_backoff(
     finally:
         listener.close()
     (failed,) = [fields for kind, fields in seen if kind == "events.publish_failed"]
-    assert "gave no HTTP answer" in failed["error"] and client.parked_events() == []
+    assert "gave no HTTP answer" in failed["error"] and client.events.parked() == []
 
 
 @pytest.mark.usefixtures("events_on")
@@ -284,7 +288,7 @@ def test_a_webhook_path_is_masked_in_errors_and_the_log(client: jobsup.Client, r
         assert _relay(client, hook).run_once() == 0
     finally:
         logging.getLogger("jobsup").removeHandler(handler)
-    (parked,) = client.parked_events()
+    (parked,) = client.events.parked()
     port = hook.split(":")[2].split("/")[0]
     assert parked["last_error"] == f"the webhook http://127.0.0.1:{port}/*** answered 400"
     assert any("events.parked" in line for line in seen), seen
@@ -322,7 +326,7 @@ def test_an_event_whose_routing_key_amqp_cannot_carry_is_parked_and_the_others_d
         relay.stop()
     wait_until(lambda: exchange.drain(), timeout=10, what="the other job's event")
     assert [e["job"] for e in exchange.drain()] == [other]
-    (parked,) = client.parked_events()
+    (parked,) = client.events.parked()
     assert parked["job_id"] == parked_job and "routing key" in parked["last_error"]
 
 

@@ -288,7 +288,7 @@ def test_pauses_waiting_on_a_first_pause_both_find_the_queue_paused(
 
     def pause(n: int) -> None:
         try:
-            results.append(client.pause_queue("mail", actor=f"op{n}", allow_unknown=True))
+            results.append(client.queues.pause("mail", actor=f"op{n}", allow_unknown=True))
         except jobsup.DatabaseError as exc:
             results.append(exc)
 

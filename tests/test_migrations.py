@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, text
+from sqlalchemy import event, inspect, text
 
 import jobsup
 from jobsup.store import migrate
@@ -140,6 +140,34 @@ def test_missing_schema_names_the_upgrade_command(tmp_path: Path) -> None:
     with pytest.raises(jobsup.SchemaOutdated, match="run `jobsup db upgrade`"):
         client.enqueue("a")
     assert not inspect(client.database.engine).has_table("jobsup_job")  # nothing was written
+
+
+def test_every_part_of_the_client_checks_the_schema_once_when_it_first_uses_the_database(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'later.db'}"
+    client = jobsup.Client(url)
+    first_uses = [
+        lambda: client.list_jobs(),
+        lambda: client.workflows.list(),
+        lambda: client.batches.get(1),
+        lambda: client.schedules.list(),
+        lambda: client.queues.pause("mail", allow_unknown=True),
+        lambda: client.dead_letters.purge(),
+        lambda: client.audit.list(),
+    ]
+    for use in first_uses:  # refused before anything is written, and asked again at the next use
+        with pytest.raises(jobsup.SchemaOutdated, match="run `jobsup db upgrade`"):
+            use()
+    migrate.upgrade(Database(url))
+    checks: list[str] = []
+    event.listen(
+        client.database.single,
+        "before_cursor_execute",
+        lambda conn, cursor, statement, *rest: checks.append(statement) if VERSION_TABLE in statement else None,
+    )
+    for use in first_uses:
+        use()
+    assert len(checks) == 1, "the schema is checked once, not at each call"
+    client.close()
 
 
 @pytest.mark.postgres

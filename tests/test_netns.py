@@ -114,9 +114,9 @@ def test_a_host_cut_off_past_its_lease_ends_its_jobs_in_time_and_rejoins(
     assert_promises(lan.url, record, jobs + later)
     # And it is listed again: its supervisor and the workers it restarted while cut off.
     listed = wait_until(
-        lambda: {row["pid"] for row in client.workers()} >= {supervisors["a"].pid, *supervisors["a"].workers()},
+        lambda: {row["pid"] for row in client.workers.list()} >= {supervisors["a"].pid, *supervisors["a"].workers()},
         timeout=10,
-        what=lambda: f"host a's processes listed: {[(r['kind'], r['pid']) for r in client.workers()]}",
+        what=lambda: f"host a's processes listed: {[(r['kind'], r['pid']) for r in client.workers.list()]}",
     )
     assert listed
     client.close()

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import jobsup
-from jobsup import client_overview
+import jobsup.client
 
 from helpers import claim, fail, succeed
 
@@ -36,21 +36,21 @@ def test_the_last_hour_is_counted_per_bucket_with_its_mean_wait(client: jobsup.C
     finish(client, "mail", due=130, ended=120)  # two hours ago: outside the window
     finish(client, "reports", due=30, ended=29)
     client.enqueue("work", queue="mail", run_at=ago(5))  # pending, due five minutes ago
-    [row] = [q for q in client.overview(now=NOW) if q["queue"] == "mail"]
+    [row] = [q for q in client.queues.overview(now=NOW) if q["queue"] == "mail"]
     assert row["succeeded"] == [0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1]
     assert row["failed"] == [0] * 10 + [1, 0]
     assert row["latency"][2] == 75.0 and row["latency"][11] == 60.0
     assert [n for n in row["latency"] if n is not None] == [75.0, 60.0]
     assert (row["pending"], row["running"], row["dead_lettered"]) == (1, 0, 1)
     assert row["oldest_pending_seconds"] == 300.0
-    [other] = [q for q in client.overview(now=NOW) if q["queue"] == "reports"]
+    [other] = [q for q in client.queues.overview(now=NOW) if q["queue"] == "reports"]
     assert sum(other["succeeded"]) == 1 and other["latency"][6] == 60.0
 
 
 def test_a_filtered_job_list_looks_through_a_bounded_stretch_per_page(
     client: jobsup.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(client_overview, "SCAN_IDS", 10)
+    monkeypatch.setattr(jobsup.client, "SCAN_IDS", 10)
     names = ["rare" if n in (3, 25) else "work" for n in range(1, 31)]
     ids = client.enqueue_many([{"name": name} for name in names], allow_unknown=True)
     pages: list[list[int]] = []

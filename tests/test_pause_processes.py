@@ -38,7 +38,7 @@ def test_a_pause_holds_on_every_instance_and_a_resume_wakes_them(url: str, start
     running = client.enqueue("work", {"seconds": 2}, queue="mail")
     started_by(record, running)
 
-    client.pause_queue("mail", reason="test", actor="tester")
+    client.queues.pause("mail", reason="test", actor="tester")
     for port in ports:
         wait_until(lambda port=port: paused_gauge(port, "mail") == 1, timeout=30, what="jobsup_queue_paused 1")
     waiting = [client.enqueue("work", {}, queue="mail") for _ in range(6)]
@@ -51,7 +51,7 @@ def test_a_pause_holds_on_every_instance_and_a_resume_wakes_them(url: str, start
     # The job that was running when the queue was paused finished.
     wait_until(lambda: status_of(client, running) == "succeeded", timeout=15, what="the running job to finish")
 
-    client.resume_queue("mail", actor="tester")
+    client.queues.resume("mail", actor="tester")
     wait_until(
         lambda: all(status_of(client, job_id) == "succeeded" for job_id in waiting),
         timeout=10,

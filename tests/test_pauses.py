@@ -34,27 +34,27 @@ def rows_of(client: jobsup.Client, table: Any) -> int:
 def test_a_paused_queue_claims_nothing_while_others_still_claim(client: jobsup.Client) -> None:
     mail = [client.enqueue("a", queue="mail") for _ in range(3)]
     other = client.enqueue("a", queue="default")
-    assert client.pause_queue("mail", reason="smtp is down", actor="alice") is True
+    assert client.queues.pause("mail", reason="smtp is down", actor="alice") is True
     assert claim(client, "w1", "mail", limit=10) == []
     assert [c.id for c in claim(client, "w1", "default", limit=10)] == [other]
     # Enqueueing goes on while it is paused; the jobs wait.
     mail.append(client.enqueue("a", queue="mail"))
     assert claim(client, "w2", "mail", limit=10) == []
-    assert client.resume_queue("mail", actor="bob") is True
+    assert client.queues.resume("mail", actor="bob") is True
     assert sorted(c.id for c in claim(client, "w1", "mail", limit=10)) == mail
 
 
 def test_a_pause_outlives_the_client_that_made_it(url: str) -> None:
     first = jobsup.Client(url)
     job_id = first.enqueue("a", queue="mail")
-    first.pause_queue("mail")
+    first.queues.pause("mail")
     first.close()
     again = jobsup.Client(url)  # a restart, or another instance
     try:
         assert claim(again, "w1", "mail") == []
-        [row] = [q for q in again.queues() if q["queue"] == "mail"]
+        [row] = [q for q in again.queues.list() if q["queue"] == "mail"]
         assert (row["state"], row["pending"]) == ("paused", 1)
-        again.resume_queue("mail")
+        again.queues.resume("mail")
         assert [c.id for c in claim(again, "w1", "mail")] == [job_id]
     finally:
         again.close()
@@ -63,7 +63,7 @@ def test_a_pause_outlives_the_client_that_made_it(url: str) -> None:
 def test_a_running_job_of_a_paused_queue_still_settles(client: jobsup.Client) -> None:
     client.enqueue("a", queue="mail")
     [running] = claim(client, "w1", "mail")
-    client.pause_queue("mail")
+    client.queues.pause("mail")
     assert succeed(client, [running]) == {running.id}
     assert client.get(running.id).status == "succeeded"  # type: ignore[union-attr]
 
@@ -74,9 +74,9 @@ def test_queues_lists_every_known_queue_with_its_state(client: jobsup.Client) ->
     client.enqueue("a", queue="default")
     claim(client, "w1", "default")
     client.add_recurring("nightly", job="a", cron="0 3 * * *", queue="reports", allow_unknown=True)
-    client.pause_queue("later", reason="deploy first", actor="alice", allow_unknown=True)
-    client.pause_queue("mail", actor="carol")
-    rows = {row["queue"]: row for row in client.queues()}
+    client.queues.pause("later", reason="deploy first", actor="alice", allow_unknown=True)
+    client.queues.pause("mail", actor="carol")
+    rows = {row["queue"]: row for row in client.queues.list()}
     assert sorted(rows) == ["default", "later", "mail", "reports"]
     assert {q: (r["state"], r["pending"], r["running"]) for q, r in rows.items()} == {
         "default": ("active", 0, 1),
@@ -86,23 +86,23 @@ def test_queues_lists_every_known_queue_with_its_state(client: jobsup.Client) ->
     }
     assert (rows["later"]["reason"], rows["later"]["changed_by"]) == ("deploy first", "alice")
     assert rows["mail"]["since"] is not None and rows["default"]["since"] is None
-    client.resume_queue("mail", actor="dave")
-    mail = next(r for r in client.queues() if r["queue"] == "mail")
+    client.queues.resume("mail", actor="dave")
+    mail = next(r for r in client.queues.list() if r["queue"] == "mail")
     assert (mail["state"], mail["changed_by"], mail["reason"]) == ("active", "dave", None)
 
 
 def test_pausing_again_keeps_the_pause_time_and_updates_the_reason(client: jobsup.Client) -> None:
     client.enqueue("a", queue="mail")
-    client.pause_queue("mail", reason="first")
+    client.queues.pause("mail", reason="first")
     since = client.store.pauses.states()["mail"].changed_at
-    assert client.pause_queue("mail", reason="second", actor="bob") is False
+    assert client.queues.pause("mail", reason="second", actor="bob") is False
     state = client.store.pauses.states()["mail"]
     assert (state.paused, state.reason, state.changed_by, state.changed_at) == (True, "second", "bob", since)
 
 
 def test_resuming_a_queue_that_is_not_paused_changes_nothing(client: jobsup.Client) -> None:
     client.enqueue("a", queue="mail")
-    assert client.resume_queue("mail") is False
+    assert client.queues.resume("mail") is False
     assert rows_of(client, queue_state) == 0
 
 
@@ -110,13 +110,13 @@ def test_pausing_an_unknown_queue_is_refused_naming_the_known_ones(client: jobsu
     client.enqueue("a", queue="mail")
     client.enqueue("a", queue="default")
     with pytest.raises(jobsup.UnknownQueue) as refused:
-        client.pause_queue("mial")
+        client.queues.pause("mial")
     message = str(refused.value)
     assert "'mial'" in message and "known queues: default, mail" in message
     assert "--force" in message and "allow_unknown=True" in message and "ahead of the deploy" in message
     assert isinstance(refused.value, jobsup.BadInput)
     assert rows_of(client, queue_state) == 0 and rows_of(client, audit) == 0  # nothing written
-    assert client.pause_queue("mial", allow_unknown=True) is True
+    assert client.queues.pause("mial", allow_unknown=True) is True
     assert client.store.pauses.paused() == {"mial"}
 
 
@@ -129,7 +129,7 @@ def test_bad_pause_arguments_are_refused_and_nothing_is_written(client: jobsup.C
     options = dict(arguments)
     queue = options.pop("queue")
     with pytest.raises(jobsup.BadInput):
-        client.pause_queue(queue, **options)
+        client.queues.pause(queue, **options)
     assert rows_of(client, queue_state) == 0 and rows_of(client, audit) == 0
 
 
@@ -138,12 +138,12 @@ def test_a_definition_or_a_schedule_makes_a_queue_known(client: jobsup.Client) -
     client.add_recurring("nightly", job="a", cron="0 3 * * *", queue="reports", allow_unknown=True)
     assert client.store.pauses.is_known("reports")
     client.store.definitions.publish([jobsup.jobtypes.JobType("typed", queue="typed-q")], instance="test")
-    assert client.pause_queue("typed-q") is True
+    assert client.queues.pause("typed-q") is True
 
 
 def test_resume_wakes_the_idle_workers_of_its_queue(client: jobsup.Client) -> None:
     client.enqueue("a", queue="mail")
-    client.pause_queue("mail")
+    client.queues.pause("mail")
     db = client.database
     waiting, other = db.dialect.listener(db, "mail"), db.dialect.listener(db, "default")
     if db.dialect.name == "mariadb":
@@ -153,7 +153,7 @@ def test_resume_wakes_the_idle_workers_of_its_queue(client: jobsup.Client) -> No
     try:
         for listener in (waiting, other):
             listener.drain()
-        client.resume_queue("mail")
+        client.queues.resume("mail")
         ready, _, _ = select.select([waiting.fileno()], [], [], 5.0)
         assert ready, "resuming did not wake the queue's idle worker"
         ready, _, _ = select.select([other.fileno()], [], [], 0.2)
@@ -171,7 +171,7 @@ def test_the_sqlite_recheck_sees_a_pause_made_after_the_read(sqlite_url: str) ->
     dialect, db = client.database.dialect, client.database
     params = claim_params(dialect, queue="mail", owner="w1", limit=1, lease=60.0, now=None)
     assert dialect.claim_candidates(db, params) == [job_id]  # type: ignore[attr-defined]
-    client.pause_queue("mail")
+    client.queues.pause("mail")
     assert list(dialect.claim_update(db, [job_id], params, None)) == []  # type: ignore[attr-defined]
     assert client.get(job_id).status == "pending"  # type: ignore[union-attr]
 

@@ -146,7 +146,7 @@ def test_bad_cron_and_zone_are_refused_when_added(client: jobsup.Client) -> None
         client.add_recurring("bad", job="x", cron="61 * * * *")
     with pytest.raises(jobsup.BadInput, match="time zone 'Mars/Olympus' is not known"):
         client.add_recurring("bad", job="x", cron="* * * * *", timezone="Mars/Olympus")
-    assert client.list_recurring() == []
+    assert client.schedules.list() == []
 
 
 def test_a_row_edited_to_a_bad_cron_is_skipped_without_stopping_others(
@@ -169,8 +169,8 @@ def test_a_row_edited_to_a_bad_cron_is_skipped_without_stopping_others(
 def test_enable_disable_remove_and_list(client: jobsup.Client) -> None:
     schedule = client.add_recurring("nightly", job="cleanup", cron="0 3 * * *", timezone="Europe/Berlin")
     assert schedule.enabled and schedule.timezone == "Europe/Berlin"
-    assert client.set_recurring_enabled("nightly", False)
-    assert not client.list_recurring()[0].enabled
-    assert client.set_recurring_enabled("nightly", True)
-    assert not client.set_recurring_enabled("missing", True)
-    assert client.remove_recurring("nightly") and not client.remove_recurring("nightly")
+    assert client.schedules.set_enabled("nightly", False)
+    assert not client.schedules.list()[0].enabled
+    assert client.schedules.set_enabled("nightly", True)
+    assert not client.schedules.set_enabled("missing", True)
+    assert client.schedules.remove("nightly") and not client.schedules.remove("nightly")

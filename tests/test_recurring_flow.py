@@ -26,7 +26,7 @@ NIGHT = [{"time": "22:00-06:00"}]
 
 def add(client: jobsup.Client, cron: str = "0 * * * *", now: datetime | None = None, **how: Any) -> None:
     # Through the store's upsert to pin "now"; the client's checks are tested below.
-    from jobsup.client_schedules import _schedule_policy
+    from jobsup.client.schedules import schedule_policy
 
     client.store.recurring.recurring_upsert(
         name="report",
@@ -36,7 +36,7 @@ def add(client: jobsup.Client, cron: str = "0 * * * *", now: datetime | None = N
         payload="{}",
         queue="default",
         priority=0,
-        how=_schedule_policy(
+        how=schedule_policy(
             how.get("overlap", "allow"), how.get("calendar"), how.get("mode", "blackout"), how.get("policy", "skip")
         ),
         now=now,
@@ -62,7 +62,7 @@ def hourly(start: datetime, hours: int) -> list[datetime]:
 
 
 def test_blackout_slots_are_skipped_and_counted(client: jobsup.Client) -> None:
-    client.add_calendar("night", NIGHT, timezone=BERLIN)
+    client.calendars.add("night", NIGHT, timezone=BERLIN)
     start = datetime(2026, 3, 28, 18, tzinfo=UTC)  # 19:00 CET, the evening before spring-forward
     add(client, now=start - timedelta(minutes=1), calendar="night")
     tick = CronTick(client.store)
@@ -72,12 +72,12 @@ def test_blackout_slots_are_skipped_and_counted(client: jobsup.Client) -> None:
     # 19:00, 20:00, 21:00 CET fire; 22:00 CET to 05:00 CEST (seven hours that night) are skipped; 06:00 CEST on.
     assert fired == hourly(start, 3) + hourly(datetime(2026, 3, 29, 4, tzinfo=UTC), 4)
     assert (schedule(client).skipped, schedule(client).last_skipped_at) == (7, datetime(2026, 3, 29, 3, tzinfo=UTC))
-    listed = {s.name: s for s in client.list_recurring()}["report"]
+    listed = {s.name: s for s in client.schedules.list()}["report"]
     assert (listed.skipped, listed.calendar, listed.calendar_mode) == (7, "night", "blackout")
 
 
 def test_blackout_slots_are_deferred_to_the_end_of_the_window_across_fall_back(client: jobsup.Client) -> None:
-    client.add_calendar("night", NIGHT, timezone=BERLIN)
+    client.calendars.add("night", NIGHT, timezone=BERLIN)
     start = datetime(2026, 10, 24, 21, tzinfo=UTC)  # 23:00 CEST, the night clocks go back
     add(client, now=start - timedelta(minutes=1), calendar="night", policy="defer_to_end")
     tick = CronTick(client.store)
@@ -94,7 +94,7 @@ def test_blackout_slots_are_deferred_to_the_end_of_the_window_across_fall_back(c
 
 
 def test_blackout_slots_are_skipped_across_fall_back(client: jobsup.Client) -> None:
-    client.add_calendar("night", NIGHT, timezone=BERLIN)
+    client.calendars.add("night", NIGHT, timezone=BERLIN)
     start = datetime(2026, 10, 24, 19, tzinfo=UTC)  # 21:00 CEST, the night clocks go back
     add(client, now=start - timedelta(minutes=1), calendar="night")
     tick = CronTick(client.store)
@@ -108,7 +108,7 @@ def test_blackout_slots_are_skipped_across_fall_back(client: jobsup.Client) -> N
 
 
 def test_blackout_slots_are_deferred_across_spring_forward(client: jobsup.Client) -> None:
-    client.add_calendar("night", NIGHT, timezone=BERLIN)
+    client.calendars.add("night", NIGHT, timezone=BERLIN)
     start = datetime(2026, 3, 28, 20, tzinfo=UTC)  # 21:00 CET, the night clocks go forward
     add(client, now=start - timedelta(minutes=1), calendar="night", policy="defer_to_end")
     tick = CronTick(client.store)
@@ -122,7 +122,7 @@ def test_blackout_slots_are_deferred_across_spring_forward(client: jobsup.Client
 
 
 def test_a_public_holiday_skips_the_schedule_s_slot(client: jobsup.Client) -> None:
-    client.add_calendar("holidays", [{"holidays": "DE"}], timezone=BERLIN)
+    client.calendars.add("holidays", [{"holidays": "DE"}], timezone=BERLIN)
     first = datetime(2026, 12, 24, 8, tzinfo=UTC)  # 09:00 CET on Christmas Eve, a working day
     add(client, cron="0 9 * * *", now=first - timedelta(minutes=1), calendar="holidays")
     tick = CronTick(client.store)
@@ -136,7 +136,7 @@ def test_a_public_holiday_skips_the_schedule_s_slot(client: jobsup.Client) -> No
 
 def test_allowed_hours_skip_or_defer_a_slot_outside_them(client: jobsup.Client) -> None:
     hours = [{"weekdays": ["mon", "tue", "wed", "thu", "fri"], "time": "09:00-17:00"}]
-    client.add_calendar("business-hours", hours, timezone=BERLIN)
+    client.calendars.add("business-hours", hours, timezone=BERLIN)
     friday_evening = datetime(2026, 3, 27, 17, tzinfo=UTC)  # 18:00 CET
     add(client, cron="0 18 * * *", now=friday_evening - timedelta(minutes=1), calendar="business-hours", mode="allowed")
     CronTick(client.store).run_once(now=friday_evening)
@@ -191,7 +191,7 @@ def _tick_in_step(url: str, instants: list[datetime], barrier: Any, outcomes: An
 def test_two_instances_firing_at_once_never_fire_a_skipped_slot_or_twice(
     client: jobsup.Client, url: str, overlap: str
 ) -> None:
-    client.add_calendar("quarter", [{"time": "09:15-09:30"}], timezone="UTC")
+    client.calendars.add("quarter", [{"time": "09:15-09:30"}], timezone="UTC")
     start = datetime(2030, 1, 7, 9, 1, tzinfo=UTC)
     add(
         client, cron="* * * * *", now=start - timedelta(seconds=30), calendar="quarter", overlap=overlap, timezone="UTC"
@@ -219,19 +219,19 @@ def test_two_instances_firing_at_once_never_fire_a_skipped_slot_or_twice(
 
 
 def test_calendars_are_added_listed_and_removed_audited(client: jobsup.Client) -> None:
-    added = client.add_calendar(
+    added = client.calendars.add(
         "bank-holidays", [{"holidays": "DE", "subdivision": "BY"}], timezone=BERLIN, actor="ops"
     )
     assert added == {"name": "bank-holidays", "timezone": BERLIN, "rules": [{"holidays": "DE", "subdivision": "BY"}]}
-    client.add_calendar("bank-holidays", [{"holidays": "DE"}], timezone=BERLIN, actor="ops")
-    [row] = client.calendars()
+    client.calendars.add("bank-holidays", [{"holidays": "DE"}], timezone=BERLIN, actor="ops")
+    [row] = client.calendars.list()
     assert (row["name"], row["rules"]) == ("bank-holidays", [{"holidays": "DE"}])
     client.add_recurring("report", job="make-report", cron="0 9 * * *", calendar="bank-holidays", allow_unknown=True)
     with pytest.raises(BadInput, match="used by schedule\\(s\\) report"):
-        client.remove_calendar("bank-holidays", actor="ops")
-    assert client.remove_recurring("report")
-    assert client.remove_calendar("bank-holidays", actor="ops")
-    assert not client.remove_calendar("bank-holidays", actor="ops")
+        client.calendars.remove("bank-holidays", actor="ops")
+    assert client.schedules.remove("report")
+    assert client.calendars.remove("bank-holidays", actor="ops")
+    assert not client.calendars.remove("bank-holidays", actor="ops")
     with client.database.read() as conn:
         actions = conn.execute(select(audit.c.action, audit.c.outcome).where(audit.c.target == "bank-holidays"))
         assert sorted(actions) == sorted(
@@ -270,7 +270,7 @@ def test_a_bad_calendar_is_refused_with_nothing_written(client: jobsup.Client) -
         [{"holidays": "DE", "subdivision": "XX"}],
     ):
         with pytest.raises(BadInput):
-            client.add_calendar("bad", rules)
+            client.calendars.add("bad", rules)
     with client.database.read() as conn:
         assert conn.execute(select(func.count()).select_from(calendar)).scalar() == 0
 
@@ -278,12 +278,12 @@ def test_a_bad_calendar_is_refused_with_nothing_written(client: jobsup.Client) -
 @pytest.mark.postgres
 def test_a_calendar_removed_while_a_schedule_naming_it_is_written_stays(postgres_url: str) -> None:
     client = jobsup.Client(postgres_url)
-    client.add_calendar("closures", [{"weekdays": ["sat", "sun"]}], timezone=BERLIN)
+    client.calendars.add("closures", [{"weekdays": ["sat", "sun"]}], timezone=BERLIN)
     removal: list[object] = []
 
     def remove() -> None:
         try:
-            removal.append(client.remove_calendar("closures"))
+            removal.append(client.calendars.remove("closures"))
         except BadInput as exc:
             removal.append(exc)
 

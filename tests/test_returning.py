@@ -77,30 +77,30 @@ def scenario(client: jobsup.Client) -> list[tuple[str, Any]]:
     note("settle cancelled", fail(client, running, kind="cancelled", now=at(214)))
     note("cancel again", client.cancel(running.id))
     # A batch: grown, closed, finished by its last child; another cancelled.
-    open_batch = client.open_batch(on_complete="report")
+    open_batch = client.batches.open(on_complete="report")
     open_batch.add([{"name": "a", "queue": "batch"}] * 2)
     note("close", (open_batch.close(), open_batch.close()))
     note("batch children", succeed(client, claim(client, "w4", "batch", limit=5), now=at(220)))
-    cancelled_batch = client.enqueue_batch([{"name": "a", "queue": "batch"}] * 2, on_failure="cleanup")
-    note("cancel batch", client.cancel_batch(cancelled_batch))
+    cancelled_batch = client.batches.enqueue([{"name": "a", "queue": "batch"}] * 2, on_failure="cleanup")
+    note("cancel batch", client.batches.cancel(cancelled_batch))
     # A workflow: a failed step cancels its dependents, retried it runs to the end.
     flow = jobsup.Workflow("returning-flow")
     extract = flow.add("a", step="extract", queue="flow")
     load_a = flow.add("a", deps=[extract], step="load-a", queue="flow")
     load_b = flow.add("a", deps=[extract], step="load-b", queue="flow")
     flow.add("a", deps=[load_a, load_b], step="report", queue="flow")
-    workflow_id = client.enqueue_workflow(flow)
+    workflow_id = client.workflows.enqueue(flow)
     note("extract", succeed(client, [claim_one(client, "w5", "flow")]))
     loads = claim(client, "w5", "flow", limit=5)
     note("load-a", fail(client, loads[0], kind="discarded", error="E: load"))
     note("load-b", succeed(client, loads[1:]))
-    note("workflow", client.get_workflow(workflow_id).status)  # type: ignore[union-attr]
-    note("retry workflow", client.retry_workflow(workflow_id))
+    note("workflow", client.workflows.get(workflow_id).status)  # type: ignore[union-attr]
+    note("retry workflow", client.workflows.retry(workflow_id))
     while again := claim(client, "w5", "flow", limit=5):
         note("workflow step", succeed(client, again))
-    note("workflow again", client.get_workflow(workflow_id).status)  # type: ignore[union-attr]
-    second = client.enqueue_workflow(flow)
-    note("cancel workflow", client.cancel_workflow(second))
+    note("workflow again", client.workflows.get(workflow_id).status)  # type: ignore[union-attr]
+    second = client.workflows.enqueue(flow)
+    note("cancel workflow", client.workflows.cancel(second))
     # A breaker: opened by failures, half-opened, closed by its probe, failed and reset.
     for _ in range(3):
         client.enqueue("returning-flaky", run_at=T0)
@@ -110,7 +110,7 @@ def scenario(client: jobsup.Client) -> list[tuple[str, Any]]:
     note("half open", client.store.breakers.half_open(now=at(400)))
     note("probe", succeed(client, [claim_one(client, "w6", "returning-flaky", now=at(401))], now=at(401)))
     note("flaky again", fail(client, claim_one(client, "w6", "returning-flaky", now=at(402)), now=at(402)))
-    note("reset", (client.reset_breaker("returning-flaky"), client.reset_breaker("returning-flaky")))
+    note("reset", (client.breakers.reset("returning-flaky"), client.breakers.reset("returning-flaky")))
     # SLA breaches, marked once.
     client.enqueue("returning-sla", run_at=T0)
     note("sla", [MarkSlaBreaches(client.store).run_once(now=at(s)) for s in (200, 301, 400)])

@@ -90,7 +90,7 @@ def test_a_sealed_object_given_as_a_value_is_refused(url: str, where: str) -> No
             client.enqueue("bound-echo", payload)
         else:
             client.add_recurring("nightly", job="bound-echo", cron="* * * * *", payload=payload)
-    assert [j.id for j in client.list_jobs()] == [first] and client.list_recurring() == []
+    assert [j.id for j in client.list_jobs()] == [first] and client.schedules.list() == []
 
 
 def test_a_schedule_added_again_does_not_open_the_old_ones_ciphertexts(url: str) -> None:
@@ -98,7 +98,7 @@ def test_a_schedule_added_again_does_not_open_the_old_ones_ciphertexts(url: str)
     client.add_recurring("nightly", job="bound-charge", cron="0 3 * * *", payload={"account": "a", "token": SECRET})
     with client.database.read() as conn:
         old = conn.execute(select(recurring_job.c.payload)).scalar_one()
-    client.remove_recurring("nightly")
+    client.schedules.remove("nightly")
     client.add_recurring("nightly", job="bound-charge", cron="0 3 * * *", payload={"account": "a", "token": "new"})
     with client.database.transaction() as conn:  # the old ciphertext written back by a database writer
         conn.execute(update(recurring_job).values(payload=old))
@@ -164,7 +164,7 @@ def test_a_field_marked_sensitive_later_is_masked_on_read_and_sealed_by_rotate(u
     after = jobsup.Client(url)
     assert after.get(job_id).payload == {"to": "ops", "token": "***"}  # type: ignore[union-attr]
     assert after.list_jobs()[0].payload == {"to": "ops", "token": "***"}
-    assert after.list_recurring()[0].payload == {"to": "ops", "token": "***"}
+    assert after.schedules.list()[0].payload == {"to": "ops", "token": "***"}
     done = run_jobsup("--database-url", url, "keys", "rotate", "--json", env={ENV: f"{K2},{K1}"})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"key": "k2", "resealed": 0, "sealed": 2, "failed": {}, "left": 0}

@@ -178,14 +178,14 @@ def test_rotation_reseals_under_the_newest_key_and_old_rows_still_open_meanwhile
         assert raw(client, job_id)[1] == "k2"
     with client.database.read() as conn:
         assert conn.execute(select(recurring_job.c.key_id)).scalar_one() == "k2"
-    assert client.list_recurring()[0].payload == {"to": "r", "token": "***"}
+    assert client.schedules.list()[0].payload == {"to": "r", "token": "***"}
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENV, K2)  # the old key is gone: every row still opens
         for n in range(1, 5):
             assert run_next(client).kind == "succeeded" and opened == [{"to": f"n{n}", "token": f"{SECRET}{n}"}]
     again = run_jobsup("--database-url", url, "keys", "rotate", "--json", "--actor", "ops:kim", env={ENV: both})
     assert json.loads(again.stdout)["resealed"] == 0
-    rotations = [entry for entry in client.audit() if entry.action == "keys.rotate"]
+    rotations = [entry for entry in client.audit.list() if entry.action == "keys.rotate"]
     assert [(entry.actor, entry.target, entry.detail["resealed"]) for entry in rotations] == [
         ("ops:kim", "k2", 0),
         (rotations[1].actor, "k2", 6),
@@ -203,7 +203,7 @@ def test_an_operator_enqueue_from_the_cli_is_audited_and_converted_by_the_schema
     assert done.returncode == 0, done.stderr
     job_id = json.loads(done.stdout)["id"]
     assert client.get(job_id).actor == "ops:kim"  # type: ignore[union-attr]
-    entry = client.audit()[0]
+    entry = client.audit.list()[0]
     assert (entry.actor, entry.action, entry.target, entry.job_ids) == (
         "ops:kim",
         "job.enqueue",
@@ -267,13 +267,15 @@ def typed_callback(ctx: jobsup.JobContext, params: dict[str, Any]) -> None:
 def test_batch_callbacks_are_checked_against_their_parameters_at_enqueue(url: str) -> None:
     client = jobsup.Client(url)
     with pytest.raises(jobsup.InvalidPayload, match="field 'batch' is not a parameter"):
-        client.enqueue_batch([], on_complete=("typed-dict-less", {"to": "a"}))
+        client.batches.enqueue([], on_complete=("typed-dict-less", {"to": "a"}))
     with pytest.raises(jobsup.BadInput, match="batch callback's payload is stored in clear"):
-        client.enqueue_batch([], on_complete=("sealed-call", {"to": "a", "token": SECRET}))
+        client.batches.enqueue([], on_complete=("sealed-call", {"to": "a", "token": SECRET}))
     with pytest.raises(jobsup.InvalidPayload, match="field 'note' must be a string or null, not an integer"):
-        client.enqueue_batch([], on_complete=("typed-callback", {"note": 5}))
+        client.batches.enqueue([], on_complete=("typed-callback", {"note": 5}))
     assert client.list_jobs() == []
-    client.enqueue_batch([{"name": "sealed-by-name", "payload": {"api_key": "k"}}], on_complete=("typed-callback", {}))
+    client.batches.enqueue(
+        [{"name": "sealed-by-name", "payload": {"api_key": "k"}}], on_complete=("typed-callback", {})
+    )
     assert run_next(client).kind == "succeeded"
 
 

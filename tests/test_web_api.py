@@ -29,7 +29,7 @@ def test_enqueue_get_list_and_page_through_jobs(url: str) -> None:
         assert shown["actor"] == "web:token-" + shown["actor"].split("-")[-1]
     # An operator's enqueue is audited, as the CLI's is.
     client = jobsup.Client(url)
-    entries = client.audit(action="job.enqueue")
+    entries = client.audit.list(action="job.enqueue")
     client.close()
     assert sorted(e.job_ids[0] for e in entries) == sorted(created)
     assert {(e.actor, e.target, e.outcome) for e in entries} == {(shown["actor"], "work", "ok")}
@@ -219,10 +219,10 @@ def test_workflow_batch_and_calendar_pages_show_their_objects(url: str, client: 
     workflow = jobsup.Workflow("nightly")
     first = workflow.add("work", step="extract")
     workflow.add("work", deps=[first], step="load")
-    workflow_id = client.enqueue_workflow(workflow)
-    batch_id = client.enqueue_batch([{"name": "work"}] * 3, on_complete="work", name="import")
-    client.add_calendar("closures", [{"weekdays": ["sat", "sun"]}], timezone="Europe/Berlin")
-    steps = {step.name: step.job_id for step in client.get_workflow(workflow_id).steps}  # type: ignore[union-attr]
+    workflow_id = client.workflows.enqueue(workflow)
+    batch_id = client.batches.enqueue([{"name": "work"}] * 3, on_complete="work", name="import")
+    client.calendars.add("closures", [{"weekdays": ["sat", "sun"]}], timezone="Europe/Berlin")
+    steps = {step.name: step.job_id for step in client.workflows.get(workflow_id).steps}  # type: ignore[union-attr]
     with web(url) as http:
         http.headers.update(READER)
         listed = http.get("/workflows").text

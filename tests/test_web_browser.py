@@ -117,11 +117,11 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     row.get_by_role("button", name="Pause").click()
     expect(row.locator(".status")).to_have_text("paused")
     shot(page, tmp_path, "queue-paused")
-    assert [q["state"] for q in client.queues() if q["queue"] == "default"] == ["paused"]
+    assert [q["state"] for q in client.queues.list() if q["queue"] == "default"] == ["paused"]
     row.get_by_role("button", name="Resume").click()
     expect(row.locator(".status")).to_have_text("active")
     token_user = token_name(dashboard.login_url().rsplit("token=", 1)[1])
-    actors = {(entry.action, entry.actor) for entry in client.audit(action="queue.")}
+    actors = {(entry.action, entry.actor) for entry in client.audit.list(action="queue.")}
     assert actors == {("queue.pause", f"web:{token_user}"), ("queue.resume", f"web:{token_user}")}
     assert errors == []  # no script blocked by the CSP, no failed refresh
 

@@ -15,7 +15,7 @@ import jobsup
 @pytest.mark.parametrize(
     "read",
     [
-        lambda client: client.overview(),
+        lambda client: client.queues.overview(),
         lambda client: client.jobs_page(name="no-such-job"),
         lambda client: client.jobs_page(queue="default", status="pending"),
     ],

@@ -100,7 +100,7 @@ def test_a_cross_site_post_is_refused_and_a_same_site_one_with_its_token_accepte
         done = http.post(action, data={"csrf": token, "back": f"/jobs/{job_id}"}, follow_redirects=False)
         assert done.status_code == 303 and done.headers["location"].startswith(f"/jobs/{job_id}?msg=")
     assert client.get(job_id).status == "cancelled"  # type: ignore[union-attr]
-    (entry,) = client.audit(action="job.cancel")
+    (entry,) = client.audit.list(action="job.cancel")
     assert entry.actor == "web:alice" and entry.job_ids == (job_id,)
 
 
@@ -131,16 +131,16 @@ def sealed_job(url: str, client: jobsup.Client, monkeypatch: pytest.MonkeyPatch)
     client.add_recurring("sealed-nightly", job="sealed-app", cron="0 3 * * *", payload={"to": "p", "token": SECRET})
     workflow = jobsup.Workflow("sealed-flow")
     workflow.add("sealed-app", {"to": "w", "token": SECRET}, step="call")
-    client.enqueue_workflow(workflow)
-    client.enqueue_batch([{"name": "sealed-app", "payload": {"to": "b", "token": SECRET}}], name="sealed-batch")
+    client.workflows.enqueue(workflow)
+    client.batches.enqueue([{"name": "sealed-app", "payload": {"to": "b", "token": SECRET}}], name="sealed-batch")
     return job_id
 
 
 def test_a_sensitive_value_is_absent_from_every_page_and_response(
     url: str, sealed_job: int, client: jobsup.Client
 ) -> None:
-    [flow] = client.list_workflows()
-    [group] = client.list_batches()
+    [flow] = client.workflows.list()
+    [group] = client.batches.list()
     details = (f"/jobs/{sealed_job}", f"/workflows/{flow.id}", f"/batches/{group.id}")
     with web(url) as http:
         log_in(http)
@@ -397,7 +397,7 @@ def test_mounted_under_a_prefix_with_the_host_app_s_identity(url: str, client: j
         )
         assert done.status_code == 303 and done.headers["location"].startswith("/ops/queues?msg=")
         assert http.get("/ops/api/v1/queues").json()[0]["state"] == "paused"
-    assert client.audit(action="queue.pause")[0].actor == "web:carol"
+    assert client.audit.list(action="queue.pause")[0].actor == "web:carol"
 
 
 def test_the_dashboard_command_refuses_a_public_address_without_credentials(sqlite_url: str) -> None:
@@ -438,7 +438,7 @@ def test_a_host_identity_claiming_bearer_still_needs_the_csrf_token(url: str, cl
         # A browser with the host app's session cookie sends no Authorization header.
         refused = http.post("/actions/queues/mail/pause", data={"back": "/queues"}, follow_redirects=False)
         assert refused.status_code == 403
-    assert client.queues()[0]["state"] != "paused"
+    assert client.queues.list()[0]["state"] != "paused"
 
 
 def test_logout_ends_the_session_on_the_server(url: str) -> None:

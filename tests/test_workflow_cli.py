@@ -19,7 +19,7 @@ def test_a_workflow_listed_shown_cancelled_and_retried(client: jobsup.Client, ur
     flow = jobsup.Workflow("nightly")
     extract = flow.add("a", step="extract")
     flow.add("a", step="load", deps=extract)
-    workflow_id = client.enqueue_workflow(flow, allow_unknown=True)
+    workflow_id = client.workflows.enqueue(flow, allow_unknown=True)
 
     code, out = cli(url, "workflows", "list", "--json")
     assert code == 0
@@ -29,17 +29,17 @@ def test_a_workflow_listed_shown_cancelled_and_retried(client: jobsup.Client, ur
 
     code, out = cli(url, "workflows", "cancel", str(workflow_id), "--actor", "ops")
     assert code == 0
-    assert client.get_workflow(workflow_id).status == "cancelled"  # type: ignore[union-attr]
+    assert client.workflows.get(workflow_id).status == "cancelled"  # type: ignore[union-attr]
     code, out = cli(url, "workflows", "retry", str(workflow_id), "--actor", "ops")
     assert code == 0
-    assert client.get_workflow(workflow_id).status == "running"  # type: ignore[union-attr]
+    assert client.workflows.get(workflow_id).status == "running"  # type: ignore[union-attr]
 
     code, out = cli(url, "workflows", "show", "999")
     assert code == 1 and out.strip() == "jobsup: no workflow with id 999"
 
 
 def test_a_batch_listed_shown_and_cancelled(client: jobsup.Client, url: str) -> None:
-    batch_id = client.enqueue_batch([{"name": "a"}] * 3, name="mail-out", allow_unknown=True)
+    batch_id = client.batches.enqueue([{"name": "a"}] * 3, name="mail-out", allow_unknown=True)
     fail(client, claim(client, "w1", limit=1)[0], kind="discarded")
 
     code, out = cli(url, "batches", "list", "--unfinished")
@@ -49,6 +49,6 @@ def test_a_batch_listed_shown_and_cancelled(client: jobsup.Client, url: str) -> 
 
     code, out = cli(url, "batches", "cancel", str(batch_id))
     assert code == 0 and "cancelled 2 children" in out
-    assert client.get_batch(batch_id).status == "cancelled"  # type: ignore[union-attr]
+    assert client.batches.get(batch_id).status == "cancelled"  # type: ignore[union-attr]
     code, out = cli(url, "batches", "list", "--unfinished")
     assert code == 0 and "mail-out" not in out

@@ -26,7 +26,7 @@ def ran(record: Path, job_id: int) -> list[dict[str, Any]]:
 
 
 def finished(client: jobsup.Client, workflow_id: int) -> jobsup.WorkflowInfo | None:
-    info = client.get_workflow(workflow_id)
+    info = client.workflows.get(workflow_id)
     return info if info is not None and info.status != "running" else None
 
 
@@ -39,7 +39,7 @@ def test_a_workflow_runs_on_a_supervisor_and_each_step_sees_its_upstream(
     right = wf.add("step", {"fail": True}, step="right", deps=[extract], max_attempts=1)
     wf.add("step", step="report", deps=[left, right], on_failure="run")
     wf.add("step", step="after-right", deps=[right])
-    workflow_id = client.enqueue_workflow(wf)
+    workflow_id = client.workflows.enqueue(wf)
     start("--queue", "default=2")
     info = wait_until(lambda: finished(client, workflow_id), timeout=60, what="the workflow to finish")
     by_name = {s.name: s for s in info.steps}
@@ -63,7 +63,7 @@ def test_a_workflow_factory_starts_its_workflow_once_per_job(client: jobsup.Clie
     result = client.get(starter).result  # type: ignore[union-attr]
     info = wait_until(lambda: finished(client, result["workflow_id"]), timeout=60, what="the workflow")
     assert info.status == "succeeded" and [s.name for s in info.steps] == ["extract", "report"]
-    assert len(client.list_workflows()) == 1
+    assert len(client.workflows.list()) == 1
     assert client.get(info.steps[1].job_id).result == "report for 2026-12-01"  # type: ignore[union-attr]
 
 
@@ -80,9 +80,10 @@ def test_batches_and_triggers_fire_exactly_once_under_four_competing_supervisors
     client: jobsup.Client, start: Any, record: Path, url: str
 ) -> None:
     small = [
-        client.enqueue_batch([{"name": "step"}] * 10, on_complete="callback", on_success="callback") for _ in range(20)
+        client.batches.enqueue([{"name": "step"}] * 10, on_complete="callback", on_success="callback")
+        for _ in range(20)
     ]
-    large = client.enqueue_batch([{"name": "step"}] * 2000, on_complete="callback")
+    large = client.batches.enqueue([{"name": "step"}] * 2000, on_complete="callback")
     parents = client.enqueue_many(
         [{"name": "step", "then": [jobsup.Trigger("callback", on="succeeded")]} for _ in range(200)]
     )
@@ -117,7 +118,7 @@ def test_a_kill_between_a_childs_settle_and_its_callback_loses_nothing(
     # PostgreSQL only: SQLite fires the callback in the settle's own transaction, so it has
     # no such window.
     client = jobsup.Client(postgres_url)
-    batch_id = client.enqueue_batch([{"name": "step"}], on_complete="callback")
+    batch_id = client.batches.enqueue([{"name": "step"}], on_complete="callback")
     (child,) = [j.id for j in client.list_jobs() if j.name == "step"]
     # The worker hangs in its look after the settle committed; the test kills it there.
     supervisor = Supervisor(

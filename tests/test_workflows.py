@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 
 import jobsup
-import jobsup.client_groups
+import jobsup.client.batches
 from jobsup.store.rows import CANCELLED
 from jobsup.store.schema import batch, job, job_dependency, workflow
 
@@ -19,7 +19,7 @@ from helpers import claim, claim_one, fail, succeed, wait_until
 
 
 def statuses(client: jobsup.Client, workflow_id: int) -> dict[str, str]:
-    info = client.get_workflow(workflow_id)
+    info = client.workflows.get(workflow_id)
     assert info is not None
     return {step.name: step.status for step in info.steps}
 
@@ -52,7 +52,7 @@ def diamond(on_failure: str = "cancel") -> jobsup.Workflow:
 
 
 def test_a_diamond_runs_each_step_after_its_dependencies_and_passes_results(client: jobsup.Client) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     assert statuses(client, workflow_id) == {
         "extract": "pending",
         "clean": "waiting",
@@ -68,7 +68,7 @@ def test_a_diamond_runs_each_step_after_its_dependencies_and_passes_results(clie
             succeed(client, [c], result=f'"{step} done"')
     assert order[0] == "extract" and order[1] == "clean" and order[-1] == "report"
     assert set(order[2:4]) == {"load-a", "load-b"}
-    info = client.get_workflow(workflow_id)
+    info = client.workflows.get(workflow_id)
     assert info is not None and info.status == "succeeded"
     report = next(step for step in info.steps if step.name == "report")
     assert report.depends_on == ("load-a", "load-b")
@@ -76,7 +76,7 @@ def test_a_diamond_runs_each_step_after_its_dependencies_and_passes_results(clie
 
 
 def test_a_failed_step_cancels_its_dependents_transitively_with_the_reason(client: jobsup.Client) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     succeed(client, [claim_one(client)])  # extract
     first = claim_one(client)  # clean
     assert fail(client, first, kind="discarded", error="E: bad rows") == "dead_lettered"
@@ -87,7 +87,7 @@ def test_a_failed_step_cancels_its_dependents_transitively_with_the_reason(clien
         "load-b": "cancelled",
         "report": "cancelled",
     }
-    info = client.get_workflow(workflow_id)
+    info = client.workflows.get(workflow_id)
     assert info is not None and info.status == "failed"
     report = client.get(next(s.job_id for s in info.steps if s.name == "report"))
     assert report is not None and "did not succeed" in (report.last_error or "")
@@ -95,7 +95,7 @@ def test_a_failed_step_cancels_its_dependents_transitively_with_the_reason(clien
 
 
 def test_a_run_policy_runs_the_step_when_a_dependency_failed(client: jobsup.Client) -> None:
-    workflow_id = client.enqueue_workflow(diamond(on_failure="run"))
+    workflow_id = client.workflows.enqueue(diamond(on_failure="run"))
     succeed(client, [claim_one(client)])  # extract
     succeed(client, [claim_one(client)])  # clean
     loads = claim(client, "w1", limit=10)
@@ -106,11 +106,11 @@ def test_a_run_policy_runs_the_step_when_a_dependency_failed(client: jobsup.Clie
     report = claim_one(client)
     assert client.get(report.id).step == "report"  # type: ignore[union-attr]
     succeed(client, [report])
-    assert client.get_workflow(workflow_id).status == "failed"  # type: ignore[union-attr]
+    assert client.workflows.get(workflow_id).status == "failed"  # type: ignore[union-attr]
 
 
 def test_a_retry_with_attempts_left_keeps_dependents_waiting(client: jobsup.Client) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     first = claim_one(client)
     assert fail(client, first, retry_in=0) == "pending"
     assert statuses(client, workflow_id)["clean"] == "waiting"
@@ -122,11 +122,11 @@ def test_a_workflow_in_a_rolled_back_transaction_leaves_nothing(client: jobsup.C
     engine = client.database.engine
     with engine.connect() as conn:
         transaction = conn.begin()
-        client.enqueue_workflow(diamond(), connection=conn)
+        client.workflows.enqueue(diamond(), connection=conn)
         transaction.rollback()
     assert (count(client, job), count(client, workflow), count(client, job_dependency)) == (0, 0, 0)
     with engine.connect() as conn, conn.begin():
-        workflow_id = client.enqueue_workflow(diamond(), connection=conn)
+        workflow_id = client.workflows.enqueue(diamond(), connection=conn)
     assert len(statuses(client, workflow_id)) == 5
 
 
@@ -145,7 +145,7 @@ def test_bad_workflows_are_refused_and_nothing_is_written(client: jobsup.Client,
     wf = jobsup.Workflow("bad")
     with pytest.raises(jobsup.BadInput, match=message):
         build(wf)
-        client.enqueue_workflow(wf)
+        client.workflows.enqueue(wf)
     assert (count(client, job), count(client, workflow)) == (0, 0)
 
 
@@ -154,7 +154,7 @@ def test_a_step_of_an_unknown_job_is_refused(client: jobsup.Client) -> None:
     wf.add("a")
     wf.add("no-such-job", deps=["a"])
     with pytest.raises(jobsup.UnknownJob, match="no-such-job"):
-        client.enqueue_workflow(wf)
+        client.workflows.enqueue(wf)
     assert count(client, job) == 0
 
 
@@ -164,7 +164,7 @@ def test_a_dead_letter_retry_of_a_step_makes_its_waiting_dependents_wait_for_it_
     wf = jobsup.Workflow("retried")
     first, second = wf.add("a", step="first"), wf.add("a", step="second")
     wf.add("report", deps=[first, second])  # a single Step or name is taken as well as a list
-    workflow_id = client.enqueue_workflow(wf)
+    workflow_id = client.workflows.enqueue(wf)
     one, two = claim(client, "w1", limit=2)
     fail(client, one, kind="discarded")
     assert client.dead_letters.retry(one.id)
@@ -180,25 +180,25 @@ def test_a_single_dependency_need_not_be_a_list(client: jobsup.Client) -> None:
     wf = jobsup.Workflow("single")
     wf.add("b", deps=wf.add("a", step="first"))
     wf.add("x", deps="first")
-    assert statuses(client, client.enqueue_workflow(wf)) == {"first": "pending", "b": "waiting", "x": "waiting"}
+    assert statuses(client, client.workflows.enqueue(wf)) == {"first": "pending", "b": "waiting", "x": "waiting"}
 
 
 def test_a_workflow_key_enqueues_it_once(client: jobsup.Client) -> None:
-    first = client.enqueue_workflow(diamond(), key="etl-2026-12-01")
-    assert client.enqueue_workflow(diamond(), key="etl-2026-12-01") == first
+    first = client.workflows.enqueue(diamond(), key="etl-2026-12-01")
+    assert client.workflows.enqueue(diamond(), key="etl-2026-12-01") == first
     assert count(client, job) == 5
 
 
 def test_cancel_ends_every_unfinished_step_and_retry_reruns_failed_and_cancelled(client: jobsup.Client) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     succeed(client, [claim_one(client)])  # extract
     running = claim_one(client)  # clean
-    assert client.cancel_workflow(workflow_id) == 4  # three waiting steps ended, the running one asked
+    assert client.workflows.cancel(workflow_id) == 4  # three waiting steps ended, the running one asked
     with pytest.raises(jobsup.BadInput, match="still running"):
-        client.retry_workflow(workflow_id)  # the step asked to stop may still run: not reopened beside itself
+        client.workflows.retry(workflow_id)  # the step asked to stop may still run: not reopened beside itself
     assert fail(client, running, kind=CANCELLED) == "cancelled"  # its worker stopped it
-    assert client.get_workflow(workflow_id).status == "cancelled"  # type: ignore[union-attr]
-    retried = client.retry_workflow(workflow_id)
+    assert client.workflows.get(workflow_id).status == "cancelled"  # type: ignore[union-attr]
+    retried = client.workflows.retry(workflow_id)
     assert len(retried) == 4
     assert statuses(client, workflow_id) == {
         "extract": "succeeded",
@@ -212,13 +212,13 @@ def test_cancel_ends_every_unfinished_step_and_retry_reruns_failed_and_cancelled
     assert client.store.transitions.renew([again.lease], lease=60.0).cancel_requested == set()
     succeed(client, [again])
     run_all(client)
-    assert client.get_workflow(workflow_id).status == "succeeded"  # type: ignore[union-attr]
+    assert client.workflows.get(workflow_id).status == "succeeded"  # type: ignore[union-attr]
 
 
 def test_retry_of_a_running_workflow_is_refused(client: jobsup.Client) -> None:
-    workflow_id = client.enqueue_workflow(diamond())
+    workflow_id = client.workflows.enqueue(diamond())
     with pytest.raises(jobsup.BadInput, match="still running"):
-        client.retry_workflow(workflow_id)
+        client.workflows.retry(workflow_id)
 
 
 def test_a_long_chain_enqueues_with_only_its_first_step_pending(client: jobsup.Client) -> None:
@@ -226,8 +226,8 @@ def test_a_long_chain_enqueues_with_only_its_first_step_pending(client: jobsup.C
     previous = wf.add("a", step="s0")
     for index in range(1, 2000):
         previous = wf.add("a", step=f"s{index}", deps=[previous])
-    workflow_id = client.enqueue_workflow(wf)
-    info = client.get_workflow(workflow_id)
+    workflow_id = client.workflows.enqueue(wf)
+    info = client.workflows.get(workflow_id)
     assert info is not None and info.counts["waiting"] == 1999 and info.counts["pending"] == 1
 
 
@@ -292,8 +292,8 @@ def callbacks(client: jobsup.Client) -> list[jobsup.Job]:
 
 def test_a_batch_fires_its_callbacks_once_when_the_last_child_ends(client: jobsup.Client) -> None:
     children = [{"name": "a", "payload": i} for i in range(5)]
-    batch_id = client.enqueue_batch(children, on_complete=("report", {"to": "ops"}), on_failure="cleanup")
-    info = client.get_batch(batch_id)
+    batch_id = client.batches.enqueue(children, on_complete=("report", {"to": "ops"}), on_failure="cleanup")
+    info = client.batches.get(batch_id)
     assert info is not None and (info.status, info.total, info.counts["pending"]) == ("running", 5, 5)
     claimed = claim(client, "w1", limit=5)
     succeed(client, claimed[:3])
@@ -306,7 +306,7 @@ def test_a_batch_fires_its_callbacks_once_when_the_last_child_ends(client: jobsu
     assert report.payload["to"] == "ops"
     assert report.payload["batch"]["id"] == batch_id
     assert {k: v for k, v in report.payload["batch"]["counts"].items() if v} == {"succeeded": 4, "dead_lettered": 1}
-    info = client.get_batch(batch_id)
+    info = client.batches.get(batch_id)
     assert info is not None and info.status == "failed" and info.finished_at is not None
     assert client.store.transitions.batches.finish_if_done(batch_id) is False  # fired once, never again
     assert client.store.transitions.batches.sweep() == 0
@@ -314,7 +314,7 @@ def test_a_batch_fires_its_callbacks_once_when_the_last_child_ends(client: jobsu
 
 
 def test_an_open_batch_takes_children_until_closed_then_fires(client: jobsup.Client) -> None:
-    batch = client.open_batch(on_success="report")
+    batch = client.batches.open(on_success="report")
     batch.add([{"name": "a"}])
     succeed(client, [claim_one(client)])
     assert callbacks(client) == []  # open: more may come
@@ -324,11 +324,11 @@ def test_an_open_batch_takes_children_until_closed_then_fires(client: jobsup.Cli
         batch.add([{"name": "a"}])
     succeed(client, claim(client, "w1", limit=10))
     assert [j.name for j in callbacks(client)] == ["report"]
-    assert client.get_batch(batch.id).total == 3  # type: ignore[union-attr]
+    assert client.batches.get(batch.id).total == 3  # type: ignore[union-attr]
 
 
 def test_closing_a_batch_whose_children_all_ended_fires_it(client: jobsup.Client) -> None:
-    batch = client.open_batch(on_complete="report")
+    batch = client.batches.open(on_complete="report")
     batch.add([{"name": "a"}])
     succeed(client, [claim_one(client)])
     batch.close()
@@ -338,7 +338,7 @@ def test_closing_a_batch_whose_children_all_ended_fires_it(client: jobsup.Client
 def test_a_batch_closed_in_the_callers_transaction_fires_when_its_children_have_ended(
     client: jobsup.Client,
 ) -> None:
-    batch = client.open_batch(on_complete="report")
+    batch = client.batches.open(on_complete="report")
     batch.add([{"name": "a"}])
     succeed(client, [claim_one(client)])
     with client.database.engine.connect() as conn, conn.begin():
@@ -347,16 +347,16 @@ def test_a_batch_closed_in_the_callers_transaction_fires_when_its_children_have_
 
 
 def test_cancelling_a_batch_cancels_its_children_and_fires_on_failure(client: jobsup.Client) -> None:
-    batch_id = client.enqueue_batch([{"name": "a"}] * 3, on_success="report", on_failure="cleanup")
+    batch_id = client.batches.enqueue([{"name": "a"}] * 3, on_success="report", on_failure="cleanup")
     succeed(client, [claim_one(client)])
-    assert client.cancel_batch(batch_id) == 2
-    info = client.get_batch(batch_id)
+    assert client.batches.cancel(batch_id) == 2
+    info = client.batches.get(batch_id)
     assert info is not None and info.status == "cancelled"
     assert [j.name for j in callbacks(client)] == ["cleanup"]
 
 
 def test_the_sweep_fires_a_batch_whose_last_settle_did_not(client: jobsup.Client) -> None:
-    batch_id = client.enqueue_batch([{"name": "a"}], on_complete="report")
+    batch_id = client.batches.enqueue([{"name": "a"}], on_complete="report")
     # The state a settle leaves when its process dies between its commit and its look.
     with client.database.transaction() as conn:
         conn.execute(job.update().values(status="succeeded", finished_at=func.now()))
@@ -364,21 +364,21 @@ def test_the_sweep_fires_a_batch_whose_last_settle_did_not(client: jobsup.Client
     assert client.store.transitions.batches.sweep() == 1
     assert [j.name for j in callbacks(client)] == ["report"]
     assert client.store.transitions.batches.sweep() == 0
-    assert client.get_batch(batch_id).status == "succeeded"  # type: ignore[union-attr]
+    assert client.batches.get(batch_id).status == "succeeded"  # type: ignore[union-attr]
 
 
 def test_bad_batches_are_refused_and_nothing_is_written(client: jobsup.Client, monkeypatch: Any) -> None:
     with pytest.raises(jobsup.UnknownJob, match="nobody-defines-this"):
-        client.enqueue_batch([{"name": "a"}], on_complete="nobody-defines-this")
+        client.batches.enqueue([{"name": "a"}], on_complete="nobody-defines-this")
     with pytest.raises(jobsup.BadInput, match="payload is a mapping"):
-        client.enqueue_batch([{"name": "a"}], on_complete=("report", [1, 2]))
+        client.batches.enqueue([{"name": "a"}], on_complete=("report", [1, 2]))
     with pytest.raises(jobsup.BadInput, match=r"children\[1\]"):
-        client.enqueue_batch([{"name": "a"}, {"payload": 1}], on_complete="report")
-    monkeypatch.setattr(jobsup.client_groups, "MAX_BATCH", 3)
+        client.batches.enqueue([{"name": "a"}, {"payload": 1}], on_complete="report")
+    monkeypatch.setattr(jobsup.client.batches, "MAX_BATCH", 3)
     with pytest.raises(jobsup.BadInput, match="at most 3 children"):
-        client.enqueue_batch([{"name": "a"}] * 4, on_complete="report")
+        client.batches.enqueue([{"name": "a"}] * 4, on_complete="report")
     with pytest.raises(jobsup.BadInput, match=r"children\[0\]: a batch's child cannot have a unique_key"):
-        client.enqueue_batch([{"name": "a", "unique_key": "k"}], on_complete="report")
+        client.batches.enqueue([{"name": "a", "unique_key": "k"}], on_complete="report")
     assert (count(client, job), count(client, batch)) == (0, 0)
 
 
@@ -392,7 +392,7 @@ def test_retention_deletes_a_workflow_only_once_every_step_is_past_its_age(clien
     wf = jobsup.Workflow("short")
     first = wf.add("a", step="first")
     wf.add("a", step="second", deps=[first])
-    workflow_id = client.enqueue_workflow(wf)
+    workflow_id = client.workflows.enqueue(wf)
     plain = client.enqueue("a")
     succeed(client, claim(client, "w1", limit=10))  # first, plain
     retention = client.store.retention
@@ -405,19 +405,19 @@ def test_retention_deletes_a_workflow_only_once_every_step_is_past_its_age(clien
     assert retention.purge_groups(AGES, now=later) == 0  # dead letters are kept 7 days
     assert len(statuses(client, workflow_id)) == 2
     assert retention.purge_groups(AGES, now=later + timedelta(days=6)) == 2
-    assert client.get_workflow(workflow_id) is None
+    assert client.workflows.get(workflow_id) is None
     assert (count(client, job), count(client, workflow), count(client, job_dependency)) == (0, 0, 0)
 
 
 def test_retention_deletes_a_finished_batch_with_its_children(client: jobsup.Client) -> None:
-    batch_id = client.enqueue_batch([{"name": "a"}] * 3, on_complete="report")
-    open_batch = client.open_batch(on_complete="report")
+    batch_id = client.batches.enqueue([{"name": "a"}] * 3, on_complete="report")
+    open_batch = client.batches.open(on_complete="report")
     open_batch.add([{"name": "b"}])
     succeed(client, claim(client, "w1", limit=10))  # the children, not yet the callback
     later = datetime.now(UTC) + timedelta(days=2)
     assert client.store.retention.purge_groups(AGES, batch=2, now=later) == 3
-    assert client.get_batch(batch_id) is None
-    assert client.get_batch(open_batch.id) is not None  # open: never finished, kept
+    assert client.batches.get(batch_id) is None
+    assert client.batches.get(open_batch.id) is not None  # open: never finished, kept
     assert {j.name for j in client.list_jobs()} == {"report", "b"}
 
 
@@ -427,7 +427,7 @@ def test_the_last_two_children_ending_at_once_fire_the_batch_without_the_sweep(p
     # saw A still running: A's settle skips B, looks again after its commit, waits for B's
     # transaction to end, and fires. Without that second look only the sweep would.
     client = jobsup.Client(postgres_url)
-    batch_id = client.enqueue_batch([{"name": "a"}, {"name": "a"}], on_complete="report")
+    batch_id = client.batches.enqueue([{"name": "a"}, {"name": "a"}], on_complete="report")
     first, second = claim(client, "w1", limit=2)
     other_host = client.database.engine.connect()
     other = other_host.begin()
@@ -440,5 +440,5 @@ def test_the_last_two_children_ending_at_once_fire_the_batch_without_the_sweep(p
     other_host.close()
     settled.join(10)
     assert [j.name for j in callbacks(client)] == ["report"]
-    assert client.get_batch(batch_id).status == "succeeded"  # type: ignore[union-attr]
+    assert client.batches.get(batch_id).status == "succeeded"  # type: ignore[union-attr]
     client.close()

@@ -19,7 +19,7 @@ SHOWN_IDS = 5  # job ids shown per row in the table (--json has them all)
 @with_target
 def audit(target: Target, since: str | None, actor: str | None, action: str | None, limit: int, as_json: bool) -> None:
     """Operator actions, newest first: who did what, to which queue, schedule or jobs."""
-    entries = target.client().audit(since=since, actor=actor, action=action, limit=limit)
+    entries = target.client().audit.list(since=since, actor=actor, action=action, limit=limit)
     if as_json:
         emit_json([entry.to_dict() for entry in entries])
         return

@@ -27,7 +27,7 @@ def batches() -> None:
 @with_target
 def batches_list(target: Target, unfinished: bool, limit: int, as_json: bool) -> None:
     """Batches, newest first, with their children's counts by status."""
-    found = target.client().list_batches(unfinished=unfinished, limit=limit)
+    found = target.client().batches.list(unfinished=unfinished, limit=limit)
     if as_json:
         emit_json([b.to_dict() for b in found])
         return
@@ -41,7 +41,7 @@ def batches_list(target: Target, unfinished: bool, limit: int, as_json: bool) ->
 @with_target
 def batches_show(target: Target, batch_id: int, as_json: bool) -> None:
     """One batch: its children's counts and its callbacks."""
-    found = target.client().get_batch(batch_id)
+    found = target.client().batches.get(batch_id)
     if found is None:
         raise NotFound(f"no batch with id {batch_id}")
     fields = found.to_dict()
@@ -59,7 +59,7 @@ def batches_show(target: Target, batch_id: int, as_json: bool) -> None:
 @with_target
 def batches_cancel(target: Target, batch_id: int, actor: str | None) -> None:
     """Cancel every unfinished child; the callbacks then fire with the counts."""
-    count = target.client().cancel_batch(batch_id, actor=actor)
+    count = target.client().batches.cancel(batch_id, actor=actor)
     click.echo(f"cancelled {count} children of batch {batch_id} (a running one ends once its worker stops it)")
 
 
@@ -87,10 +87,10 @@ def batches_enqueue(target: Target, children: Path, callback_payload: str | None
     progress: Any = click.progressbar(length=len(specs), label="enqueuing", file=sys.stderr)
     client = target.client()
     with progress as bar:
-        batch_id = client.enqueue_batch(
+        batch_id = client.batches.enqueue(
             specs, name=given["name"], allow_unknown=given["allow_unknown"], progress=bar.update, **callbacks
         )
-    client._audit(who, "batch.enqueue", target=f"batch:{batch_id}", job_count=len(specs))
+    client.audit.record(who, "batch.enqueue", target=f"batch:{batch_id}", job_count=len(specs))
     emit_json({"id": batch_id, "children": len(specs)}) if as_json else click.echo(batch_id)
 
 

@@ -18,7 +18,7 @@ def breaker() -> None:
 @with_target
 def breaker_list(target: Target, as_json: bool) -> None:
     """Every job type's breaker that has counted a failure: its state, failures, and when it lets a probe through."""
-    rows = target.client().breakers()
+    rows = target.client().breakers.list()
     if as_json:
         emit_json(rows)
         return
@@ -42,9 +42,9 @@ def breaker_list(target: Target, as_json: bool) -> None:
 def breaker_reset(target: Target, name: str, actor: str | None) -> None:
     """Close NAME's breaker now: its jobs are claimed again and its failure count starts from zero."""
     client = target.client()
-    if client.reset_breaker(name, actor=actor):
+    if client.breakers.reset(name, actor=actor):
         click.echo(f"closed the breaker of {name}")
-    elif name not in {row["name"] for row in client.breakers()}:
+    elif name not in {row["name"] for row in client.breakers.list()}:
         raise NotFound(f"no breaker for {name!r}: its job type has no breaker, or has never failed")
     else:
         click.echo(f"the breaker of {name} was closed already")

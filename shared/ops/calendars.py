@@ -34,7 +34,7 @@ def calendars_add(
     target: Target, name: str, rules: tuple[str, ...], timezone: str, actor: str | None, as_json: bool
 ) -> None:
     """Add or replace calendar NAME."""
-    added = target.client().add_calendar(name, _rules(rules), timezone=timezone, actor=actor)
+    added = target.client().calendars.add(name, _rules(rules), timezone=timezone, actor=actor)
     if as_json:
         emit_json(added)
     else:
@@ -46,7 +46,7 @@ def calendars_add(
 @with_target
 def calendars_list(target: Target, as_json: bool) -> None:
     """Every calendar."""
-    rows = target.client().calendars()
+    rows = target.client().calendars.list()
     if as_json:
         emit_json(rows)
         return
@@ -63,7 +63,7 @@ def calendars_list(target: Target, as_json: bool) -> None:
 @with_target
 def calendars_show(target: Target, name: str, as_json: bool) -> None:
     """Calendar NAME and its rules."""
-    found = [row for row in target.client().calendars() if row["name"] == name]
+    found = [row for row in target.client().calendars.list() if row["name"] == name]
     if not found:
         raise NotFound(f"no calendar named {name!r}")
     if as_json:
@@ -80,7 +80,7 @@ def calendars_show(target: Target, name: str, as_json: bool) -> None:
 @with_target
 def calendars_remove(target: Target, name: str, actor: str | None) -> None:
     """Delete calendar NAME (refused while a schedule names it)."""
-    if not target.client().remove_calendar(name, actor=actor):
+    if not target.client().calendars.remove(name, actor=actor):
         raise NotFound(f"no calendar named {name!r}")
     click.echo(f"removed calendar {name}")
 

@@ -31,7 +31,7 @@ def definitions_list(target: Target, as_json: bool) -> None:
     if as_json:
         emit_json([d.to_dict() for d in found])
         return
-    states = {row["name"]: row["state"] for row in client.breakers()}
+    states = {row["name"]: row["state"] for row in client.breakers.list()}
     emit_table(
         ["name", "queue", "attempts", "timeout", "priority", "breaker", "declared by", "declared", "disagreement"],
         [
@@ -114,7 +114,6 @@ def definitions_sync(target: Target, apps: tuple[str, ...]) -> None:
 
     import_apps(apps)
     client = target.client()
-    client._ready()
     types = registered_types()
     for name, (jobs, reasons) in client.store.definitions.incompatible(types).items():
         said = "; ".join(f"{count} jobs: {reason}" for reason, count in reasons.most_common())

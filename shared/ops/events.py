@@ -20,7 +20,7 @@ def events() -> None:
 @with_target
 def events_parked(target: Target, limit: int, as_json: bool) -> None:
     """Parked events, oldest first: no relay delivers them until they are retried."""
-    rows = target.client().parked_events(limit=limit)
+    rows = target.client().events.parked(limit=limit)
     if as_json:
         emit_json(rows)
         return
@@ -58,7 +58,7 @@ def _report(done: list[int], asked: list[int] | None, verb: str) -> None:
 def events_retry(target: Target, ids: tuple[int, ...], everything: bool, actor: str | None) -> None:
     """Deliver parked events again (after whatever their job announced since they parked)."""
     asked = _chosen(ids, everything)
-    _report(target.client().retry_events(asked, actor=actor), asked, "retried")
+    _report(target.client().events.retry(asked, actor=actor), asked, "retried")
 
 
 @events.command("discard")
@@ -69,4 +69,4 @@ def events_retry(target: Target, ids: tuple[int, ...], everything: bool, actor: 
 def events_discard(target: Target, ids: tuple[int, ...], everything: bool, actor: str | None) -> None:
     """Delete parked events without delivering them."""
     asked = _chosen(ids, everything)
-    _report(target.client().discard_events(asked, actor=actor), asked, "discarded")
+    _report(target.client().events.discard(asked, actor=actor), asked, "discarded")

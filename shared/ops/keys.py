@@ -45,7 +45,6 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
     who = actor_of(actor)
     ring = required_keyring("keys rotate re-seals rows under the newest key")
     client = target.client()
-    client._ready()
     sealed = client.store.sealed
     rotation = Rotation()
     # As published (`jobsup start`, `definitions sync`): what this process registers may be older.
@@ -63,7 +62,7 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
             sealed.rotate_schedules(ring, rotation, sensitive)
     except BaseException:  # the rows re-sealed before an error stopped it are recorded
         detail = {"key": ring.newest, "resealed": rotation.resealed, "sealed": rotation.sealed}
-        client._audit(who, "keys.rotate", target=ring.newest, outcome="failed", detail=detail)
+        client.audit.record(who, "keys.rotate", target=ring.newest, outcome="failed", detail=detail)
         raise
     # Rows an enqueuer still configured with the old key first wrote behind the cursor.
     left = sealed.older_than_newest(ring) - len(rotation.failed)
@@ -81,7 +80,7 @@ def keys_rotate(target: Target, actor: str | None, as_json: bool) -> None:
         "sealed": rotation.sealed,
         "not_resealed": len(rotation.failed),
     }
-    client._audit(who, "keys.rotate", target=ring.newest, outcome=outcome, detail=detail)
+    client.audit.record(who, "keys.rotate", target=ring.newest, outcome=outcome, detail=detail)
     if as_json:
         emit_json(summary)
     else:

@@ -21,7 +21,7 @@ def queues() -> None:
 @with_target
 def queues_pause(target: Target, queue: str, reason: str | None, force: bool, actor: str | None) -> None:
     """Stop every instance from claiming jobs of QUEUE; running jobs finish, enqueueing goes on."""
-    if target.client().pause_queue(queue, reason=reason, actor=actor, allow_unknown=force):
+    if target.client().queues.pause(queue, reason=reason, actor=actor, allow_unknown=force):
         click.echo(f"paused queue {queue}")
     else:
         click.echo(f"queue {queue} was paused already")
@@ -33,7 +33,7 @@ def queues_pause(target: Target, queue: str, reason: str | None, force: bool, ac
 @with_target
 def queues_resume(target: Target, queue: str, actor: str | None) -> None:
     """Let every instance claim jobs of QUEUE again."""
-    if target.client().resume_queue(queue, actor=actor):
+    if target.client().queues.resume(queue, actor=actor):
         click.echo(f"resumed queue {queue}")
     else:
         click.echo(f"queue {queue} was not paused")
@@ -44,7 +44,7 @@ def queues_resume(target: Target, queue: str, actor: str | None) -> None:
 @with_target
 def queues_list(target: Target, as_json: bool) -> None:
     """Every known queue: pending and running jobs, and whether it is paused, why, by whom, since when."""
-    rows = target.client().queues()
+    rows = target.client().queues.list()
     if as_json:
         emit_json(rows)
         return

@@ -13,7 +13,7 @@ from jobsup.ops.tables import age, emit_json, emit_table
 @with_target
 def workers(target: Target, as_json: bool) -> None:
     """Supervisors and workers of every instance, with their current job."""
-    rows = target.client().workers()
+    rows = target.client().workers.list()
     if as_json:
         emit_json(rows)
         return
@@ -30,7 +30,7 @@ def workers(target: Target, as_json: bool) -> None:
 @with_target
 def stats(target: Target, window: str, as_json: bool) -> None:
     """Per queue: pending, running, succeeded, dead-lettered, oldest pending age, throughput."""
-    rows = target.client().stats(window=window)
+    rows = target.client().queues.stats(window=window)
     if as_json:
         emit_json(rows)
         return

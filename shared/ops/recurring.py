@@ -67,7 +67,7 @@ def recurring_add(target: Target, name: str, payload: str | None, as_json: bool,
 @with_target
 def recurring_list(target: Target, as_json: bool) -> None:
     """Every schedule."""
-    schedules = target.client().list_recurring()
+    schedules = target.client().schedules.list()
     if as_json:
         emit_json([schedule.to_dict() for schedule in schedules])
         return
@@ -105,13 +105,13 @@ def _calendar(s: RecurringSchedule) -> str:
 @with_target
 def recurring_remove(target: Target, name: str, actor: str | None) -> None:
     """Delete schedule NAME."""
-    if not target.client().remove_recurring(name, actor=actor):
+    if not target.client().schedules.remove(name, actor=actor):
         raise NotFound(f"no schedule named {name!r}")
     click.echo(f"removed schedule {name}")
 
 
 def _set_enabled(target: Target, name: str, enabled: bool, actor: str | None) -> None:
-    if not target.client().set_recurring_enabled(name, enabled, actor=actor):
+    if not target.client().schedules.set_enabled(name, enabled, actor=actor):
         raise NotFound(f"no schedule named {name!r}")
     click.echo(f"{'enabled' if enabled else 'disabled'} schedule {name}")
 

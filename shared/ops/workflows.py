@@ -19,7 +19,7 @@ def workflows() -> None:
 @with_target
 def workflows_list(target: Target, limit: int, as_json: bool) -> None:
     """Workflows, newest first, with their steps' counts by status."""
-    found = target.client().list_workflows(limit=limit)
+    found = target.client().workflows.list(limit=limit)
     if as_json:
         emit_json([w.to_dict() for w in found])
         return
@@ -33,7 +33,7 @@ def workflows_list(target: Target, limit: int, as_json: bool) -> None:
 @with_target
 def workflows_show(target: Target, workflow_id: int, as_json: bool) -> None:
     """One workflow with each step's status and dependencies."""
-    found = target.client().get_workflow(workflow_id)
+    found = target.client().workflows.get(workflow_id)
     if found is None:
         raise NotFound(f"no workflow with id {workflow_id}")
     if as_json:
@@ -56,9 +56,9 @@ def workflows_show(target: Target, workflow_id: int, as_json: bool) -> None:
 def workflows_cancel(target: Target, workflow_id: int, actor: str | None) -> None:
     """Cancel every unfinished step."""
     client = target.client()
-    if client.get_workflow(workflow_id) is None:
+    if client.workflows.get(workflow_id) is None:
         raise NotFound(f"no workflow with id {workflow_id}")
-    count = client.cancel_workflow(workflow_id, actor=actor)
+    count = client.workflows.cancel(workflow_id, actor=actor)
     click.echo(f"cancelled {count} steps of workflow {workflow_id} (a running one ends once its worker stops it)")
 
 
@@ -68,5 +68,5 @@ def workflows_cancel(target: Target, workflow_id: int, actor: str | None) -> Non
 @with_target
 def workflows_retry(target: Target, workflow_id: int, actor: str | None) -> None:
     """Run a finished workflow's failed and cancelled steps again."""
-    retried = target.client().retry_workflow(workflow_id, actor=actor)
+    retried = target.client().workflows.retry(workflow_id, actor=actor)
     click.echo(f"retrying {len(retried)} steps of workflow {workflow_id}")

@@ -1,6 +1,6 @@
 """The audit trail: one row per operator action (`jobsup_audit`), who did what to which
 queue, schedule or jobs, and how it ended. Rows are written by the API's operator methods
-(see `jobsup.client_ops`), listed newest first, and deleted past their retention age by the
+(see `jobsup.client.core`), listed newest first, and deleted past their retention age by the
 supervisor's maintenance in bounded batches."""
 
 from __future__ import annotations

@@ -106,19 +106,19 @@ def _retry_dead(client: Client, who: Identity, form: dict[str, list[str]], param
 
 def _pause(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     queue = params["queue"]
-    done = client.pause_queue(queue, reason=_first(form, "reason") or None, actor=who.actor)
+    done = client.queues.pause(queue, reason=_first(form, "reason") or None, actor=who.actor)
     return f"queue {queue} paused" if done else f"queue {queue} was paused already"
 
 
 def _resume(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     queue = params["queue"]
-    return f"queue {queue} resumed" if client.resume_queue(queue, actor=who.actor) else f"queue {queue} was not paused"
+    return f"queue {queue} resumed" if client.queues.resume(queue, actor=who.actor) else f"queue {queue} was not paused"
 
 
 def _schedule(enabled: bool) -> Act:
     def act(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
         name = params["name"]
-        if not client.set_recurring_enabled(name, enabled, actor=who.actor):
+        if not client.schedules.set_enabled(name, enabled, actor=who.actor):
             return f"no schedule {name}"
         return f"schedule {name} {'enabled' if enabled else 'disabled'}"
 
@@ -127,7 +127,7 @@ def _schedule(enabled: bool) -> Act:
 
 def _reset(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     name = params["name"]
-    return f"breaker {name} reset" if client.reset_breaker(name, actor=who.actor) else f"breaker {name} was closed"
+    return f"breaker {name} reset" if client.breakers.reset(name, actor=who.actor) else f"breaker {name} was closed"
 
 
 async def login(request: Request) -> Response:

@@ -32,12 +32,12 @@ SLOTS = 5
     tag="queues",
 )
 def overview(client: Client, who: Identity) -> list[dict[str, Any]]:
-    return client.overview()
+    return client.queues.overview()
 
 
 @operation("GET", "/queues", "Every known queue: depth and whether it is paused", s.array(s.QUEUE), tag="queues")
 def list_queues(client: Client, who: Identity) -> list[dict[str, Any]]:
-    return client.queues()
+    return client.queues.list()
 
 
 @operation(
@@ -51,14 +51,14 @@ def list_queues(client: Client, who: Identity) -> list[dict[str, Any]]:
     tag="queues",
 )
 def pause_queue(client: Client, who: Identity, queue: str, body: dict[str, Any]) -> dict[str, Any]:
-    return {"done": client.pause_queue(queue, reason=body.get("reason"), actor=who.actor)}
+    return {"done": client.queues.pause(queue, reason=body.get("reason"), actor=who.actor)}
 
 
 @operation(
     "POST", "/queues/{queue}/resume", "Resume a paused queue", s.DONE, role=OPERATOR, params=(QUEUE,), tag="queues"
 )
 def resume_queue(client: Client, who: Identity, queue: str) -> dict[str, Any]:
-    return {"done": client.resume_queue(queue, actor=who.actor)}
+    return {"done": client.queues.resume(queue, actor=who.actor)}
 
 
 def schedule_json(schedule: RecurringSchedule, *, now: datetime | None = None) -> dict[str, Any]:
@@ -82,7 +82,7 @@ def schedule_json(schedule: RecurringSchedule, *, now: datetime | None = None) -
 
 @operation("GET", "/recurring", "Recurring schedules with their next five slots", s.array(s.SCHEDULE), tag="recurring")
 def list_recurring(client: Client, who: Identity) -> list[dict[str, Any]]:
-    return [schedule_json(schedule) for schedule in client.list_recurring()]
+    return [schedule_json(schedule) for schedule in client.schedules.list()]
 
 
 @operation(
@@ -109,19 +109,19 @@ def add_recurring(client: Client, who: Identity, body: dict[str, Any]) -> dict[s
     tag="recurring",
 )
 def enable_recurring(client: Client, who: Identity, name: str) -> dict[str, Any]:
-    return {"done": client.set_recurring_enabled(name, True, actor=who.actor)}
+    return {"done": client.schedules.set_enabled(name, True, actor=who.actor)}
 
 
 @operation(
     "POST", "/recurring/{name}/disable", "Disable a schedule", s.DONE, role=OPERATOR, params=(NAME,), tag="recurring"
 )
 def disable_recurring(client: Client, who: Identity, name: str) -> dict[str, Any]:
-    return {"done": client.set_recurring_enabled(name, False, actor=who.actor)}
+    return {"done": client.schedules.set_enabled(name, False, actor=who.actor)}
 
 
 @operation("DELETE", "/recurring/{name}", "Remove a schedule", s.DONE, role=OPERATOR, params=(NAME,), tag="recurring")
 def remove_recurring(client: Client, who: Identity, name: str) -> dict[str, Any]:
-    return {"done": client.remove_recurring(name, actor=who.actor)}
+    return {"done": client.schedules.remove(name, actor=who.actor)}
 
 
 @operation(
@@ -133,7 +133,7 @@ def remove_recurring(client: Client, who: Identity, name: str) -> dict[str, Any]
 )
 def list_workers(client: Client, who: Identity) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    rows = client.workers()
+    rows = client.workers.list()
     for row in rows:
         beat = row["heartbeat_at"]
         row["heartbeat_age_seconds"] = None if beat is None else round((now - beat).total_seconds(), 1)
@@ -149,7 +149,7 @@ def list_workers(client: Client, who: Identity) -> list[dict[str, Any]]:
     tag="workers",
 )
 def stats(client: Client, who: Identity, window: str = "5m") -> list[dict[str, Any]]:
-    return client.stats(window=window)
+    return client.queues.stats(window=window)
 
 
 @operation("GET", "/definitions", "Published job types", s.array(s.LOOSE), tag="definitions")
@@ -159,7 +159,7 @@ def list_definitions(client: Client, who: Identity) -> list[dict[str, Any]]:
 
 @operation("GET", "/workflows", "Workflows, newest first", s.array(s.LOOSE), params=(LIMIT,), tag="groups")
 def list_workflows(client: Client, who: Identity, limit: int = 100) -> list[dict[str, Any]]:
-    return [w.to_dict() for w in client.list_workflows(limit=limit)]
+    return [w.to_dict() for w in client.workflows.list(limit=limit)]
 
 
 @operation(
@@ -172,7 +172,7 @@ def list_workflows(client: Client, who: Identity, limit: int = 100) -> list[dict
     errors=(400, 404),
 )
 def get_workflow(client: Client, who: Identity, group_id: int) -> dict[str, Any]:
-    found = client.get_workflow(group_id)
+    found = client.workflows.get(group_id)
     if found is None:
         raise ApiError(404, f"no workflow with id {group_id}")
     return found.to_dict()
@@ -187,7 +187,7 @@ def get_workflow(client: Client, who: Identity, group_id: int) -> dict[str, Any]
     tag="groups",
 )
 def list_batches(client: Client, who: Identity, limit: int = 100, unfinished: bool = False) -> list[dict[str, Any]]:
-    return [b.to_dict() for b in client.list_batches(unfinished=unfinished, limit=limit)]
+    return [b.to_dict() for b in client.batches.list(unfinished=unfinished, limit=limit)]
 
 
 @operation(
@@ -200,7 +200,7 @@ def list_batches(client: Client, who: Identity, limit: int = 100, unfinished: bo
     errors=(400, 404),
 )
 def get_batch(client: Client, who: Identity, group_id: int) -> dict[str, Any]:
-    found = client.get_batch(group_id)
+    found = client.batches.get(group_id)
     if found is None:
         raise ApiError(404, f"no batch with id {group_id}")
     return found.to_dict()
@@ -208,12 +208,12 @@ def get_batch(client: Client, who: Identity, group_id: int) -> dict[str, Any]:
 
 @operation("GET", "/calendars", "Calendars (blackout and allowed windows)", s.array(s.LOOSE), tag="recurring")
 def list_calendars(client: Client, who: Identity) -> list[dict[str, Any]]:
-    return client.calendars()
+    return client.calendars.list()
 
 
 @operation("GET", "/breakers", "Circuit breakers that have counted a failure", s.array(s.LOOSE), tag="definitions")
 def list_breakers(client: Client, who: Identity) -> list[dict[str, Any]]:
-    return client.breakers()
+    return client.breakers.list()
 
 
 @operation(
@@ -226,7 +226,7 @@ def list_breakers(client: Client, who: Identity) -> list[dict[str, Any]]:
     tag="definitions",
 )
 def reset_breaker(client: Client, who: Identity, name: str) -> dict[str, Any]:
-    return {"done": client.reset_breaker(name, actor=who.actor)}
+    return {"done": client.breakers.reset(name, actor=who.actor)}
 
 
 @operation(
@@ -238,7 +238,7 @@ def reset_breaker(client: Client, who: Identity, name: str) -> dict[str, Any]:
     tag="events",
 )
 def list_parked_events(client: Client, who: Identity, limit: int = 100) -> list[dict[str, Any]]:
-    return client.parked_events(limit=limit)
+    return client.events.parked(limit=limit)
 
 
 def _parked_ids(body: dict[str, Any], verb: str) -> list[int] | None:
@@ -259,7 +259,7 @@ def _parked_ids(body: dict[str, Any], verb: str) -> list[int] | None:
     errors=(400,),
 )
 def retry_parked_events(client: Client, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
-    return {"count": len(client.retry_events(_parked_ids(body, "retry"), actor=who.actor))}
+    return {"count": len(client.events.retry(_parked_ids(body, "retry"), actor=who.actor))}
 
 
 @operation(
@@ -273,7 +273,7 @@ def retry_parked_events(client: Client, who: Identity, body: dict[str, Any]) -> 
     errors=(400,),
 )
 def discard_parked_events(client: Client, who: Identity, body: dict[str, Any]) -> dict[str, Any]:
-    return {"count": len(client.discard_events(_parked_ids(body, "discard"), actor=who.actor))}
+    return {"count": len(client.events.discard(_parked_ids(body, "discard"), actor=who.actor))}
 
 
 @operation(
@@ -290,4 +290,4 @@ def discard_parked_events(client: Client, who: Identity, body: dict[str, Any]) -
     tag="audit",
 )
 def list_audit(client: Client, who: Identity, **filters: Any) -> list[dict[str, Any]]:
-    return [entry.to_dict() for entry in client.audit(**filters)]
+    return [entry.to_dict() for entry in client.audit.list(**filters)]

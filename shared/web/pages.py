@@ -52,7 +52,7 @@ def view(template: str, read: PageFn) -> Callable[[Request], Awaitable[Response]
 
 
 def _overview(client: Client, request: Request) -> dict[str, Any]:
-    return {"queues": client.overview()}
+    return {"queues": client.queues.overview()}
 
 
 def _jobs(client: Client, request: Request) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _group(kind: str) -> PageFn:
 
     def read(client: Client, request: Request) -> dict[str, Any]:
         group_id = _id_of(request, "group_id", kind)
-        found = client.get_workflow(group_id) if kind == "workflow" else client.get_batch(group_id)
+        found = client.workflows.get(group_id) if kind == "workflow" else client.batches.get(group_id)
         if found is None:
             raise ApiError(404, f"no {kind} with id {group_id}")
         return {kind: found}
@@ -97,15 +97,15 @@ def _dead(client: Client, request: Request) -> dict[str, Any]:
 
 
 def _queues(client: Client, request: Request) -> dict[str, Any]:
-    return {"queues": client.queues()}
+    return {"queues": client.queues.list()}
 
 
 def _recurring(client: Client, request: Request) -> dict[str, Any]:
-    return {"schedules": [api_ops.schedule_json(s) for s in client.list_recurring()]}
+    return {"schedules": [api_ops.schedule_json(s) for s in client.schedules.list()]}
 
 
 def _workers(client: Client, request: Request) -> dict[str, Any]:
-    return {"workers": client.workers()}
+    return {"workers": client.workers.list()}
 
 
 def _table(
@@ -124,19 +124,19 @@ def _definitions(client: Client) -> list[dict[str, Any]]:
 
 
 def _workflows(client: Client) -> list[dict[str, Any]]:
-    return [w.to_dict() for w in client.list_workflows(limit=200)]
+    return [w.to_dict() for w in client.workflows.list(limit=200)]
 
 
 def _batches(client: Client) -> list[dict[str, Any]]:
-    return [b.to_dict() for b in client.list_batches(limit=200)]
+    return [b.to_dict() for b in client.batches.list(limit=200)]
 
 
 def _calendars(client: Client) -> list[dict[str, Any]]:
-    return client.calendars()
+    return client.calendars.list()
 
 
 def _audit(client: Client) -> list[dict[str, Any]]:
-    return [e.to_dict() for e in client.audit(limit=200)]
+    return [e.to_dict() for e in client.audit.list(limit=200)]
 
 
 async def login_form(request: Request) -> Response:
@@ -164,7 +164,7 @@ def routes() -> list[BaseRoute]:
         Route("/queues", view("queues.html", _queues)),
         Route("/recurring", view("recurring.html", _recurring)),
         Route("/workers", view("workers.html", _workers)),
-        Route("/breakers", view("breakers.html", _table("Breakers", lambda c: c.breakers(), ()))),
+        Route("/breakers", view("breakers.html", _table("Breakers", lambda c: c.breakers.list(), ()))),
         Route(
             "/definitions",
             view(

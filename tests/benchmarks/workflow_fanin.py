@@ -67,7 +67,7 @@ def enqueue_seconds(client: jobsup.Client, steps: int) -> float:
     empty(client)
     wf = layered(steps)
     started = time.perf_counter()
-    client.enqueue_workflow(wf)
+    client.workflows.enqueue(wf)
     return time.perf_counter() - started
 
 
@@ -76,7 +76,7 @@ def settle_times(client: jobsup.Client, target: Any, children: int, claim: int, 
     empty(client)
     specs = [{"name": "bench-noop"}] * children
     if batched:
-        client.enqueue_batch(specs, on_complete="bench-noop")
+        client.batches.enqueue(specs, on_complete="bench-noop")
     else:
         client.enqueue_many(specs)
     with client.database.read() as conn:  # what autovacuum would have done after a bulk load

@@ -238,7 +238,7 @@ def quiesce(
     ledger.note("quiescence: faults stop")
     resume_all(faults, ledger)
     faults.end_outage()
-    retried("removing the schedule", lambda: client.remove_recurring("chaos-cron"), ledger)
+    retried("removing the schedule", lambda: client.schedules.remove("chaos-cron"), ledger)
     for role, args in plan.items():
         if not fleet.live(role):
             fleet.start(role, args)

@@ -93,7 +93,7 @@ def rated(ctx: jobsup.JobContext, payload: Any) -> None:
 
 @jobsup.job(BREAKER, queue="fragile", breaker={"failures": 3, "reset": "2s"}, max_attempts=2, retry_in=_retry)
 def fragile(ctx: jobsup.JobContext, payload: Any) -> None:
-    breaker = next((b for b in ctx.client.breakers() if b["name"] == BREAKER), None)
+    breaker = next((b for b in ctx.client.breakers.list() if b["name"] == BREAKER), None)
     probe = breaker is not None and breaker["state"] == "half_open" and breaker["probe_job_id"] == ctx.job_id
     down = Path(os.environ.get(OUTAGE, "/nonexistent")).exists()
     payload = dict(payload or {})

@@ -92,7 +92,7 @@ class Faults:
         running = {r.job for r in self.runs.running()}
         busy = [w for w, steps in list(self.ledger.workflows.items()) if running & set(steps)]
         workflow_id = self.rng.choice(busy if busy else list(self.ledger.workflows)[-10:])
-        cancelled = self.client.cancel_workflow(workflow_id, actor="chaos")
+        cancelled = self.client.workflows.cancel(workflow_id, actor="chaos")
         said = f"cancel_workflow {workflow_id} -> {cancelled}"
         if self.rng.random() < 0.6:
             said += "; " + self._retry_workflow(workflow_id)
@@ -105,7 +105,7 @@ class Faults:
 
     def _retry_workflow(self, workflow_id: int) -> str:
         try:
-            return f"retry_workflow {workflow_id} -> {self.client.retry_workflow(workflow_id, actor='chaos')}"
+            return f"retry_workflow {workflow_id} -> {self.client.workflows.retry(workflow_id, actor='chaos')}"
         except jobsup.BadInput as exc:
             return f"retry_workflow {workflow_id} refused: {exc}"
 
@@ -122,7 +122,7 @@ class Faults:
     def pause(self) -> str | None:
         queue = self.rng.choice([q for q in QUEUES if q not in self.paused])
         self.paused[queue] = time.time() + self.rng.uniform(1, 5)
-        return f"pause {queue} -> {self.client.pause_queue(queue, reason='chaos', actor='chaos', allow_unknown=True)}"
+        return f"pause {queue} -> {self.client.queues.pause(queue, reason='chaos', actor='chaos', allow_unknown=True)}"
 
     def resume_due(self, everything: bool = False) -> None:
         """Resume the queues whose pause is over. A queue is forgotten only once its resume
@@ -130,7 +130,7 @@ class Faults:
         (forgotten at once, the queue stayed paused to the end and all its jobs looked stuck)."""
         for queue, at in list(self.paused.items()):
             if everything or time.time() >= at:
-                resumed = self.client.resume_queue(queue, actor="chaos")
+                resumed = self.client.queues.resume(queue, actor="chaos")
                 del self.paused[queue]
                 self.ledger.note(f"resume {queue} -> {resumed}", fault=True)
 

@@ -73,4 +73,4 @@ def read(client: jobsup.Client) -> EndState:
         tables = {
             table.name: [tuple(row) for row in conn.execute(select(table))] for table in schema.metadata.sorted_tables
         }
-    return EndState(jobs, deps, batches, workflows, paused, client.breakers(), tables)
+    return EndState(jobs, deps, batches, workflows, paused, client.breakers.list(), tables)

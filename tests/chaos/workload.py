@@ -101,8 +101,8 @@ class Workload:
         ]
         children.append({"name": "k1", "payload": {"s": 0.1, "k": key}, "concurrency_key": key})
         tag = uuid.uuid4().hex[:8]
-        batch_id = self.client.enqueue_batch(children, on_complete=("callback", {"kind": "on_complete", "tag": tag}))
-        info = self.client.get_batch(batch_id)
+        batch_id = self.client.batches.enqueue(children, on_complete=("callback", {"kind": "on_complete", "tag": tag}))
+        info = self.client.batches.get(batch_id)
         self.ledger.batches[batch_id] = {"callbacks": ["on_complete"], "size": len(children)}
         ids = self._batch_ids(batch_id)
         self.ledger.took("batch-child", ids)
@@ -149,8 +149,8 @@ class Workload:
             for index in range(1, self.rng.randint(2, 4)):
                 previous = wf.add("step", self.payload(), deps=[previous], step=f"s{index}", on_failure=policy())
             shape = "chain"
-        workflow_id = self.client.enqueue_workflow(wf)
-        info = self.client.get_workflow(workflow_id)
+        workflow_id = self.client.workflows.enqueue(wf)
+        info = self.client.workflows.get(workflow_id)
         steps = [step.job_id for step in info.steps] if info is not None else []
         self.ledger.workflows[workflow_id] = steps
         self.ledger.took("step", steps)
@@ -164,7 +164,7 @@ class Workload:
         if self.rng.random() < 0.5:
             callbacks["on_success"] = ("callback", {"kind": "on_success", "tag": tag})
             callbacks["on_failure"] = ("callback", {"kind": "on_failure", "tag": tag})
-        batch_id = self.client.enqueue_batch(children, **callbacks)  # type: ignore[arg-type]
+        batch_id = self.client.batches.enqueue(children, **callbacks)  # type: ignore[arg-type]
         self.ledger.batches[batch_id] = {"callbacks": sorted(callbacks), "size": len(children)}
         ids = self.ledger.took("batch-child", self._batch_ids(batch_id))
         return f"enqueue batch id={batch_id} children={ids} callbacks={sorted(callbacks)}"

@@ -1,0 +1,314 @@
+"""The operator's side of the client: queues (pause, resume, figures), circuit breakers, the
+processes at work, parked events, the audit trail and dead letters. Every change is an
+audited operator action (see `jobsup.client.core`)."""
+
+from __future__ import annotations
+
+import builtins
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from jobsup.audit import actor_of
+from jobsup.checks import check_limit, check_name, check_text
+from jobsup.client.core import ClientCore, found, row_id
+from jobsup.durations import parse_duration
+from jobsup.errors import BadInput, DuplicateJob
+from jobsup.observe.events import emit
+from jobsup.store.audit import AuditEntry
+from jobsup.store.rows import Job
+from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, STATUSES, SUCCEEDED
+
+MAX_REASON = 1000  # characters of a pause's reason
+HOUR = 3600.0
+BUCKETS = 12  # the overview's last hour in five-minute buckets
+
+
+class Queues:
+    """Queues: which there are, pausing and resuming them, and their figures."""
+
+    def __init__(self, core: ClientCore) -> None:
+        self._store = core.store
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Every queue a job, job definition, schedule or pause names, by name: pending and
+        running jobs, ``state`` (``paused`` or ``active``), and for a queue an operator
+        paused or resumed, the reason, who changed it (``changed_by``) and when (``since``)."""
+        counts, _ = self._store.reads.job_counts((PENDING, RUNNING))
+        states = self._store.pauses.states()
+        rows = []
+        for queue in self._store.pauses.known():
+            state = states.get(queue)
+            rows.append(
+                {
+                    "queue": queue,
+                    "pending": counts.get((queue, PENDING), 0),
+                    "running": counts.get((queue, RUNNING), 0),
+                    "state": "paused" if state is not None and state.paused else "active",
+                    "reason": None if state is None else state.reason,
+                    "changed_by": None if state is None else state.changed_by,
+                    "since": None if state is None else state.changed_at,
+                }
+            )
+        return rows
+
+    def pause(
+        self, queue: str, *, reason: str | None = None, actor: str | None = None, allow_unknown: bool = False
+    ) -> bool:
+        """Stop every instance from claiming jobs of `queue` (within one poll interval; a
+        claim that started before the pause may still take a job). Running jobs finish,
+        enqueueing goes on, and the pause outlives restarts (it is a row). False if it was
+        paused already. A queue that no job, job definition, schedule or earlier pause
+        names raises `UnknownQueue` and nothing is written, unless `allow_unknown` (to pause
+        a queue before the deploy that brings it). Audited in the pause's transaction."""
+        check_name(queue, "queue")
+        if reason is not None:
+            check_text(reason, "reason", longest=MAX_REASON)
+        who = actor_of(actor)
+        return self._store.pauses.pause(queue, actor=who, reason=reason, allow_unknown=allow_unknown)
+
+    def resume(self, queue: str, *, actor: str | None = None) -> bool:
+        """Let every instance claim jobs of `queue` again, and wake its idle workers; False
+        if it was not paused (recorded as ``not_found``)."""
+        check_name(queue, "queue")
+        who = actor_of(actor)
+        return self._store.pauses.resume(queue, actor=who)
+
+    def stats(self, *, window: object = "5m") -> builtins.list[dict[str, Any]]:
+        """Per queue: counts by status, the oldest due pending job's age, and successes per
+        minute over the last `window`."""
+        from jobsup.clock import host_clock
+
+        seconds = parse_duration(window, what="window")
+        if seconds <= 0:
+            raise BadInput("window must be longer than zero")
+        counts, first_due = self._store.reads.job_counts(STATUSES)
+        recent = self._store.reads.job_finished_since(seconds)
+        now = host_clock()
+        queues = sorted({queue for queue, _ in counts} | set(first_due) | set(recent))
+        rows = []
+        for queue in queues:
+            due = first_due.get(queue)
+            rows.append(
+                {
+                    "queue": queue,
+                    **{status: counts.get((queue, status), 0) for status in STATUSES},
+                    "oldest_pending_seconds": None if due is None else (now - due).total_seconds(),
+                    "per_minute": recent.get(queue, 0) * 60.0 / seconds,
+                }
+            )
+        return rows
+
+    def overview(self, *, now: datetime | None = None) -> builtins.list[dict[str, Any]]:
+        """The dashboard's figures per queue: ``pending``, ``running``, ``dead_lettered``,
+        ``oldest_pending_seconds``, and over the last hour in twelve five-minute buckets
+        (oldest first) ``succeeded``, ``failed`` (dead-lettered) and ``latency`` (mean
+        seconds from due to finished, None for an empty bucket). Every figure comes from an
+        indexed query."""
+        reads = self._store.overview
+        clock = now or datetime.now(UTC)
+        counts = reads.queue_counts()
+        oldest = reads.oldest_due(now=now)
+        width = HOUR / BUCKETS
+        finished = reads.finished_since([clock - timedelta(seconds=HOUR - i * width) for i in range(BUCKETS)])
+        states = self._store.pauses.states()
+        paused = {queue for queue, state in states.items() if state.paused}
+        # Not `pauses.known()`: it reads waiting jobs, which no index covers.
+        queues = sorted(set(states) | {queue for queue, _ in counts} | {row.queue for row in finished})
+        series: dict[str, dict[str, builtins.list[float]]] = defaultdict(
+            lambda: {"succeeded": [0.0] * BUCKETS, "failed": [0.0] * BUCKETS, "waits": [0.0] * BUCKETS}
+        )
+        for row in finished:
+            figures = series[row.queue]
+            figures["succeeded" if row.status == SUCCEEDED else "failed"][row.bucket] += row.count
+            figures["waits"][row.bucket] += max(0.0, row.waited)
+        rows = []
+        for queue in queues:
+            figures = series[queue]
+            due = oldest.get(queue)
+            rows.append(
+                {
+                    "queue": queue,
+                    "paused": queue in paused,
+                    "pending": counts.get((queue, PENDING), 0),
+                    "running": counts.get((queue, RUNNING), 0),
+                    "dead_lettered": counts.get((queue, DEAD_LETTERED), 0),
+                    "oldest_pending_seconds": None if due is None else max(0.0, (clock - due).total_seconds()),
+                    "succeeded": [int(n) for n in figures["succeeded"]],
+                    "failed": [int(n) for n in figures["failed"]],
+                    "latency": [
+                        round(wait / done, 3) if done else None
+                        for wait, done in zip(figures["waits"], figures["succeeded"], strict=True)
+                    ],
+                }
+            )
+        return rows
+
+
+class Breakers:
+    """Circuit breakers, one per job type that declares one."""
+
+    def __init__(self, core: ClientCore) -> None:
+        self._store = core.store.breakers
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Every job type's breaker that has counted a failure: ``name``, ``state``
+        (closed, open, half_open), consecutive ``failures``, ``opened_at``, ``reopen_at``
+        (when an open one lets a probe through), ``probe_job_id``, ``changed_by``,
+        ``changed_at``."""
+        return self._store.rows()
+
+    def reset(self, name: str, *, actor: str | None = None) -> bool:
+        """Close the circuit breaker of job type `name` at once, its failure count zeroed,
+        audited ``breaker.reset`` in the same transaction. False when it was closed with no
+        failures counted (recorded ``unchanged``) or never failed (``not_found``)."""
+        check_name(name, "job name")
+        return self._store.reset(name, actor=actor_of(actor))
+
+
+class Workers:
+    """The supervisors and workers registered in the database."""
+
+    def __init__(self, core: ClientCore) -> None:
+        self._store = core.store
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """Every registered supervisor and worker, with the job each worker holds."""
+        held = self._store.reads.job_held_by()
+        return [
+            {
+                "id": row.id,
+                "kind": row.kind,
+                "host": row.host,
+                "pid": row.pid,
+                "queue": row.queue,
+                "supervisor_id": row.supervisor_id,
+                "state": "supervising" if row.kind == "supervisor" else ("running" if row.id in held else "idle"),
+                "job": held.get(row.id),
+                "started_at": row.started_at,
+                "heartbeat_at": row.heartbeat_at,
+            }
+            for row in self._store.processes.process_list()
+        ]
+
+
+class ParkedEvents:
+    """Outbox events their destination refused for good: look, deliver again, discard."""
+
+    def __init__(self, core: ClientCore) -> None:
+        self._store = core.store.outbox
+
+    def parked(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Parked events, oldest first: ``id`` (the outbox row's), ``job_id`` or ``subject``,
+        ``type``, ``created_at``, ``parked_at``, ``attempts`` and ``last_error``."""
+        return self._store.parked(check_limit(limit))
+
+    def retry(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
+        """Deliver the parked events `ids` again (None: every parked event), after whatever
+        their objects announced since; audited ``events.retry``. Returns the ids that were
+        parked."""
+        return self._store.unpark(_event_ids(ids), actor=actor_of(actor))
+
+    def discard(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
+        """Delete the parked events `ids` (None: every parked event) undelivered; audited
+        ``events.discard``. Returns the ids that were parked."""
+        return self._store.discard(_event_ids(ids), actor=actor_of(actor))
+
+
+class AuditTrail:
+    """Operator actions as recorded (what is recorded: `jobsup.client.core`)."""
+
+    def __init__(self, core: ClientCore) -> None:
+        self._store = core.store.audit
+        # Record an action that has already happened, by a tool built on the client (the
+        # CLI's key rotation and batch enqueue): its change has committed, and a failure to
+        # write the row is logged rather than raised.
+        self.record = core.audited
+
+    def list(
+        self, *, since: object = None, actor: str | None = None, action: str | None = None, limit: int = 100
+    ) -> builtins.list[AuditEntry]:
+        """Operator actions, newest first: since an aware datetime or a duration ago
+        (``"1d"``), by `actor`, of `action` (``queue.pause``; or a prefix: ``queue.``)."""
+        if isinstance(since, datetime):
+            if since.tzinfo is None:
+                raise BadInput("since must be timezone-aware (or a duration such as 1d)")
+            start: datetime | float | None = since
+        else:
+            start = None if since is None else parse_duration(since, what="since")
+        for text, what in ((actor, "actor"), (action, "action")):
+            if text is not None:
+                check_text(text, what)
+        return self._store.list(since=start, actor=actor, action=action, limit=check_limit(limit))
+
+
+class DeadLetters:
+    """Jobs that used up their attempts or were discarded: inspect, retry, purge."""
+
+    def __init__(self, core: ClientCore, list_jobs: Callable[..., builtins.list[Job]]) -> None:
+        self._core, self._list_jobs = core, list_jobs
+
+    def list(self, *, queue: str | None = None, limit: int = 100) -> builtins.list[Job]:
+        return self._list_jobs(status=DEAD_LETTERED, queue=queue, limit=limit)
+
+    def retry(self, job_id: int, *, actor: str | None = None) -> bool:
+        """Back to pending with a fresh budget of attempts; False if the job is not
+        dead-lettered. Attempt numbers go on from where they were. Audited."""
+        job_id, who = row_id(job_id), actor_of(actor)
+        try:
+            retried = bool(self._core.store.transitions.retry([job_id]))
+        except DuplicateJob as exc:
+            detail = {"reason": str(exc)}
+            self._core.audited(who, "dead.retry", job_ids=[job_id], job_count=0, outcome="refused", detail=detail)
+            raise
+        self._core.audited(who, "dead.retry", job_ids=[job_id], job_count=int(retried), outcome=found(retried))
+        return retried
+
+    def retry_all(self, *, actor: str | None = None) -> int:
+        """Retry every dead letter; return how many. One whose unique key a live job holds
+        is left dead-lettered (and said so in the log), and the others are still retried.
+        Audited as one row: the count, the first ids, how many were skipped."""
+        store, who = self._core.store, actor_of(actor)
+        retried: builtins.list[int] = []
+        skipped, after, outcome = 0, None, "failed"
+        try:
+            while ids := store.reads.job_ids_after(DEAD_LETTERED, after):
+                for job_id in ids:
+                    try:
+                        retried += store.transitions.retry([job_id])
+                    except DuplicateJob as exc:
+                        skipped += 1
+                        emit("dead_letter.retry_skipped", job=job_id, reason=str(exc))
+                after = ids[-1]
+            outcome = "ok"
+        finally:  # what was retried before an error stopped it is recorded too
+            detail = {"skipped": skipped} if skipped else None
+            self._core.audited(
+                who, "dead.retry_all", job_ids=retried, job_count=len(retried), outcome=outcome, detail=detail
+            )
+        return len(retried)
+
+    def purge(self, *, older_than: object = None, actor: str | None = None) -> int:
+        """Delete dead letters (all, or those finished more than `older_than` ago). Audited
+        as one row: the count and the first ids."""
+        age = None if older_than is None else parse_duration(older_than, what="older_than")
+        who = actor_of(actor)
+        first: builtins.list[int] = []
+        detail = None if age is None else {"older_than_seconds": age}
+        try:
+            purged = self._core.store.retention.purge(DEAD_LETTERED, older_than=age, first_ids=first)
+        except BaseException:  # stopped part way: what was deleted by then is recorded (its count is not known)
+            self._core.audited(who, "dead.purge", job_ids=first, outcome="failed", detail=detail)
+            raise
+        self._core.audited(who, "dead.purge", job_ids=first, job_count=purged, detail=detail)
+        return purged
+
+
+def _event_ids(ids: Sequence[int] | None) -> list[int] | None:
+    if ids is None:
+        return None
+    chosen = list(ids)
+    if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in chosen):
+        raise BadInput(f"event ids must be positive whole numbers (or None for every parked event), not {ids!r}")
+    return chosen
