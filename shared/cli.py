@@ -66,7 +66,8 @@ def db() -> None:
 @with_target
 def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
     """Create or upgrade the jobsup tables (safe while other instances do the same)."""
-    from jobsup.store import Database, migrate
+    from jobsup.store import migrate
+    from jobsup.store.database import Database
     from jobsup.store.dialects import backend_name
 
     url = target.settings().database_url

@@ -31,9 +31,11 @@ from jobsup.observe.events import emit
 from jobsup.registry import import_apps, registered_types
 from jobsup.secrets import keyring
 from jobsup.settings import Settings
-from jobsup.store import Database, Store, migrate
+from jobsup.store import migrate
+from jobsup.store.database import Database
 from jobsup.store.outbox import Outbox
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
+from jobsup.store.store import Store
 from jobsup.supervisor.burial import Burials, burial_of
 from jobsup.supervisor.children import Children, Death
 from jobsup.supervisor.chores import Chores, ProcessRows, Registration

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from jobsup.observe.events import emit
-from jobsup.store import Store
+from jobsup.store.store import Store
 from jobsup.supervisor.guard import report_errors
 
 TICK = 0.2  # seconds between looks for a due chore or a changed set of workers

@@ -12,10 +12,11 @@ from jobsup.clock import host_clock
 from jobsup.errors import LockBusy
 from jobsup.observe import metrics
 from jobsup.observe.events import emit
-from jobsup.store import Store, concurrency_keys
+from jobsup.store import concurrency_keys
 from jobsup.store.outbox import Outbox
 from jobsup.store.processes import stale_age
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
+from jobsup.store.store import Store
 from jobsup.supervisor.guard import report_errors
 
 

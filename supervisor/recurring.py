@@ -17,9 +17,9 @@ from jobsup.calendars import Calendar
 from jobsup.errors import BadInput, ConfigurationError, JobsupError, LockBusy
 from jobsup.observe.events import emit
 from jobsup.secrets import SealedParameterError
-from jobsup.store import Store
 from jobsup.store.firing import FIRED
 from jobsup.store.rows import RecurringSchedule
+from jobsup.store.store import Store
 from jobsup.supervisor.guard import report_errors
 
 BUDGET = 0.25  # seconds of firing per tick

@@ -13,11 +13,11 @@ import pytest
 from sqlalchemy import func, select
 
 import jobsup
-from jobsup.store import Store
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
 from jobsup.store.rows import SUCCEEDED, Outcome
 from jobsup.store.schema import job, job_attempt
+from jobsup.store.store import Store
 
 from helpers import claim, fail, succeed
 

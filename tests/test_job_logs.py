@@ -28,9 +28,11 @@ from sqlalchemy import event
 
 import jobsup
 from jobsup.observe import events
-from jobsup.store import Database, Store, faults
+from jobsup.store import faults
+from jobsup.store.database import Database
 from jobsup.store.joblogs import JobLogs
 from jobsup.store.rows import ClaimedJob
+from jobsup.store.store import Store
 from jobsup.worker.execute import Prepared, Ran, call, call_async, prepare
 from jobsup.worker.joblog import LINE_CAP, MESSAGE_CAP, TEXT_CAP
 from jobsup.worker.services import JobServices

@@ -147,7 +147,7 @@ def test_a_schedule_whose_key_is_held_holds_back_no_other_schedule(request: pyte
     wait, and nothing else fired while the key stayed held)."""
     from datetime import UTC, datetime, timedelta
 
-    from jobsup.store import Store
+    from jobsup.store.store import Store
     from jobsup.supervisor.recurring import CronTick
 
     client = jobsup.Client(str(request.getfixturevalue(server)))

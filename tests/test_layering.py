@@ -124,6 +124,7 @@ FIRST = [
     "jobsup.store.triggers",
     "jobsup.store.steps",
     "jobsup.store.transitions",
+    "jobsup.store.store",
 ]
 _IMPORT_FIRST = """
 import importlib, importlib.util, sys, types
@@ -150,3 +151,18 @@ def test_the_store_and_the_events_each_import_first() -> None:
     done = subprocess.run([sys.executable, "-c", _IMPORT_FIRST, *FIRST], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_the_store_package_imports_none_of_its_modules() -> None:
+    """Importing one store module (here the rows' dataclasses, under the bare package as
+    above) must not load every table and the transitions, as a package __init__ that built
+    `Store` did: that is what closed the store's import cycles."""
+    import subprocess
+    import sys
+
+    code = _IMPORT_FIRST.replace('print("\\n".join(failed))', "print(sorted(sys.modules))")
+    done = subprocess.run(
+        [sys.executable, "-c", code, "jobsup.store.rows"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "jobsup.store.rows" in done.stdout and "jobsup.store.transitions" not in done.stdout

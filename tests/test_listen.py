@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 
 import jobsup
-from jobsup.store import Database
+from jobsup.store.database import Database
 from jobsup.store.dialects.postgresql import CONNECT_ARGS, NotifyListener
 
 from harness import Supervisor

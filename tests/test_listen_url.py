@@ -8,7 +8,7 @@ import pytest
 
 from jobsup.errors import ConfigurationError
 from jobsup.settings import Settings, load
-from jobsup.store import Database
+from jobsup.store.database import Database
 
 from helpers import run_jobsup
 

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 import jobsup
 from jobsup.settings import QueueConfig, Settings
-from jobsup.store import Database
+from jobsup.store.database import Database
 from jobsup.store.dialects.pooler import listen_route, pooled
 from jobsup.store.rows import SUCCEEDED, Outcome
 from jobsup.worker.loop import Worker

@@ -12,10 +12,10 @@ from sqlalchemy import select, text
 
 import jobsup
 from jobsup.cron import next_slot
-from jobsup.store import Store
 from jobsup.store.database import Database
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.schema import job
+from jobsup.store.store import Store
 from jobsup.store.transitions import ALREADY_FIRED, FIRED
 from jobsup.supervisor.recurring import CronTick
 

@@ -15,9 +15,9 @@ from sqlalchemy import event, func, select
 
 import jobsup
 from jobsup.errors import BadInput
-from jobsup.store import Store
 from jobsup.store.database import Database
 from jobsup.store.schema import audit, calendar, job, recurring_job
+from jobsup.store.store import Store
 from jobsup.supervisor.recurring import CronTick
 
 BERLIN = "Europe/Berlin"

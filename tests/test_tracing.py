@@ -24,7 +24,7 @@ from sqlalchemy import select
 import jobsup
 from jobsup.observe import tracing
 from jobsup.settings import QueueConfig, Settings
-from jobsup.store import Database
+from jobsup.store.database import Database
 from jobsup.store.schema import job
 from jobsup.worker.loop import Worker
 from jobsup.worker.pool import Pool
@@ -194,7 +194,7 @@ sys.modules["opentelemetry"] = None  # as if it were not installed: importing it
 import jobsup
 from jobsup.observe import tracing
 from jobsup.settings import QueueConfig, Settings
-from jobsup.store import Database
+from jobsup.store.database import Database
 from jobsup.worker.loop import Worker
 from jobsup.worker.slot import SlotTable
 from jobsup.worker.spec import WorkerSpec

@@ -20,7 +20,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 import jobsup
-from jobsup.store import Database, migrate
+from jobsup.store import migrate
+from jobsup.store.database import Database
 from jobsup.web import asgi_app
 from jobsup.web.app import OPERATIONS
 

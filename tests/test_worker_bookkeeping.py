@@ -15,7 +15,8 @@ import pytest
 import jobsup
 from jobsup.errors import DatabaseUnavailable
 from jobsup.settings import QueueConfig, Settings
-from jobsup.store import Database, faults
+from jobsup.store import faults
+from jobsup.store.database import Database
 from jobsup.store.rows import FAILED, RELEASED, Outcome
 from jobsup.worker.loop import Worker
 from jobsup.worker.slot import SlotTable
@@ -130,7 +131,7 @@ def test_orphans_are_the_leases_the_worker_does_not_know(worker: Worker, url: st
 
 def test_burials_still_pending_at_shutdown_are_given_up_in_time(url: str) -> None:
     from jobsup.observe import events
-    from jobsup.store import Store
+    from jobsup.store.store import Store
     from jobsup.supervisor.burial import Burial, Burials
 
     db = Database(url)

@@ -10,7 +10,7 @@ from setproctitle import setproctitle
 
 from jobsup import exits
 from jobsup.observe.events import emit
-from jobsup.store import Database
+from jobsup.store.database import Database
 from jobsup.worker.loop import Worker
 from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec

@@ -27,10 +27,11 @@ from jobsup.clock import host_clock
 from jobsup.errors import DatabaseError
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
-from jobsup.store import Database, Store
 from jobsup.store.claim import Claimed
+from jobsup.store.database import Database
 from jobsup.store.dialects import Listener, OwnerLock
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
+from jobsup.store.store import Store
 from jobsup.worker.aio import EventLoop
 from jobsup.worker.execute import Ran, call, call_async, outcome_of, prepare
 from jobsup.worker.lease import LeaseKeeper, Running

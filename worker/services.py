@@ -7,8 +7,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from jobsup.store import Store
 from jobsup.store.rows import ClaimedJob
+from jobsup.store.store import Store
 from jobsup.worker.journal import Journal
 
 

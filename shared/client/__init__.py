@@ -23,8 +23,8 @@ from jobsup.client.schedules import Calendars, Schedules, add_schedule
 from jobsup.client.workflows import Workflows
 from jobsup.errors import BadInput
 from jobsup.observe import subscribe_logs_and_metrics
-from jobsup.store import Database
 from jobsup.store.builder import EnqueueOptions
+from jobsup.store.database import Database
 from jobsup.store.rows import Definition, Job, LogLine, RecurringSchedule
 from jobsup.store.schema import STATUSES
 

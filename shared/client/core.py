@@ -38,11 +38,12 @@ from jobsup.jobtypes import JobType
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
-from jobsup.store import Database, Store
 from jobsup.store.audit import JOB_IDS_KEPT
 from jobsup.store.builder import build
 from jobsup.store.calendars import uses_calendar
+from jobsup.store.database import Database
 from jobsup.store.rows import NewJob
+from jobsup.store.store import Store
 from jobsup.workflow_spec import check_triggers
 
 INT64 = 2**63 - 1

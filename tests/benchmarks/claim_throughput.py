@@ -66,12 +66,14 @@ from sqlalchemy import (
 
 from jobsup.jobtypes import JobType
 from jobsup.observe import subscribe_logs_and_metrics
-from jobsup.store import Database, Store, migrate
+from jobsup.store import migrate
 from jobsup.store.builder import build
 from jobsup.store.claim import status_is
+from jobsup.store.database import Database
 from jobsup.store.rows import SUCCEEDED as SUCCESS
 from jobsup.store.rows import Outcome
 from jobsup.store.schema import PENDING, SUCCEEDED, job, job_attempt
+from jobsup.store.store import Store
 
 QUEUE = "default"
 LEASE = 300.0

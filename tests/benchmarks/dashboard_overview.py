@@ -27,7 +27,8 @@ from sqlalchemy import insert, select
 from starlette.testclient import TestClient
 
 import jobsup
-from jobsup.store import Database, migrate
+from jobsup.store import migrate
+from jobsup.store.database import Database
 from jobsup.store.schema import job
 from jobsup.web.app import build
 from jobsup.web.auth import Auth

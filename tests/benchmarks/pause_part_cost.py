@@ -28,11 +28,12 @@ from claim_throughput import LEASE, QUEUE, Target, load, postgresql_target
 from sqlalchemy import text
 
 from jobsup.observe import subscribe_logs_and_metrics
-from jobsup.store import Database, Store
 from jobsup.store import claim as claim_parts
 from jobsup.store.claim import claim_params, claimed_job
+from jobsup.store.database import Database
 from jobsup.store.dialects.postgresql import PostgreSQLDialect
 from jobsup.store.rows import SUCCEEDED, Outcome
+from jobsup.store.store import Store
 
 WITH = "with the part"
 

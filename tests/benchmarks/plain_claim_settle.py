@@ -26,7 +26,8 @@ CHILD = r"""
 import json, statistics, sys, time, uuid
 from sqlalchemy import create_engine, text
 import jobsup
-from jobsup.store import Database, migrate
+from jobsup.store.database import Database
+from jobsup.store import migrate
 from jobsup.store.rows import Outcome, SUCCEEDED
 
 kind, jobs, cycles, folder = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

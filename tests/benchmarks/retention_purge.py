@@ -63,11 +63,13 @@ from sqlalchemy import (
 )
 
 from jobsup.observe import subscribe_logs_and_metrics
-from jobsup.store import Database, Store, migrate
+from jobsup.store import migrate
 from jobsup.store.claim import status_is
+from jobsup.store.database import Database
 from jobsup.store.rows import SUCCEEDED as SUCCESS
 from jobsup.store.rows import Outcome
 from jobsup.store.schema import SUCCEEDED, job, job_attempt
+from jobsup.store.store import Store
 from jobsup.supervisor.maintenance import PurgeFinished
 
 DATABASE = "jobsup_bench_retention"

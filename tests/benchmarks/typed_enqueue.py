@@ -27,7 +27,8 @@ from typing import Annotated
 from sqlalchemy import create_engine, text
 
 import jobsup
-from jobsup.store import Database, migrate
+from jobsup.store import migrate
+from jobsup.store.database import Database
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
