@@ -167,7 +167,7 @@ class PurgeFinished:
             )
             for status, age in self.ages.items()
         )
-        purged += self.store.retention.purge_groups(self.ages, batch=self.batch, now=now)
+        purged += self.store.retention.purge_workflows_and_batches(self.ages, batch=self.batch, now=now)
         if purged:
             emit("jobs.purged", count=purged)
         return purged

@@ -67,7 +67,7 @@ WRITES = {"update", "insert", "delete"}
 # retention's deletes.
 JOB_WRITERS = {
     "shared/store/statements.py",
-    "shared/store/linked_statements.py",
+    "shared/store/step_statements.py",
     "shared/store/insert.py",
     "shared/store/retention.py",
 }

@@ -32,7 +32,7 @@ from jobsup.store.transitions import Transitions
 from helpers import run_jobsup, without_modules
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
-HELD = Held(Lease(7, "w", 2), "a", "default", linked=False)
+HELD = Held(Lease(7, "w", 2), "a", "default", needs_steps=False)
 
 
 @pytest.fixture

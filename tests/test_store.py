@@ -124,7 +124,7 @@ def test_stale_writes_change_nothing_and_say_so(client: jobsup.Client, stale: st
     job_id = client.enqueue("a")
     claimed = claim_one(client)
     lease = Lease(job_id, "intruder", claimed.attempt) if stale == "owner" else Lease(job_id, "w1", 2)
-    wrong = Held(lease, claimed.name, claimed.queue, claimed.linked)
+    wrong = Held(lease, claimed.name, claimed.queue, claimed.needs_steps)
     before = client.get(job_id)
     assert client.store.transitions.renew([lease], lease=600.0) == set()
     assert succeed(client, [wrong]) == set()

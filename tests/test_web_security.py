@@ -63,7 +63,7 @@ def test_the_read_only_role_reads_but_gets_403_on_every_action(url: str, client:
         assert http.get(f"{API}/jobs/{job_id}", headers=READER).status_code == 200
         unsafe = [op for op in OPERATIONS if op.method != "GET"]
         assert len(unsafe) >= 12 and all(op.role == "operator" for op in unsafe)
-        values = {"job_id": str(job_id), "queue": "default", "name": "work", "group_id": "1"}
+        values = {"job_id": str(job_id), "queue": "default", "name": "work", "workflow_id": "1", "batch_id": "1"}
         for op in unsafe:
             path = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], op.path)
             response = http.request(op.method, API + path, json={}, headers=READER)

@@ -399,12 +399,12 @@ def test_retention_deletes_a_workflow_only_once_every_step_is_past_its_age(clien
     later = datetime.now(UTC) + timedelta(days=2)
     assert sum(retention.purge(s, older_than=a, now=later) for s, a in AGES.items()) == 1  # plain, not the step
     assert client.get(plain) is None
-    assert retention.purge_groups(AGES, now=later) == 0  # second is pending
+    assert retention.purge_workflows_and_batches(AGES, now=later) == 0  # second is pending
     second = claim_one(client)
     fail(client, second, kind="discarded")
-    assert retention.purge_groups(AGES, now=later) == 0  # dead letters are kept 7 days
+    assert retention.purge_workflows_and_batches(AGES, now=later) == 0  # dead letters are kept 7 days
     assert len(statuses(client, workflow_id)) == 2
-    assert retention.purge_groups(AGES, now=later + timedelta(days=6)) == 2
+    assert retention.purge_workflows_and_batches(AGES, now=later + timedelta(days=6)) == 2
     assert client.workflows.get(workflow_id) is None
     assert (count(client, job), count(client, workflow), count(client, job_dependency)) == (0, 0, 0)
 
@@ -415,7 +415,7 @@ def test_retention_deletes_a_finished_batch_with_its_children(client: jobsup.Cli
     open_batch.add([{"name": "b"}])
     succeed(client, claim(client, "w1", limit=10))  # the children, not yet the callback
     later = datetime.now(UTC) + timedelta(days=2)
-    assert client.store.retention.purge_groups(AGES, batch=2, now=later) == 3
+    assert client.store.retention.purge_workflows_and_batches(AGES, batch=2, now=later) == 3
     assert client.batches.get(batch_id) is None
     assert client.batches.get(open_batch.id) is not None  # open: never finished, kept
     assert {j.name for j in client.list_jobs()} == {"report", "b"}

@@ -4,8 +4,8 @@ and what happens in the transaction that ends a child (`child_ended`).
 
 A batch is open while children may be added, closed once they may not, and finished once
 its callbacks fired: `finished_at` is the compare-and-set of firing, so they fire once
-however many transactions find the last child ended (docs/internals.md, "The steps of
-linked jobs", says why none is missed). Counts are read from the children's rows when asked
+however many transactions find the last child ended (docs/internals.md, "The steps a
+job's end sets off", says why none is missed). Counts are read from the children's rows when asked
 for; no settle writes a counter.
 """
 
@@ -30,7 +30,7 @@ from jobsup.store.rows import BatchInfo, NewJob
 from jobsup.store.schema import FINISHED_STATUSES, STATUSES, SUCCEEDED, UNFINISHED_STATUSES, batch, job
 
 if TYPE_CHECKING:
-    from jobsup.store.transitions import Transitions
+    from jobsup.store.steps import StepContext
 
 log = logging.getLogger("jobsup.batches")
 
@@ -44,7 +44,7 @@ class Finished(NamedTuple):
 
 
 class Batches:
-    def __init__(self, t: Transitions) -> None:
+    def __init__(self, t: StepContext) -> None:
         self.t, self.db, self.dialect = t, t.db, t.dialect
 
     # -- the transitions ----------------------------------------------------------------------

@@ -53,7 +53,7 @@ def _state(value: str) -> Any:
 
 
 def count_settles(conn: Connection, change: Change) -> None:
-    t = change.transitions
+    t = change.context
     for row in change.rows:
         policy = t.resolver.breaker_of(row.name)
         if policy is None:

@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from jobsup.store.dialects import Dialect
     from jobsup.store.rows import NewJob
     from jobsup.store.statements import Statements
-    from jobsup.store.steps import Change
-    from jobsup.store.transitions import Transitions
+    from jobsup.store.steps import Change, StepContext
 
 # The key's row, locked until the transaction ends (FOR UPDATE; SQL Server's UPDLOCK; SQLite's
 # writers take turns anyway): every admission and hand-over of a key reads it first, so they
@@ -124,7 +123,7 @@ KEY_WAIT = 1.0
 
 
 def bounded(
-    conn: Connection, t: Transitions, inserting: Sequence[NewJob] | None = None
+    conn: Connection, t: StepContext, inserting: Sequence[NewJob] | None = None
 ) -> AbstractContextManager[None]:
     """In a process that holds leases (`Store`), every lock wait inside the block (a key's
     row, a live unique key) at most `KEY_WAIT`, then `LockBusy`: for the hand-over, and the
@@ -134,7 +133,7 @@ def bounded(
     return t.dialect.lock_within(conn, t.key_wait) if waits and t.key_wait is not None else nullcontext()
 
 
-def hand_over(conn: Connection, t: Transitions, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:
+def hand_over(conn: Connection, t: StepContext, keys: Sequence[str], clock: dict[str, Any]) -> set[str]:
     """Each of `keys` (once per job of it that ended) lost an admitted job: give its slots to
     the key's longest-waiting jobs, or back. Returns the queues of the jobs let in. Raises
     `LockBusy` when a key's row stays held (`bounded`)."""
@@ -223,7 +222,7 @@ def _finished_keys(rows: Sequence[Any]) -> list[str]:
 def after_finish(conn: Connection, change: Change) -> None:
     keys = _finished_keys(change.rows)
     if keys:
-        t = change.transitions
+        t = change.context
         woken = hand_over(conn, t, keys, t.dialect.clock_params(change.params.get("p_now")))
         if woken:
             t.dialect.after_enqueue(conn, woken)
@@ -232,4 +231,4 @@ def after_finish(conn: Connection, change: Change) -> None:
 def after_retry(conn: Connection, change: Change) -> None:
     keyed = [(row.id, row.concurrency_key, row.concurrency_limit or 1) for row in change.rows if row.concurrency_key]
     if keyed:
-        admit(conn, change.transitions.sql, keyed)
+        admit(conn, change.context.sql, keyed)

@@ -124,7 +124,7 @@ class Window:
 def admit_claimed(conn: Connection, change: Change) -> None:
     """The claim's step: start the claimed jobs of rate-limited types their windows have room
     for, and put the others back (their ids go to `change.dropped`)."""
-    t = change.transitions
+    t = change.context
     limited: dict[str, tuple[Rate, list[Any]]] = {}
     for row in change.rows:
         policy = t.resolver.rate_of(row.name)

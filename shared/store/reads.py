@@ -117,16 +117,16 @@ class Reads:
         """Ids of jobs that finished in `status` (oldest first): all of them, or those that
         finished more than `older_than` seconds ago."""
         stmt = select(job.c.id).where(status_is(status)).order_by(job.c.finished_at).limit(limit)
-        # A workflow's steps and a batch's children are deleted with their group (`purge_groups`).
+        # A workflow's steps and a batch's children are deleted with it (`purge_workflows_and_batches`).
         stmt = stmt.where(job.c.workflow_id.is_(None), job.c.batch_id.is_(None))
         if older_than is not None:
             stmt = stmt.where(job.c.finished_at < self.dialect.clock("cutoff"))
         with self.db.read("inspect") as conn:
             return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-(older_than or 0.0))).scalars())
 
-    def job_ids_of(self, column: Any, group_id: int, *, limit: int = BATCH) -> list[int]:
-        """Ids of the jobs whose `column` (workflow_id, batch_id) is `group_id`."""
-        stmt = select(job.c.id).where(column == group_id).order_by(job.c.id).limit(limit)
+    def job_ids_of(self, column: Any, owner_id: int, *, limit: int = BATCH) -> list[int]:
+        """Ids of the jobs whose `column` (workflow_id, batch_id) is `owner_id`."""
+        stmt = select(job.c.id).where(column == owner_id).order_by(job.c.id).limit(limit)
         with self.db.read("inspect") as conn:
             return list(conn.execute(stmt).scalars())
 

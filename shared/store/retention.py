@@ -96,7 +96,7 @@ class Retention:
                 break
         return forgotten
 
-    def purge_groups(
+    def purge_workflows_and_batches(
         self,
         ages: Mapping[str, float],
         *,
@@ -106,12 +106,12 @@ class Retention:
         now: datetime | None = None,
     ) -> int:
         """Delete finished workflows and batches all of whose jobs are past their status's
-        retention age in `ages` (a group with a job in a status `ages` leaves out is kept),
-        with those jobs, `batch` jobs per transaction, at most `limit` groups of each kind and
-        about `max_jobs` jobs per call (the next call goes on); return how many jobs went. A
-        group's jobs go together, never one by one (`purge` leaves them out), so a workflow is
-        never shown with steps missing. Each delete checks again that its jobs are finished
-        and past their age: a group retried meanwhile keeps its live jobs, and its row."""
+        retention age in `ages` (one with a job in a status `ages` leaves out is kept), with
+        those jobs, `batch` jobs per transaction, at most `limit` of each kind and about
+        `max_jobs` jobs per call (the next call goes on); return how many jobs went. A
+        workflow's or batch's jobs go together, never one by one (`purge` leaves them out), so
+        a workflow is never shown with steps missing. Each delete checks again that its jobs
+        are finished and past their age: one retried meanwhile keeps its live jobs, and its row."""
         if not ages:
             return 0
         dialect = self.db.dialect
@@ -126,16 +126,16 @@ class Retention:
             kept = select(job.c.id).where(column == table.c.id, ~past).exists()
             stmt = select(table.c.id).where(old < dialect.clock("youngest"), ~kept).order_by(table.c.id).limit(limit)
             with self.db.read("retention") as conn:
-                groups = list(conn.execute(stmt, clock).scalars())
-            for group_id in groups:
-                while purged < max_jobs and (ids := self.reads.job_ids_of(column, group_id, limit=batch)):
-                    gone = len(self._delete(ids, and_(column == group_id, past), "retention", clock))
+                owners = list(conn.execute(stmt, clock).scalars())
+            for owner_id in owners:
+                while purged < max_jobs and (ids := self.reads.job_ids_of(column, owner_id, limit=batch)):
+                    gone = len(self._delete(ids, and_(column == owner_id, past), "retention", clock))
                     purged += gone
                     if gone < len(ids):
-                        break  # a job that came back to life: the group stays
+                        break  # a job that came back to life: its workflow or batch stays
                 with self.db.transaction("retention") as conn:
                     member = select(job.c.id).where(column == table.c.id).exists()
-                    conn.execute(delete(table).where(table.c.id == group_id, ~member))
+                    conn.execute(delete(table).where(table.c.id == owner_id, ~member))
                 if purged >= max_jobs:
                     return purged
         return purged

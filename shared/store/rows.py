@@ -90,15 +90,15 @@ def owner_runs_at_once(owner: str) -> int:
     return int(width) if width.isdigit() else 1
 
 
-def has_links(row: Any) -> bool:
-    """Is the job of `row` (a `ClaimedJob`, or a row with the link columns; a row without
-    them is plain) linked: in a workflow or batch, with triggers, or under a concurrency key
-    (its slot to hand on)?"""
-    return any(getattr(row, name, None) is not None for name in _LINKS)
+def needs_steps(row: Any) -> bool:
+    """Does the end of the job of `row` (a `ClaimedJob`, or a row with the columns of
+    `step_statements.STEP_COLUMNS`; a row without them needs none) set off in-transaction
+    steps: is it in a workflow or batch, with triggers, or under a concurrency key (its slot
+    to hand on)?"""
+    return any(getattr(row, name, None) is not None for name in _STEP_FIELDS)
 
 
-# In a workflow or batch, with triggers, or under a concurrency key (its slot to give back).
-_LINKS = ("workflow_id", "batch_id", "triggers", "concurrency_key")
+_STEP_FIELDS = ("workflow_id", "batch_id", "triggers", "concurrency_key")
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class Held:
     lease: Lease
     name: str
     queue: str
-    linked: bool  # in a workflow or batch, with triggers or under a key: its settle has steps to run (`has_links`)
+    needs_steps: bool  # in a workflow or batch, with triggers or under a key: its settle has steps to run
 
     @property
     def id(self) -> int:
@@ -117,7 +117,7 @@ class Held:
     @classmethod
     def of_row(cls, row: Any) -> Held:
         """From a row of `Statements.held_by`."""
-        return cls(Lease(row.id, row.lease_owner, row.attempts), row.name, row.queue, has_links(row))
+        return cls(Lease(row.id, row.lease_owner, row.attempts), row.name, row.queue, needs_steps(row))
 
 
 @dataclass(frozen=True)
@@ -146,12 +146,12 @@ class ClaimedJob:
         return Lease(self.id, self.owner, self.attempt)
 
     @property
-    def linked(self) -> bool:
-        return has_links(self)
+    def needs_steps(self) -> bool:
+        return needs_steps(self)
 
     @property
     def held(self) -> Held:
-        return Held(self.lease, self.name, self.queue, self.linked)
+        return Held(self.lease, self.name, self.queue, self.needs_steps)
 
 
 # How an attempt ended, as the worker (or, for a dead worker, its supervisor) reports it.

@@ -34,7 +34,6 @@ from jobsup.store.chain import Chain, Returning
 from jobsup.store.claim import status_is
 from jobsup.store.dialects import Dialect
 from jobsup.store.insert import values_statement
-from jobsup.store.linked_statements import LINKS, LinkedStatements
 from jobsup.store.rows import Lease
 from jobsup.store.schema import (
     CANCELLED,
@@ -46,6 +45,7 @@ from jobsup.store.schema import (
     job,
     job_attempt,
 )
+from jobsup.store.step_statements import STEP_COLUMNS, StepStatements
 
 # An operator cancelled the running job: whatever ends its attempt ends the job `cancelled`.
 CANCEL_REQUESTED = job.c.cancel_requested_at.is_not(None)
@@ -54,7 +54,7 @@ CANCEL_REQUESTED = job.c.cancel_requested_at.is_not(None)
 EVENT_COLUMNS = (job.c.queue, job.c.attempts, job.c.actor)
 
 
-class Statements(LinkedStatements):
+class Statements(StepStatements):
     """The prepared statements of one dialect's transitions."""
 
     def __init__(self, dialect: Dialect) -> None:
@@ -150,7 +150,7 @@ class Statements(LinkedStatements):
                 lease_expires_at=None,
                 result=bindparam("p_result"),
             )
-            .returning(job.c.id, job.c.status, *LINKS, job.c.name, *EVENT_COLUMNS)
+            .returning(job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -170,7 +170,9 @@ class Statements(LinkedStatements):
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id, job.c.status, *LINKS, job.c.name, *EVENT_COLUMNS, job.c.last_error, job.c.run_at)
+            .returning(
+                job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS, job.c.last_error, job.c.run_at
+            )
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -196,7 +198,7 @@ class Statements(LinkedStatements):
                 lease_owner=None,
                 lease_expires_at=None,
             )
-            .returning(job.c.id, job.c.status, *LINKS, job.c.name, *EVENT_COLUMNS)
+            .returning(job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS)
         )
         return self.dialect.chain(first, self.close_attempts)
 
@@ -241,7 +243,7 @@ class Statements(LinkedStatements):
     def held_by(self) -> Select[Any]:
         """The leases one owner holds, in the order it claimed (and runs) them."""
         return (
-            select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name, job.c.queue, *LINKS)
+            select(job.c.id, job.c.lease_owner, job.c.attempts, job.c.name, job.c.queue, *STEP_COLUMNS)
             .where(status_is(RUNNING), job.c.lease_owner == bindparam("p_owner"))
             .order_by(job.c.priority.desc(), job.c.run_at, job.c.id)
         )
@@ -270,7 +272,7 @@ class Statements(LinkedStatements):
                     (running, func.coalesce(job.c.cancel_requested_at, clock)), else_=job.c.cancel_requested_at
                 ),
             )
-            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *LINKS, job.c.actor)
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.status, *STEP_COLUMNS, job.c.actor)
         )
         return self.dialect.returning(first)
 

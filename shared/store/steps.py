@@ -9,8 +9,8 @@ back and the caller sees the error, as if the compare-and-set had failed with it
 
 `STEPS` is the whole list, in the order the steps run: to know every statement a
 `complete` runs, read its line. A selective step runs only when the transition says its
-jobs need it (`linked`: a job in a workflow or batch, with triggers or under a concurrency
-key, see `Held.linked`; a job of a type with a breaker; a claim on a queue with a
+jobs need it (`selective`: a job in a workflow or batch, with triggers or under a
+concurrency key, see `Held.needs_steps`; a job of a type with a breaker; a claim on a queue with a
 rate-limited type); the events' step runs only while someone wants that transition's
 events. A transition with no step to run keeps its single-statement fast path on
 PostgreSQL.
@@ -23,17 +23,52 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Row
 
 from jobsup.events import publishing
 from jobsup.store import breakers, concurrency_keys, rates, triggers
-from jobsup.store.rows import has_links
+from jobsup.store.rows import needs_steps
 from jobsup.store.schema import FINISHED_STATUSES
 
 if TYPE_CHECKING:
-    from jobsup.store.transitions import Transitions
+    from jobsup.jobtypes import Resolver
+    from jobsup.store.batches import Batches
+    from jobsup.store.chain import Chain
+    from jobsup.store.database import Database
+    from jobsup.store.dialects import Dialect
+    from jobsup.store.rows import NewJob
+    from jobsup.store.statements import Statements
+    from jobsup.store.workflows import Workflows
+
+
+class StepContext(Protocol):
+    """What a feature (its steps, its workflows and batches) may use of the `Transitions`
+    running it: the database, the statements and job types, how long to wait for a key's
+    row, and the two transitions a feature sets off itself: `insert` (a trigger's job, a
+    batch's callback, a workflow's steps) and `cancel_where` (a workflow's or batch's
+    jobs). Not the worker's transitions (claim, settle, renew)."""
+
+    db: Database
+    dialect: Dialect
+    sql: Statements
+    resolver: Resolver
+    key_wait: float | None
+    workflows: Workflows
+    batches: Batches
+
+    def insert(
+        self, conn: Connection, jobs: Sequence[NewJob], clock: Mapping[str, Any]
+    ) -> tuple[list[int], list[int]]: ...
+
+    def cancel_where(
+        self,
+        chain: Chain,
+        which: Mapping[str, Any],
+        now: datetime | None,
+        also: Callable[[Connection, dict[str, Any]], object] | None = None,
+    ) -> Sequence[Row[Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +77,7 @@ class Change:
 
     `rows` are the rows its compare-and-set matched (for `enqueue`, (id, `NewJob`) pairs;
     for `claim`, the claimed rows; for the others, the columns its statement returns: the
-    new status, the links (`linked_statements.LINKS`) and what the job's events say of it
+    new status, the links (`step_statements.STEP_COLUMNS`) and what the job's events say of it
     (`statements.EVENT_COLUMNS`));
     `params` are its bound parameters, clock included, so a step's statements use the same
     instant."""
@@ -50,7 +85,7 @@ class Change:
     transition: str
     rows: Sequence[Row[Any]] | Sequence[Any]
     params: Mapping[str, Any]
-    transitions: Transitions  # the `Transitions` running it: its statements, resolver and insert
+    context: StepContext  # what the steps may use of the `Transitions` running it
     # A claim's steps may put claimed rows back in the claim's own transaction (a rate
     # window with no room): their ids, which the claim then does not return, and when each
     # is due again.
@@ -60,16 +95,17 @@ class Change:
 @dataclass(frozen=True)
 class Step:
     run: Callable[[Connection, Change], None]
-    selective: bool = True  # runs only when the transition says its jobs need it (`linked`)
+    selective: bool = True  # runs only when the transition says its jobs need it (`selective`)
     wanted: Callable[[str], bool] | None = None  # asked with the transition: is it on in this process?
 
 
 def after_finish(conn: Connection, change: Change) -> None:
-    """What the end of linked jobs does, in its transaction, level by level: their triggers
-    fire, their batches count them, their workflows' dependents unblock (or, cancelled by a
-    failed dependency, end too: the next level); then each workflow may end."""
-    t, clock = change.transitions, {"p_now": change.params.get("p_now")}
-    level = [row for row in change.rows if row.status in FINISHED_STATUSES and has_links(row)]
+    """What the end of jobs in workflows or batches, or with triggers, does in its
+    transaction, level by level: their triggers fire, their batches count them, their
+    workflows' dependents unblock (or, cancelled by a failed dependency, end too: the next
+    level); then each workflow may end."""
+    t, clock = change.context, {"p_now": change.params.get("p_now")}
+    level = [row for row in change.rows if row.status in FINISHED_STATUSES and needs_steps(row)]
     workflows: set[int] = set()
     while level:
         triggers.fire(conn, t, [row for row in level if row.triggers is not None], clock)
@@ -83,7 +119,7 @@ def after_finish(conn: Connection, change: Change) -> None:
 
 
 def _recount(conn: Connection, change: Change) -> None:
-    change.transitions.workflows.step_retried(conn, change.rows, change.params)
+    change.context.workflows.step_retried(conn, change.rows, change.params)
 
 
 _HAND_ON_KEYS = Step(concurrency_keys.after_finish)  # a key's slot to the next waiting job
@@ -111,16 +147,16 @@ STEPS: dict[str, tuple[Step, ...]] = {
 }
 
 
-def of(transition: str, *, linked: bool = True) -> tuple[Callable[[Connection, Change], None], ...]:
+def of(transition: str, *, selective: bool = True) -> tuple[Callable[[Connection, Change], None], ...]:
     """The steps a `transition` runs now: those that are on, the selective ones only when
-    `linked` (its jobs need them)."""
+    `selective` (its jobs need them)."""
     return tuple(
         step.run
         for step in STEPS[transition]
-        if (linked or not step.selective) and (step.wanted is None or step.wanted(transition))
+        if (selective or not step.selective) and (step.wanted is None or step.wanted(transition))
     )
 
 
-def run(conn: Connection, change: Change, *, linked: bool = True) -> None:
-    for step in of(change.transition, linked=linked):
+def run(conn: Connection, change: Change, *, selective: bool = True) -> None:
+    for step in of(change.transition, selective=selective):
         step(conn, change)

@@ -17,7 +17,7 @@ from jobsup.store.rows import NewJob
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, SUCCEEDED
 
 if TYPE_CHECKING:
-    from jobsup.store.transitions import Transitions
+    from jobsup.store.steps import StepContext
 
 log = logging.getLogger("jobsup.triggers")
 
@@ -40,7 +40,7 @@ def stored(text: str | None) -> list[dict[str, Any]]:
     return [t for t in described if isinstance(t, dict) and isinstance(t.get("job"), str)]
 
 
-def fire(conn: Connection, t: Transitions, rows: Sequence[Any], clock: Mapping[str, Any]) -> None:
+def fire(conn: Connection, t: StepContext, rows: Sequence[Any], clock: Mapping[str, Any]) -> None:
     """Enqueue the follow-ups of the jobs `rows` that ended, in `conn`'s transaction."""
     news: list[NewJob] = []
     for row in rows:

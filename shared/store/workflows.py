@@ -39,11 +39,11 @@ from jobsup.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from jobsup.store.transitions import Transitions
+    from jobsup.store.steps import StepContext
 
 
 class Workflows:
-    def __init__(self, t: Transitions) -> None:
+    def __init__(self, t: StepContext) -> None:
         self.t, self.db, self.dialect = t, t.db, t.dialect
 
     # -- the transitions ----------------------------------------------------------------------

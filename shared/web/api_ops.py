@@ -19,7 +19,8 @@ operation = OPERATIONS.add
 
 QUEUE = Param("queue", where="path", description="The queue's name.")
 NAME = Param("name", where="path", description="The schedule's (or job type's) name.")
-GROUP_ID = Param("group_id", "integer", "path", "The workflow's or batch's id.", minimum=1)
+WORKFLOW_ID = Param("workflow_id", "integer", "path", "The workflow's id.", minimum=1)
+BATCH_ID = Param("batch_id", "integer", "path", "The batch's id.", minimum=1)
 LIMIT = Param("limit", "integer", description="At most this many (1-500).", minimum=1, maximum=500)
 SLOTS = 5
 
@@ -157,24 +158,24 @@ def list_definitions(client: Client, who: Identity) -> list[dict[str, Any]]:
     return [d.to_dict() for d in client.definitions()]
 
 
-@operation("GET", "/workflows", "Workflows, newest first", s.array(s.LOOSE), params=(LIMIT,), tag="groups")
+@operation("GET", "/workflows", "Workflows, newest first", s.array(s.LOOSE), params=(LIMIT,), tag="workflows")
 def list_workflows(client: Client, who: Identity, limit: int = 100) -> list[dict[str, Any]]:
     return [w.to_dict() for w in client.workflows.list(limit=limit)]
 
 
 @operation(
     "GET",
-    "/workflows/{group_id}",
+    "/workflows/{workflow_id}",
     "A workflow with its steps",
     s.LOOSE,
-    params=(GROUP_ID,),
-    tag="groups",
+    params=(WORKFLOW_ID,),
+    tag="workflows",
     errors=(400, 404),
 )
-def get_workflow(client: Client, who: Identity, group_id: int) -> dict[str, Any]:
-    found = client.workflows.get(group_id)
+def get_workflow(client: Client, who: Identity, workflow_id: int) -> dict[str, Any]:
+    found = client.workflows.get(workflow_id)
     if found is None:
-        raise ApiError(404, f"no workflow with id {group_id}")
+        raise ApiError(404, f"no workflow with id {workflow_id}")
     return found.to_dict()
 
 
@@ -184,7 +185,7 @@ def get_workflow(client: Client, who: Identity, group_id: int) -> dict[str, Any]
     "Batches, newest first",
     s.array(s.LOOSE),
     params=(LIMIT, Param("unfinished", "boolean")),
-    tag="groups",
+    tag="batches",
 )
 def list_batches(client: Client, who: Identity, limit: int = 100, unfinished: bool = False) -> list[dict[str, Any]]:
     return [b.to_dict() for b in client.batches.list(unfinished=unfinished, limit=limit)]
@@ -192,17 +193,17 @@ def list_batches(client: Client, who: Identity, limit: int = 100, unfinished: bo
 
 @operation(
     "GET",
-    "/batches/{group_id}",
+    "/batches/{batch_id}",
     "A batch with its counts",
     s.LOOSE,
-    params=(GROUP_ID,),
-    tag="groups",
+    params=(BATCH_ID,),
+    tag="batches",
     errors=(400, 404),
 )
-def get_batch(client: Client, who: Identity, group_id: int) -> dict[str, Any]:
-    found = client.batches.get(group_id)
+def get_batch(client: Client, who: Identity, batch_id: int) -> dict[str, Any]:
+    found = client.batches.get(batch_id)
     if found is None:
-        raise ApiError(404, f"no batch with id {group_id}")
+        raise ApiError(404, f"no batch with id {batch_id}")
     return found.to_dict()
 
 

@@ -79,14 +79,14 @@ def _job(client: Client, request: Request) -> dict[str, Any]:
     return {"job": found, "logs": client.logs(found.id, limit=api_jobs.MAX_LOGS)}
 
 
-def _group(kind: str) -> PageFn:
+def _workflow_or_batch(kind: str) -> PageFn:
     """The page of one workflow or batch (`kind`), read by its id."""
 
     def read(client: Client, request: Request) -> dict[str, Any]:
-        group_id = _id_of(request, "group_id", kind)
-        found = client.workflows.get(group_id) if kind == "workflow" else client.batches.get(group_id)
+        found_id = _id_of(request, f"{kind}_id", kind)
+        found = client.workflows.get(found_id) if kind == "workflow" else client.batches.get(found_id)
         if found is None:
-            raise ApiError(404, f"no {kind} with id {group_id}")
+            raise ApiError(404, f"no {kind} with id {found_id}")
         return {kind: found}
 
     return read
@@ -183,7 +183,7 @@ def routes() -> list[BaseRoute]:
                 _table("Workflows", _workflows, ("id", "name", "status", "counts", "created_at"), "/workflows"),
             ),
         ),
-        Route("/workflows/{group_id}", view("workflow.html", _group("workflow"))),
+        Route("/workflows/{workflow_id}", view("workflow.html", _workflow_or_batch("workflow"))),
         Route(
             "/batches",
             view(
@@ -196,7 +196,7 @@ def routes() -> list[BaseRoute]:
                 ),
             ),
         ),
-        Route("/batches/{group_id}", view("batch.html", _group("batch"))),
+        Route("/batches/{batch_id}", view("batch.html", _workflow_or_batch("batch"))),
         Route(
             "/calendars",
             view("table.html", _table("Calendars", _calendars, ("name", "timezone", "rules", "updated_at"))),

@@ -15,7 +15,7 @@ from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, WAIT
 
 # What the in-transaction steps of a job that finished need to know of it (`jobsup.store.steps.after_finish`).
 # (and `jobsup.store.concurrency_keys`: a concurrency key's slot, held unless it waits with no dependency).
-LINKS = (
+STEP_COLUMNS = (
     job.c.workflow_id,
     job.c.batch_id,
     job.c.triggers,
@@ -25,7 +25,7 @@ LINKS = (
 )
 
 
-class LinkedStatements:
+class StepStatements:
     if TYPE_CHECKING:
         from jobsup.store.dialects import Dialect
 
@@ -168,7 +168,7 @@ class LinkedStatements:
             update(job)
             .where(job.c.id.in_(bindparam("p_ids", expanding=True)), status_is(WAITING))
             .values(status=CANCELLED, finished_at=clock, updated_at=clock, last_error=bindparam("p_error"))
-            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.actor, job.c.status, *LINKS)
+            .returning(job.c.id, job.c.name, job.c.queue, job.c.attempts, job.c.actor, job.c.status, *STEP_COLUMNS)
         )
 
     @cached_property
