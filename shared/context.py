@@ -5,7 +5,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobsup.client import Client
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,7 @@ class JobContext:
     log: Any = field(default=None, compare=False, repr=False)
     # Reads the stored results of a workflow step's dependencies, when first asked for.
     upstream_loader: Callable[[], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
-    client_loader: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+    client_loader: Callable[[], Client] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.log is None:
@@ -44,7 +47,7 @@ class JobContext:
             object.__setattr__(self, "log", logging.getLogger(f"jobsup.job.{self.name}"))
 
     @property
-    def client(self) -> Any:
+    def client(self) -> Client:
         """A `jobsup.Client` on the database this job came from (to enqueue follow-ups)."""
         if self.client_loader is None:
             from jobsup.errors import ConfigurationError

@@ -107,16 +107,14 @@ def is_defined(name: str) -> bool:
 
 
 def _registered(name: str) -> JobType | None:
-    registered = _registry().get(name)
+    registered = REGISTERED.get(name)
     return None if registered is None else registered.type
 
 
-@functools.cache
-def _registry() -> dict[str, Any]:
-    # The registry imports this module, so its table is fetched when first needed.
-    from jobsup.registry import table
-
-    return table()
+# The job types this process registers, by name: `jobsup.registry`'s `Registered` entries,
+# added by `@jobsup.job`. Kept here, where the resolver reads it, so that this module need
+# not import the registry (which imports it).
+REGISTERED: dict[str, Any] = {}
 
 
 class Resolver:
@@ -162,9 +160,7 @@ class Resolver:
         found = self.find(name)
         if found is not None:
             return found
-        from jobsup.registry import registered_names
-
-        known = sorted(set(self.published) | set(registered_names()))
+        known = sorted(set(self.published) | set(REGISTERED))
         close = difflib.get_close_matches(name, known, n=3)
         hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
         raise UnknownJob(
@@ -193,7 +189,7 @@ class Resolver:
         """The rate of window `key`: that of the first job type by name whose rate uses it
         (types sharing a key should agree; when published definitions do not, every claim
         of every process that knows them applies the same one)."""
-        registry = _registry()
+        registry = REGISTERED
         # Asked on every rate-limited claim: worked out again only when the types change (a
         # refresh reads them again; registering adds to the registry).
         stamp = (self.generation, len(registry))
@@ -211,7 +207,7 @@ class Resolver:
         """Whether a job type this process knows is rate-limited in `queue` (its jobs are
         enqueued to its own queue only): only those claims run in a transaction of their own
         to check the windows (`jobsup.store.rates`)."""
-        known = (registered.type for registered in _registry().values())
+        known = (registered.type for registered in REGISTERED.values())
         return any(
             t.queue == queue and t.limits is not None and t.limits.rate is not None
             for t in (*known, *self.published.values())

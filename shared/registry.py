@@ -20,7 +20,7 @@ from jobsup.checks import check_attempts, check_name, check_priority
 from jobsup.context import JobContext
 from jobsup.durations import parse_duration
 from jobsup.errors import AppImportFailed, BadInput
-from jobsup.jobtypes import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, JobType, RetryPolicy
+from jobsup.jobtypes import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, REGISTERED, JobType, RetryPolicy
 from jobsup.params import Params, params_of
 
 JobFunction = Callable[[JobContext, Any], Any]
@@ -35,7 +35,7 @@ class Registered:
     params: Params | None = None  # typed parameters: what the function receives
 
 
-_registry: dict[str, Registered] = {}
+_registry: dict[str, Registered] = REGISTERED  # this process's job types, read by `jobtypes.Resolver`
 
 
 def job(
@@ -170,11 +170,6 @@ def import_apps(apps: Iterable[str]) -> None:
 
 def lookup(name: str) -> Registered | None:
     return _registry.get(name)
-
-
-def table() -> dict[str, Registered]:
-    """The registry itself (read-only by convention), for lookups on the hot path."""
-    return _registry
 
 
 def registered_names() -> list[str]:

@@ -5,18 +5,21 @@ workflow steps it depends on (`ctx.upstream`) and its own log (`ctx.log`, see
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobsup.store.rows import ClaimedJob
 from jobsup.store.store import Store
 from jobsup.worker.journal import Journal
+
+if TYPE_CHECKING:
+    from jobsup.client import Client
 
 
 class JobServices:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.journal = Journal(store.logs)
-        self._client: Any = None
+        self._client: Client | None = None
 
     def extras(self, job: ClaimedJob, secrets: Any) -> dict[str, Any]:
         """The JobContext fields of `job` beyond its row (`secrets`: what to scrub from what it logs)."""
@@ -25,7 +28,7 @@ class JobServices:
             extras["upstream_loader"] = partial(self.store.reads.job_upstream, job.id)
         return extras
 
-    def client(self) -> Any:
+    def client(self) -> Client:
         """One `jobsup.Client` per worker, on the worker's own database."""
         if self._client is None:
             from jobsup.client import Client

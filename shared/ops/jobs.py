@@ -6,7 +6,7 @@ import json
 import signal
 import threading
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from jobsup.audit import actor_of
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_instant, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
 from jobsup.store.schema import FINISHED_STATUSES, STATUSES
+
+if TYPE_CHECKING:
+    from jobsup.client import Client
 
 LOG_PAGE = 1000  # lines read at once
 FOLLOW_EVERY = 0.5  # seconds between looks for new lines
@@ -67,12 +70,15 @@ def enqueue(
     emit_json({"id": job_id}) if as_json else click.echo(job_id)
 
 
-def with_params(client: Any, name: str, payload: Any, params: tuple[str, ...], allow_unknown: bool) -> dict[str, Any]:
+def with_params(
+    client: Client, name: str, payload: Any, params: tuple[str, ...], allow_unknown: bool
+) -> dict[str, Any]:
     from jobsup.paramcheck import from_text
 
     if payload is not None and not isinstance(payload, dict):
         raise click.UsageError("--param adds to a --payload that is a JSON object")
-    jobtype = client._job_type(name, allow_unknown)
+    resolver = client.store.resolver  # as `enqueue` finds the type: registered, published, else defaults
+    jobtype = resolver.settings_of(name) if allow_unknown else resolver.require(name)
     merged = dict(payload or {})
     for param in params:
         key, sep, text = param.partition("=")
@@ -178,7 +184,7 @@ def jobs_logs(target: Target, job_id: int, follow: bool, as_json: bool) -> None:
             click.echo("no lines logged")
 
 
-def follow_logs(client: Any, job_id: int, as_json: bool, stop: threading.Event) -> None:
+def follow_logs(client: Client, job_id: int, as_json: bool, stop: threading.Event) -> None:
     """Print the job's lines as they are stored, until it has finished and none are left
     (or `stop` is set)."""
     after = None

@@ -16,11 +16,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from jobsup.client.core import INT64
 from jobsup.errors import BadInput, DatabaseError, DuplicateJob, JobNotFound, JobsupError
 from jobsup.web.auth import OPERATOR, READ, Identity
 
 MAX_BODY = 256 * 1024  # bytes of a request body
-INT64 = 2**63 - 1
 log = logging.getLogger("jobsup.web")
 
 
@@ -140,11 +140,14 @@ async def read_json(request: Request) -> Any:
     return body
 
 
-def endpoint(op: Operation, identify: Callable[[Request], Awaitable[Identity]]) -> Callable[[Request], Awaitable[Any]]:
-    """The Starlette endpoint of `op`: who is asking, may they, the parsed input, the call
-    (in a thread: the client is synchronous), and errors as JSON."""
-
-    from jobsup.web.security import check_csrf
+def endpoint(
+    op: Operation,
+    identify: Callable[[Request], Awaitable[Identity]],
+    check_csrf: Callable[[Request, Identity, str | None], None],
+) -> Callable[[Request], Awaitable[Any]]:
+    """The Starlette endpoint of `op`: who is asking (`identify`), may they (its role, and
+    `check_csrf` for a cookie session), the parsed input, the call (in a thread: the client
+    is synchronous), and errors as JSON."""
 
     async def run(request: Request) -> Any:
         try:

@@ -15,11 +15,11 @@ from starlette.staticfiles import StaticFiles
 
 from jobsup import __version__
 from jobsup.client import Client
-from jobsup.web import api_jobs, api_ops, pages
+from jobsup.web import actions, api_jobs, api_ops, pages
 from jobsup.web.api import ApiError, Operation, endpoint, error_response
 from jobsup.web.auth import Auth
 from jobsup.web.openapi import PREFIX, document
-from jobsup.web.security import Identify, Proxies, SecurityHeaders, identify
+from jobsup.web.security import Identify, Proxies, SecurityHeaders, check_csrf, identify
 
 # Resolved: a strict editable install links each file into a build folder, and StaticFiles
 # refuses to serve a link that leads out of its directory (a 404 for every asset).
@@ -56,8 +56,9 @@ def build(
         by_path.setdefault(op.path, []).append(op)
     for path, ops in by_path.items():
         for op in ops:
-            routes.append(Route(PREFIX + path, endpoint(op, identify), methods=[op.method], name=op.operation_id))
-    routes += pages.routes()
+            run = endpoint(op, identify, check_csrf)
+            routes.append(Route(PREFIX + path, run, methods=[op.method], name=op.operation_id))
+    routes += pages.routes() + actions.routes()
     routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash})
     app.state.client, app.state.auth, app.state.identify = client, auth, identify_hook

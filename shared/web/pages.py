@@ -153,8 +153,6 @@ def login_page(request: Request, **context: Any) -> Response:
 
 
 def routes() -> list[BaseRoute]:
-    from jobsup.web import actions
-
     found: list[BaseRoute] = [
         Route("/", view("overview.html", _overview)),
         Route("/fragments/overview", view("overview_live.html", _overview)),
@@ -210,4 +208,4 @@ def routes() -> list[BaseRoute]:
         ),
         Route("/login", login_form, methods=["GET"]),
     ]
-    return found + actions.routes()
+    return found
