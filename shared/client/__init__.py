@@ -27,6 +27,7 @@ from jobsup.store.builder import EnqueueOptions
 from jobsup.store.database import Database
 from jobsup.store.rows import Definition, Job, LogLine, RecurringSchedule
 from jobsup.store.schema import STATUSES
+from jobsup.store.store import Store
 
 SCAN_IDS = 50_000  # the ids a filtered page of the job list looks through, at most
 
@@ -63,7 +64,7 @@ class Client:
             database = Database(url_enabling_outbox(database_url))
         subscribe_logs_and_metrics()
         self._core = core = ClientCore(database)
-        self.database, self.store = core.database, core.store
+        self.database = core.database
         self.workflows = Workflows(core)
         self.batches = Batches(core)
         self.schedules = Schedules(core)
@@ -246,6 +247,12 @@ class Client:
             allow_unknown=allow_unknown,
             actor=actor,
         )
+
+    @property
+    def store(self) -> Store:
+        """The tables of this client's database (for jobsup's own CLI and tests); its schema
+        checked at the first use."""
+        return self._core.store
 
     def close(self) -> None:
         self.database.dispose()

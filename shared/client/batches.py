@@ -22,7 +22,6 @@ class Batches:
 
     def __init__(self, core: ClientCore) -> None:
         self._core = core
-        self._store = core.store.batches
 
     def enqueue(
         self,
@@ -45,7 +44,7 @@ class Batches:
         if name is not None:
             check_text(name, "batch name")
         news = _children(self._core.build_many(children, allow_unknown, "children"), 0)
-        batch_id, _ = self._store.enqueue(name, callbacks, news, connection=connection, progress=progress)
+        batch_id, _ = self._core.store.batches.enqueue(name, callbacks, news, connection=connection, progress=progress)
         return batch_id
 
     def open(
@@ -63,16 +62,16 @@ class Batches:
         callbacks = self._callbacks(on_complete, on_success, on_failure, allow_unknown)
         if name is not None:
             check_text(name, "batch name")
-        batch_id = self._store.open(name, callbacks, connection=connection)
+        batch_id = self._core.store.batches.open(name, callbacks, connection=connection)
         return Batch(self._core, batch_id, connection, allow_unknown)
 
     def get(self, batch_id: int) -> BatchInfo | None:
         """The batch with its children's counts by status; None if unknown."""
-        return self._store.get(row_id(batch_id, "batch"))
+        return self._core.store.batches.get(row_id(batch_id, "batch"))
 
     def list(self, *, unfinished: bool = False, limit: int = 100) -> builtins.list[BatchInfo]:
         """Batches, newest first; with `unfinished`, only those whose callbacks have not fired."""
-        return self._store.list(unfinished=unfinished, limit=check_limit(limit))
+        return self._core.store.batches.list(unfinished=unfinished, limit=check_limit(limit))
 
     def cancel(self, batch_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished child and close the batch (its callbacks fire with the
@@ -80,10 +79,10 @@ class Batches:
         many children were cancelled or asked to stop. Audited."""
         batch_id, who = row_id(batch_id, "batch"), actor_of(actor)
         target = f"batch:{batch_id}"
-        if self._store.get(batch_id) is None:
+        if self._core.store.batches.get(batch_id) is None:
             self._core.audited(who, "batch.cancel", target=target, job_count=0, outcome="not_found")
             raise JobNotFound(f"no batch with id {batch_id}")
-        cancelled = self._store.cancel(batch_id)
+        cancelled = self._core.store.batches.cancel(batch_id)
         self._core.audited(who, "batch.cancel", target=target, job_count=cancelled)
         return cancelled
 

@@ -50,13 +50,22 @@ INT64 = 2**63 - 1
 
 
 class ClientCore:
-    """The store of one client, and what its parts share. The schema is checked once, when
-    the database is first used (`SchemaOutdated` then)."""
+    """The store of one client, and what its parts share."""
 
     def __init__(self, database: Database) -> None:
         self.database = database
-        self.store = Store(database)
-        database.before_first_use(self.store.schema_check)
+        self._store = Store(database)
+        self._schema_checked = False
+
+    @property
+    def store(self) -> Store:
+        """Every call reaches the database through here, before it tries anything: the
+        schema is checked at the first (`SchemaOutdated`, and again next time until it
+        passes), so no call half-runs against a missing or older schema."""
+        if not self._schema_checked:
+            self._store.schema_check()
+            self._schema_checked = True
+        return self._store
 
     # -- building jobs --------------------------------------------------------------------
 

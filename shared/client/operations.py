@@ -29,16 +29,16 @@ class Queues:
     """Queues: which there are, pausing and resuming them, and their figures."""
 
     def __init__(self, core: ClientCore) -> None:
-        self._store = core.store
+        self._core = core
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every queue a job, job definition, schedule or pause names, by name: pending and
         running jobs, ``state`` (``paused`` or ``active``), and for a queue an operator
         paused or resumed, the reason, who changed it (``changed_by``) and when (``since``)."""
-        counts, _ = self._store.reads.job_counts((PENDING, RUNNING))
-        states = self._store.pauses.states()
+        counts, _ = self._core.store.reads.job_counts((PENDING, RUNNING))
+        states = self._core.store.pauses.states()
         rows = []
-        for queue in self._store.pauses.known():
+        for queue in self._core.store.pauses.known():
             state = states.get(queue)
             rows.append(
                 {
@@ -66,14 +66,14 @@ class Queues:
         if reason is not None:
             check_text(reason, "reason", longest=MAX_REASON)
         who = actor_of(actor)
-        return self._store.pauses.pause(queue, actor=who, reason=reason, allow_unknown=allow_unknown)
+        return self._core.store.pauses.pause(queue, actor=who, reason=reason, allow_unknown=allow_unknown)
 
     def resume(self, queue: str, *, actor: str | None = None) -> bool:
         """Let every instance claim jobs of `queue` again, and wake its idle workers; False
         if it was not paused (recorded as ``not_found``)."""
         check_name(queue, "queue")
         who = actor_of(actor)
-        return self._store.pauses.resume(queue, actor=who)
+        return self._core.store.pauses.resume(queue, actor=who)
 
     def stats(self, *, window: object = "5m") -> builtins.list[dict[str, Any]]:
         """Per queue: counts by status, the oldest due pending job's age, and successes per
@@ -83,8 +83,8 @@ class Queues:
         seconds = parse_duration(window, what="window")
         if seconds <= 0:
             raise BadInput("window must be longer than zero")
-        counts, first_due = self._store.reads.job_counts(STATUSES)
-        recent = self._store.reads.job_finished_since(seconds)
+        counts, first_due = self._core.store.reads.job_counts(STATUSES)
+        recent = self._core.store.reads.job_finished_since(seconds)
         now = host_clock()
         queues = sorted({queue for queue, _ in counts} | set(first_due) | set(recent))
         rows = []
@@ -106,13 +106,13 @@ class Queues:
         (oldest first) ``succeeded``, ``failed`` (dead-lettered) and ``latency`` (mean
         seconds from due to finished, None for an empty bucket). Every figure comes from an
         indexed query."""
-        reads = self._store.overview
+        reads = self._core.store.overview
         clock = now or datetime.now(UTC)
         counts = reads.queue_counts()
         oldest = reads.oldest_due(now=now)
         width = HOUR / BUCKETS
         finished = reads.finished_since([clock - timedelta(seconds=HOUR - i * width) for i in range(BUCKETS)])
-        states = self._store.pauses.states()
+        states = self._core.store.pauses.states()
         paused = {queue for queue, state in states.items() if state.paused}
         # Not `pauses.known()`: it reads waiting jobs, which no index covers.
         queues = sorted(set(states) | {queue for queue, _ in counts} | {row.queue for row in finished})
@@ -150,32 +150,32 @@ class Breakers:
     """Circuit breakers, one per job type that declares one."""
 
     def __init__(self, core: ClientCore) -> None:
-        self._store = core.store.breakers
+        self._core = core
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every job type's breaker that has counted a failure: ``name``, ``state``
         (closed, open, half_open), consecutive ``failures``, ``opened_at``, ``reopen_at``
         (when an open one lets a probe through), ``probe_job_id``, ``changed_by``,
         ``changed_at``."""
-        return self._store.rows()
+        return self._core.store.breakers.rows()
 
     def reset(self, name: str, *, actor: str | None = None) -> bool:
         """Close the circuit breaker of job type `name` at once, its failure count zeroed,
         audited ``breaker.reset`` in the same transaction. False when it was closed with no
         failures counted (recorded ``unchanged``) or never failed (``not_found``)."""
         check_name(name, "job name")
-        return self._store.reset(name, actor=actor_of(actor))
+        return self._core.store.breakers.reset(name, actor=actor_of(actor))
 
 
 class Workers:
     """The supervisors and workers registered in the database."""
 
     def __init__(self, core: ClientCore) -> None:
-        self._store = core.store
+        self._core = core
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every registered supervisor and worker, with the job each worker holds."""
-        held = self._store.reads.job_held_by()
+        held = self._core.store.reads.job_held_by()
         return [
             {
                 "id": row.id,
@@ -189,7 +189,7 @@ class Workers:
                 "started_at": row.started_at,
                 "heartbeat_at": row.heartbeat_at,
             }
-            for row in self._store.processes.process_list()
+            for row in self._core.store.processes.process_list()
         ]
 
 
@@ -197,30 +197,30 @@ class ParkedEvents:
     """Outbox events their destination refused for good: look, deliver again, discard."""
 
     def __init__(self, core: ClientCore) -> None:
-        self._store = core.store.outbox
+        self._core = core
 
     def parked(self, *, limit: int = 100) -> list[dict[str, Any]]:
         """Parked events, oldest first: ``id`` (the outbox row's), ``job_id`` or ``subject``,
         ``type``, ``created_at``, ``parked_at``, ``attempts`` and ``last_error``."""
-        return self._store.parked(check_limit(limit))
+        return self._core.store.outbox.parked(check_limit(limit))
 
     def retry(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
         """Deliver the parked events `ids` again (None: every parked event), after whatever
         their objects announced since; audited ``events.retry``. Returns the ids that were
         parked."""
-        return self._store.unpark(_event_ids(ids), actor=actor_of(actor))
+        return self._core.store.outbox.unpark(_event_ids(ids), actor=actor_of(actor))
 
     def discard(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
         """Delete the parked events `ids` (None: every parked event) undelivered; audited
         ``events.discard``. Returns the ids that were parked."""
-        return self._store.discard(_event_ids(ids), actor=actor_of(actor))
+        return self._core.store.outbox.discard(_event_ids(ids), actor=actor_of(actor))
 
 
 class AuditTrail:
     """Operator actions as recorded (what is recorded: `jobsup.client.core`)."""
 
     def __init__(self, core: ClientCore) -> None:
-        self._store = core.store.audit
+        self._core = core
         # Record an action that has already happened, by a tool built on the client (the
         # CLI's key rotation and batch enqueue): its change has committed, and a failure to
         # write the row is logged rather than raised.
@@ -240,7 +240,7 @@ class AuditTrail:
         for text, what in ((actor, "actor"), (action, "action")):
             if text is not None:
                 check_text(text, what)
-        return self._store.list(since=start, actor=actor, action=action, limit=check_limit(limit))
+        return self._core.store.audit.list(since=start, actor=actor, action=action, limit=check_limit(limit))
 
 
 class DeadLetters:

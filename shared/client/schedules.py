@@ -78,16 +78,15 @@ class Schedules:
 
     def __init__(self, core: ClientCore) -> None:
         self._core = core
-        self._store = core.store.recurring
 
     def list(self) -> builtins.list[RecurringSchedule]:
         """Every schedule, its sensitive values shown as ``***``."""
-        return _masked(self._core, self._store.recurring_list())
+        return _masked(self._core, self._core.store.recurring.recurring_list())
 
     def remove(self, name: str, *, actor: str | None = None) -> bool:
         """Delete the schedule `name`; False if there is none. Audited."""
         who = actor_of(actor)
-        removed = self._store.recurring_remove(name)
+        removed = self._core.store.recurring.recurring_remove(name)
         self._core.audited(who, "recurring.remove", target=name, outcome=found(removed))
         return removed
 
@@ -95,7 +94,7 @@ class Schedules:
         """Pause or resume a schedule; resuming starts from now (no catch-up). False if
         unknown. Audited."""
         who = actor_of(actor)
-        changed = self._store.recurring_set_enabled(name, enabled)
+        changed = self._core.store.recurring.recurring_set_enabled(name, enabled)
         action = "recurring.enable" if enabled else "recurring.disable"
         self._core.audited(who, action, target=name, outcome=found(changed))
         return changed
@@ -106,7 +105,6 @@ class Calendars:
 
     def __init__(self, core: ClientCore) -> None:
         self._core = core
-        self._store = core.store.calendars
 
     def add(self, name: str, rules: Any, *, timezone: str = "UTC", actor: str | None = None) -> dict[str, Any]:
         """Add or replace the calendar `name`: `rules` (a list of rules, or its JSON text;
@@ -117,20 +115,20 @@ class Calendars:
         check_name(name, "calendar name")
         who = actor_of(actor)
         calendar = parse_calendar(name, rules, timezone)
-        created = self._store.calendar_upsert(calendar)
+        created = self._core.store.calendars.calendar_upsert(calendar)
         detail = {"timezone": calendar.timezone, "rules": calendar.describe()}
         self._core.audited(who, "calendar.add" if created else "calendar.update", target=name, detail=detail)
         return {"name": name, **detail}
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """Every calendar: name, timezone, rules (as stored), created_at, updated_at."""
-        return self._store.calendar_rows()
+        return self._core.store.calendars.calendar_rows()
 
     def remove(self, name: str, *, actor: str | None = None) -> bool:
         """Delete the calendar `name`; False if there is none. A calendar a schedule names
         is refused (`BadInput` naming the schedules): change or remove them first. Audited."""
         who = actor_of(actor)
-        removed = self._store.calendar_remove(name)
+        removed = self._core.store.calendars.calendar_remove(name)
         self._core.audited(who, "calendar.remove", target=name, outcome=found(removed))
         return removed
 

@@ -20,7 +20,6 @@ class Workflows:
 
     def __init__(self, core: ClientCore) -> None:
         self._core = core
-        self._store = core.store.workflows
 
     def enqueue(
         self,
@@ -51,23 +50,23 @@ class Workflows:
             except BadInput as exc:
                 raise type(exc)(f"step {step.name!r}: {exc}") from None
             plan.append((new, [position[dep] for dep in deps]))
-        workflow_id, _ = self._store.enqueue(workflow.name, key, plan, connection=connection)
+        workflow_id, _ = self._core.store.workflows.enqueue(workflow.name, key, plan, connection=connection)
         return workflow_id
 
     def get(self, workflow_id: int) -> WorkflowInfo | None:
         """The workflow with each step's status, dependencies and result; None if unknown."""
-        return self._store.get(row_id(workflow_id, "workflow"))
+        return self._core.store.workflows.get(row_id(workflow_id, "workflow"))
 
     def list(self, *, limit: int = 100) -> builtins.list[WorkflowInfo]:
         """Workflows, newest first, with their step counts (not the steps)."""
-        return self._store.list(limit=check_limit(limit))
+        return self._core.store.workflows.list(limit=check_limit(limit))
 
     def cancel(self, workflow_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished step; returns how many: a running one is asked to stop and
         ends cancelled once its worker stops it. Audited."""
         workflow_id, who = row_id(workflow_id, "workflow"), actor_of(actor)
-        known = self._store.get(workflow_id) is not None
-        cancelled = self._store.cancel(workflow_id)
+        known = self._core.store.workflows.get(workflow_id) is not None
+        cancelled = self._core.store.workflows.cancel(workflow_id)
         outcome = "ok" if known else "not_found"
         target = f"workflow:{workflow_id}"
         self._core.audited(who, "workflow.cancel", target=target, job_count=cancelled, outcome=outcome)
@@ -78,11 +77,11 @@ class Workflows:
         Audited."""
         workflow_id, who = row_id(workflow_id, "workflow"), actor_of(actor)
         target = f"workflow:{workflow_id}"
-        if self._store.get(workflow_id) is None:
+        if self._core.store.workflows.get(workflow_id) is None:
             self._core.audited(who, "workflow.retry", target=target, job_count=0, outcome="not_found")
             raise JobNotFound(f"no workflow with id {workflow_id}")
         try:
-            retried = self._store.retry(workflow_id)
+            retried = self._core.store.workflows.retry(workflow_id)
         except BadInput as exc:  # a step still running: the workflow's state forbids it
             detail = {"reason": str(exc)}
             self._core.audited(who, "workflow.retry", target=target, job_count=0, outcome="refused", detail=detail)

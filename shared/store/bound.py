@@ -48,7 +48,6 @@ class BoundDatabase(Database):
     @contextmanager
     def read(self, operation: str = "read") -> Iterator[Connection]:
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
-        self._first_used()
         conn, theirs = _lent.get()
         with self.errors():
             if theirs:
@@ -70,7 +69,6 @@ class BoundDatabase(Database):
     @contextmanager
     def transaction(self, operation: str = "write") -> Iterator[Connection]:
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
-        self._first_used()
         conn, theirs = _lent.get()
         assert not theirs, "a write given connection= runs on it directly, in the caller's transaction"
         with self.errors():

@@ -37,8 +37,6 @@ class Database:
 
     # Where idle workers LISTEN (the `listen_url` setting): empty for the database URL.
     listen_url = ""
-    # A check to pass before the first use (the client's schema check), or None.
-    _first_use: Callable[[], object] | None = None
 
     def __init__(self, url: str | URL = DEFAULT_URL, *, role: str | None = None, listen_url: str = "") -> None:
         """`role` (``worker``, ``supervisor``) arms the fault injection configured for it;
@@ -72,24 +70,8 @@ class Database:
         with self.fork_guard.forking():
             yield
 
-    def before_first_use(self, check: Callable[[], object]) -> None:
-        """Run `check` when this database is first used, and again at the next use until it
-        passes (a client's schema check: once, not at the top of every method)."""
-        self._first_use = check
-
-    def _first_used(self) -> None:
-        check = self._first_use
-        if check is not None:
-            self._first_use = None  # the check uses the database itself
-            try:
-                check()
-            except BaseException:
-                self._first_use = check
-                raise
-
     @contextmanager
     def _in_use(self) -> Iterator[None]:
-        self._first_used()
         if self.fork_guard is None:
             yield
             return
@@ -128,7 +110,6 @@ class Database:
     def unit(self, connection: Connection | None, operation: str) -> Iterator[Connection]:
         """The caller's connection (its transaction), else a transaction of our own."""
         if connection is not None:
-            self._first_used()
             with self.errors():
                 yield connection
             return
