@@ -9,6 +9,7 @@ PostgreSQL; SQL Server has no async driver here.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -140,13 +141,20 @@ class Awaited:
         self._owner, self._part, self._refused = owner, part, dict(refused or {})
 
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
-        if name in self._refused:
-            raise BadInput(f"AsyncClient: {self._refused[name]}")
-        method = getattr(self._part, name)
-        if name.startswith("_") or not callable(method):
+        if name.startswith("_"):  # before any attribute of ours is read (copy, pickle)
             raise AttributeError(name)
+        method = getattr(self._part, name)
+        if not callable(method):
+            raise AttributeError(name)
+        refused = self._refused.get(name)
+        takes_connection = "connection" in inspect.signature(method).parameters
 
         async def awaited(*args: Any, connection: AsyncConnection | None = None, **kwargs: Any) -> Any:
+            if refused is not None:
+                raise BadInput(f"AsyncClient: {refused}")
+            if connection is not None and not takes_connection:
+                raise BadInput(f"{name} takes no connection=: it runs in a transaction of its own")
+
             def work(mine: Connection | None) -> Any:
                 return method(*args, **kwargs) if mine is None else method(*args, connection=mine, **kwargs)
 

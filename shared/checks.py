@@ -12,6 +12,7 @@ from jobsup.errors import BadInput
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 INT32 = 2**31 - 1
+INT64 = 2**63 - 1  # the largest id (BIGINT) every database stores
 
 
 def check_name(value: object, what: str) -> str:

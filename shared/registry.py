@@ -172,9 +172,5 @@ def lookup(name: str) -> Registered | None:
     return _registry.get(name)
 
 
-def registered_names() -> list[str]:
-    return sorted(_registry)
-
-
 def registered_types() -> list[JobType]:
     return [_registry[name].type for name in sorted(_registry)]

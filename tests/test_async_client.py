@@ -4,6 +4,7 @@ same checks, statements and guarantees as `jobsup.Client`, on SQLite and Postgre
 from __future__ import annotations
 
 import asyncio
+import copy
 from pathlib import Path
 
 import pytest
@@ -188,6 +189,10 @@ def test_the_clients_parts_are_awaited_and_take_the_callers_transaction(url: str
                 await client.batches.open(on_complete="b")
             with pytest.raises(AttributeError):
                 client.workflows._core  # noqa: B018 (only the part's public calls are awaited)
+            async with client.engine.connect() as conn:  # refused before the connection is used
+                with pytest.raises(jobsup.BadInput, match="resume takes no connection="):
+                    await client.queues.resume("default", connection=conn)
+            assert copy.copy(client.queues) is not None and hasattr(client.batches, "open")
             return kept, dropped
         finally:
             await client.close()

@@ -3,9 +3,11 @@ printable offline for every dialect, and a clear error when the schema is missin
 
 from __future__ import annotations
 
+import asyncio
 import io
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -168,6 +170,73 @@ def test_every_part_of_the_client_checks_the_schema_once_when_it_first_uses_the_
         use()
     assert len(checks) == 1, "the schema is checked once, not at each call"
     client.close()
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda c: c.get("1"), jobsup.BadInput),
+        (lambda c: c.list_jobs(limit=0), jobsup.BadInput),
+        (lambda c: c.workflows.get(True), jobsup.BadInput),
+        (lambda c: c.batches.list(limit=0), jobsup.BadInput),
+        (lambda c: c.events.retry([0]), jobsup.BadInput),
+        (lambda c: c.events.parked(limit=0), jobsup.BadInput),
+        (lambda c: c.breakers.reset("x", actor=""), jobsup.BadInput),
+        (lambda c: c.audit.list(limit=0), jobsup.BadInput),
+        (lambda c: c.enqueue("a", {"x": object()}, allow_unknown=True), jobsup.InvalidPayload),
+    ],
+    ids=str.split(
+        "get list_jobs workflows.get batches.list events.retry events.parked breakers.reset audit.list enqueue"
+    ),
+)
+def test_bad_input_is_refused_before_the_schema_is_checked(tmp_path: Path, call: Any, error: type) -> None:
+    """Bad input is the caller's to fix whatever the database's state: it is named first,
+    before the first call through the store checks the schema."""
+    client = jobsup.Client(f"sqlite:///{tmp_path / 'empty.db'}")
+    with pytest.raises(error) as raised:
+        call(client)
+    assert not isinstance(raised.value, jobsup.SchemaOutdated)
+
+
+def test_an_action_refused_for_the_schema_records_no_failure(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The schema is checked before an audited action starts, so its failure handler (which
+    records what a half-run purge did) never runs for it."""
+    client = jobsup.Client(f"sqlite:///{tmp_path / 'empty.db'}")
+    for action in (client.dead_letters.purge, client.dead_letters.retry_all):
+        with pytest.raises(jobsup.SchemaOutdated) as raised:
+            action()
+        assert raised.value.__context__ is None
+    assert "audit.failed" not in caplog.text
+
+
+def test_the_dashboard_checks_the_schema_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's first call through its store checks the schema, a round trip (up to a
+    connect timeout while the database is down): never on the event loop, which every
+    request shares."""
+    from starlette.testclient import TestClient
+
+    from jobsup.store.store import Store
+    from jobsup.web import asgi_app
+
+    url = f"sqlite:///{tmp_path / 'web.db'}"
+    migrate.upgrade(Database(url))
+    where: list[bool] = []
+    check = Store.schema_check
+
+    def spy(store: Store) -> None:
+        try:
+            asyncio.get_running_loop()
+            where.append(True)
+        except RuntimeError:
+            where.append(False)
+        check(store)
+
+    monkeypatch.setattr(Store, "schema_check", spy)
+    app = asgi_app(url, secret="s" * 32)
+    with TestClient(app, base_url="http://127.0.0.1") as http:
+        assert http.get(f"/?token={app.one_time_token}", follow_redirects=False).status_code == 303  # a session begins
+        assert http.get("/").status_code == 200  # its cookie is checked against the server's sessions
+    assert where and not any(where), "the schema was checked on the event loop"
 
 
 @pytest.mark.postgres

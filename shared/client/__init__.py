@@ -15,7 +15,7 @@ from typing import Any, Unpack
 from sqlalchemy import Connection
 
 from jobsup.audit import actor_of
-from jobsup.checks import check_limit, check_name
+from jobsup.checks import INT64, check_limit, check_name
 from jobsup.client.batches import Batches
 from jobsup.client.core import ClientCore, found, row_id
 from jobsup.client.operations import AuditTrail, Breakers, DeadLetters, ParkedEvents, Queues, Workers
@@ -130,13 +130,15 @@ class Client:
 
     def get(self, job_id: int) -> Job | None:
         """The job with its attempt history and result, or None if there is no such job."""
-        return self.store.reads.job_get(row_id(job_id))
+        job_id = row_id(job_id)
+        return self.store.reads.job_get(job_id)
 
     def logs(self, job_id: int, *, after_id: int | None = None, limit: int = 1000) -> list[LogLine]:
         """What the job logged through `ctx.log`, oldest first, at most `limit` lines: those
         after the line `after_id` (the last `id` you read), to page or to follow."""
+        job_id, limit = row_id(job_id), check_limit(limit)
         after = None if after_id is None else row_id(after_id)
-        return self.store.logs.read(row_id(job_id), after_id=after, limit=check_limit(limit))
+        return self.store.logs.read(job_id, after_id=after, limit=limit)
 
     def cancel(self, job_id: int, *, actor: str | None = None) -> bool:
         """Cancel a pending or running job; False if it had already finished or does not
@@ -153,8 +155,8 @@ class Client:
         `sla_breached`, only those maintenance marked past an SLA deadline."""
         if status is not None and status not in STATUSES:
             raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
-        listed = self.store.reads.job_list
-        return listed(status=status, queue=queue, limit=check_limit(limit), sla_breached=bool(sla_breached))
+        limit = check_limit(limit)
+        return self.store.reads.job_list(status=status, queue=queue, limit=limit, sla_breached=bool(sla_breached))
 
     def jobs_page(
         self,
@@ -278,7 +280,7 @@ def _open_cursor(cursor: object, query: str) -> int:
         raise BadInput("cursor is not one this API made") from None
     if made_for != query:
         raise BadInput("cursor belongs to another query (other filters): start again without it")
-    if isinstance(before, bool) or not isinstance(before, int) or not 0 < before <= 2**63 - 1:
+    if isinstance(before, bool) or not isinstance(before, int) or not 0 < before <= INT64:
         raise BadInput("cursor is not one this API made")
     return before
 

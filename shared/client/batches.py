@@ -67,11 +67,13 @@ class Batches:
 
     def get(self, batch_id: int) -> BatchInfo | None:
         """The batch with its children's counts by status; None if unknown."""
-        return self._core.store.batches.get(row_id(batch_id, "batch"))
+        batch_id = row_id(batch_id, "batch")
+        return self._core.store.batches.get(batch_id)
 
     def list(self, *, unfinished: bool = False, limit: int = 100) -> builtins.list[BatchInfo]:
         """Batches, newest first; with `unfinished`, only those whose callbacks have not fired."""
-        return self._core.store.batches.list(unfinished=unfinished, limit=check_limit(limit))
+        limit = check_limit(limit)
+        return self._core.store.batches.list(unfinished=unfinished, limit=limit)
 
     def cancel(self, batch_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished child and close the batch (its callbacks fire with the

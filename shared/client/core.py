@@ -32,7 +32,7 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jobsup.checks import check_name
+from jobsup.checks import INT64, check_name
 from jobsup.errors import BadInput, DatabaseError, DatabaseUnavailable
 from jobsup.jobtypes import JobType
 from jobsup.observe import tracing
@@ -46,8 +46,6 @@ from jobsup.store.rows import NewJob
 from jobsup.store.store import Store
 from jobsup.workflow_spec import check_triggers
 
-INT64 = 2**63 - 1
-
 
 class ClientCore:
     """The store of one client, and what its parts share."""
@@ -59,9 +57,10 @@ class ClientCore:
 
     @property
     def store(self) -> Store:
-        """Every call reaches the database through here, before it tries anything: the
-        schema is checked at the first (`SchemaOutdated`, and again next time until it
-        passes), so no call half-runs against a missing or older schema."""
+        """The client's calls reach the database through here, after checking their input
+        and before they try anything: the first checks the schema (`SchemaOutdated`, and
+        again at the next call until it passes), so no call half-runs against a missing or
+        older schema."""
         if not self._schema_checked:
             self._store.schema_check()
             self._schema_checked = True
@@ -139,8 +138,8 @@ class ClientCore:
     def job_type(self, name: str, allow_unknown: bool) -> JobType:
         """This process's registration of `name`, else the published definition; with
         `allow_unknown`, defaults for a name neither knows."""
-        if allow_unknown:
-            return self.store.resolver.settings_of(name)
+        if allow_unknown:  # the published definition if it can be read, else defaults: no check
+            return self._store.resolver.settings_of(name)
         return self.store.resolver.require(name)
 
     # -- the audit trail ------------------------------------------------------------------
@@ -158,7 +157,7 @@ class ClientCore:
     ) -> None:
         """Record an action that has already happened (see the module's docstring)."""
         record = functools.partial(
-            self.store.audit.record,
+            self._store.audit.record,  # not `store`: the action ran, so the schema was checked
             actor,
             action,
             target=target,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from jobsup.audit import actor_of
-from jobsup.checks import check_limit, check_name, check_text
+from jobsup.checks import INT64, check_limit, check_name, check_text
 from jobsup.client.core import ClientCore, found, row_id
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
@@ -164,7 +164,8 @@ class Breakers:
         audited ``breaker.reset`` in the same transaction. False when it was closed with no
         failures counted (recorded ``unchanged``) or never failed (``not_found``)."""
         check_name(name, "job name")
-        return self._core.store.breakers.reset(name, actor=actor_of(actor))
+        who = actor_of(actor)
+        return self._core.store.breakers.reset(name, actor=who)
 
 
 class Workers:
@@ -202,18 +203,21 @@ class ParkedEvents:
     def parked(self, *, limit: int = 100) -> list[dict[str, Any]]:
         """Parked events, oldest first: ``id`` (the outbox row's), ``job_id`` or ``subject``,
         ``type``, ``created_at``, ``parked_at``, ``attempts`` and ``last_error``."""
-        return self._core.store.outbox.parked(check_limit(limit))
+        limit = check_limit(limit)
+        return self._core.store.outbox.parked(limit)
 
     def retry(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
         """Deliver the parked events `ids` again (None: every parked event), after whatever
         their objects announced since; audited ``events.retry``. Returns the ids that were
         parked."""
-        return self._core.store.outbox.unpark(_event_ids(ids), actor=actor_of(actor))
+        chosen, who = _event_ids(ids), actor_of(actor)
+        return self._core.store.outbox.unpark(chosen, actor=who)
 
     def discard(self, ids: Sequence[int] | None, *, actor: str | None = None) -> list[int]:
         """Delete the parked events `ids` (None: every parked event) undelivered; audited
         ``events.discard``. Returns the ids that were parked."""
-        return self._core.store.outbox.discard(_event_ids(ids), actor=actor_of(actor))
+        chosen, who = _event_ids(ids), actor_of(actor)
+        return self._core.store.outbox.discard(chosen, actor=who)
 
 
 class AuditTrail:
@@ -240,7 +244,8 @@ class AuditTrail:
         for text, what in ((actor, "actor"), (action, "action")):
             if text is not None:
                 check_text(text, what)
-        return self._core.store.audit.list(since=start, actor=actor, action=action, limit=check_limit(limit))
+        limit = check_limit(limit)
+        return self._core.store.audit.list(since=start, actor=actor, action=action, limit=limit)
 
 
 class DeadLetters:
@@ -269,7 +274,8 @@ class DeadLetters:
         """Retry every dead letter; return how many. One whose unique key a live job holds
         is left dead-lettered (and said so in the log), and the others are still retried.
         Audited as one row: the count, the first ids, how many were skipped."""
-        store, who = self._core.store, actor_of(actor)
+        who = actor_of(actor)
+        store = self._core.store
         retried: builtins.list[int] = []
         skipped, after, outcome = 0, None, "failed"
         try:
@@ -296,8 +302,9 @@ class DeadLetters:
         who = actor_of(actor)
         first: builtins.list[int] = []
         detail = None if age is None else {"older_than_seconds": age}
+        retention = self._core.store.retention  # the schema checked before the action starts
         try:
-            purged = self._core.store.retention.purge(DEAD_LETTERED, older_than=age, first_ids=first)
+            purged = retention.purge(DEAD_LETTERED, older_than=age, first_ids=first)
         except BaseException:  # stopped part way: what was deleted by then is recorded (its count is not known)
             self._core.audited(who, "dead.purge", job_ids=first, outcome="failed", detail=detail)
             raise
@@ -309,6 +316,6 @@ def _event_ids(ids: Sequence[int] | None) -> list[int] | None:
     if ids is None:
         return None
     chosen = list(ids)
-    if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i < 2**63 for i in chosen):
+    if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i <= INT64 for i in chosen):
         raise BadInput(f"event ids must be positive whole numbers (or None for every parked event), not {ids!r}")
     return chosen

@@ -55,11 +55,13 @@ class Workflows:
 
     def get(self, workflow_id: int) -> WorkflowInfo | None:
         """The workflow with each step's status, dependencies and result; None if unknown."""
-        return self._core.store.workflows.get(row_id(workflow_id, "workflow"))
+        workflow_id = row_id(workflow_id, "workflow")
+        return self._core.store.workflows.get(workflow_id)
 
     def list(self, *, limit: int = 100) -> builtins.list[WorkflowInfo]:
         """Workflows, newest first, with their step counts (not the steps)."""
-        return self._core.store.workflows.list(limit=check_limit(limit))
+        limit = check_limit(limit)
+        return self._core.store.workflows.list(limit=limit)
 
     def cancel(self, workflow_id: int, *, actor: str | None = None) -> int:
         """Cancel every unfinished step; returns how many: a running one is asked to stop and

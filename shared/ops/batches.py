@@ -81,14 +81,21 @@ def batches_enqueue(target: Target, children: Path, callback_payload: str | None
     who = actor_of(given.pop("actor"))
     specs = _read_lines(children)
     payload = parse_payload(callback_payload)
-    callbacks = {
-        key: (name, payload) for key in ("on_complete", "on_success", "on_failure") if (name := given[key]) is not None
+    on = {
+        key: None if given[key] is None else (given[key], payload)
+        for key in ("on_complete", "on_success", "on_failure")
     }
     progress: Any = click.progressbar(length=len(specs), label="enqueuing", file=sys.stderr)
     client = target.client()
     with progress as bar:
         batch_id = client.batches.enqueue(
-            specs, name=given["name"], allow_unknown=given["allow_unknown"], progress=bar.update, **callbacks
+            specs,
+            on_complete=on["on_complete"],
+            on_success=on["on_success"],
+            on_failure=on["on_failure"],
+            name=given["name"],
+            allow_unknown=given["allow_unknown"],
+            progress=bar.update,
         )
     client.audit.record(who, "batch.enqueue", target=f"batch:{batch_id}", job_count=len(specs))
     emit_json({"id": batch_id, "children": len(specs)}) if as_json else click.echo(batch_id)

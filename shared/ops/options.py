@@ -10,12 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from jobsup.errors import BadInput, JobsupError
 from jobsup.settings import Settings, load
+
+if TYPE_CHECKING:
+    from jobsup.client import Client
 
 
 class NotFound(JobsupError):
@@ -32,7 +35,7 @@ class Target:
     def settings(self, **overrides: Any) -> Settings:
         return load({"database_url": self.database_url, **overrides}, config=self.config)
 
-    def client(self) -> Any:
+    def client(self) -> Client:
         from jobsup.client import Client
 
         return Client(self.settings().database_url)

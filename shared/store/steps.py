@@ -9,7 +9,7 @@ back and the caller sees the error, as if the compare-and-set had failed with it
 
 `STEPS` is the whole list, in the order the steps run: to know every statement a
 `complete` runs, read its line. A selective step runs only when the transition says its
-jobs need it (`selective`: a job in a workflow or batch, with triggers or under a
+jobs need it (`needs_steps`: a job in a workflow or batch, with triggers or under a
 concurrency key, see `Held.needs_steps`; a job of a type with a breaker; a claim on a queue with a
 rate-limited type); the events' step runs only while someone wants that transition's
 events. A transition with no step to run keeps its single-statement fast path on
@@ -77,7 +77,7 @@ class Change:
 
     `rows` are the rows its compare-and-set matched (for `enqueue`, (id, `NewJob`) pairs;
     for `claim`, the claimed rows; for the others, the columns its statement returns: the
-    new status, the links (`step_statements.STEP_COLUMNS`) and what the job's events say of it
+    new status, the columns the steps read (`step_statements.STEP_COLUMNS`) and what the job's events say of it
     (`statements.EVENT_COLUMNS`));
     `params` are its bound parameters, clock included, so a step's statements use the same
     instant."""
@@ -95,7 +95,7 @@ class Change:
 @dataclass(frozen=True)
 class Step:
     run: Callable[[Connection, Change], None]
-    selective: bool = True  # runs only when the transition says its jobs need it (`selective`)
+    selective: bool = True  # runs only when the transition says its jobs need it (`needs_steps`)
     wanted: Callable[[str], bool] | None = None  # asked with the transition: is it on in this process?
 
 
@@ -147,16 +147,16 @@ STEPS: dict[str, tuple[Step, ...]] = {
 }
 
 
-def of(transition: str, *, selective: bool = True) -> tuple[Callable[[Connection, Change], None], ...]:
+def of(transition: str, *, needs_steps: bool = True) -> tuple[Callable[[Connection, Change], None], ...]:
     """The steps a `transition` runs now: those that are on, the selective ones only when
-    `selective` (its jobs need them)."""
+    `needs_steps` (some of its jobs need them: `Held.needs_steps`, a breaker type's)."""
     return tuple(
         step.run
         for step in STEPS[transition]
-        if (selective or not step.selective) and (step.wanted is None or step.wanted(transition))
+        if (needs_steps or not step.selective) and (step.wanted is None or step.wanted(transition))
     )
 
 
-def run(conn: Connection, change: Change, *, selective: bool = True) -> None:
-    for step in of(change.transition, selective=selective):
+def run(conn: Connection, change: Change, *, needs_steps: bool = True) -> None:
+    for step in of(change.transition, needs_steps=needs_steps):
         step(conn, change)

@@ -138,7 +138,7 @@ class Transitions:
         """Claim up to `limit` due jobs of `queue` for `owner`, each for `lease` seconds, in
         the order they should run."""
         params = claim_params(self.dialect, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
-        run = steps.of("claim", selective=self.resolver.rate_limited(queue))
+        run = steps.of("claim", needs_steps=self.resolver.rate_limited(queue))
         dropped: dict[int, datetime] = {}
 
         def after(conn: Connection, rows: Sequence[Row[Any]]) -> Sequence[Row[Any]]:
@@ -178,8 +178,8 @@ class Transitions:
             }
             for result, group in by_result.items()
         ]
-        selective = any(self._has_steps(outcome.held) for outcome in outcomes)
-        rows = self._run_each("complete", self.sql.complete, groups, "settle", selective) if groups else []
+        needs_steps = any(self._has_steps(outcome.held) for outcome in outcomes)
+        rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
         settled = {row[0] for row in rows}
         for outcome in outcomes:
             if outcome.held.id in settled:
@@ -258,8 +258,8 @@ class Transitions:
             params = {**self.dialect.clock_params(now), **self.sql.fence_params([h.lease for h in mine])}
             params |= {"p_outcome": RELEASED, "p_error": None}
             chain = self.sql.release_expired if expired_only else self.sql.release
-            selective = any(h.needs_steps for h in mine)
-            rows = self._run("release", chain, params, operation, selective)
+            needs_steps = any(h.needs_steps for h in mine)
+            rows = self._run("release", chain, params, operation, needs_steps)
             released |= {row[0] for row in rows}
             cancelled |= {row[0] for row in rows if row.status == CANCELLED}
         for h in held:
@@ -347,9 +347,9 @@ class Transitions:
     # -- the unit of every transition ------------------------------------------------------------
 
     def _run(
-        self, transition: str, chain: Chain, params: Mapping[str, Any], operation: str, selective: bool = True
+        self, transition: str, chain: Chain, params: Mapping[str, Any], operation: str, needs_steps: bool = True
     ) -> Sequence[Row[Any]]:
-        return self._run_each(transition, chain, [params], operation, selective)
+        return self._run_each(transition, chain, [params], operation, needs_steps)
 
     def _run_each(
         self,
@@ -357,13 +357,13 @@ class Transitions:
         chain: Chain,
         each: Sequence[Mapping[str, Any]],
         operation: str,
-        selective: bool = True,
+        needs_steps: bool = True,
     ) -> Sequence[Row[Any]]:
         """Run a compare-and-set once per parameter set, each with its in-transaction steps,
-        as one unit. `selective`: some of the jobs need the selective steps (`steps.STEPS`:
+        as one unit. `needs_steps`: some of the jobs need the selective steps (`steps.STEPS`:
         `Held.needs_steps`, and types with a breaker), so those run too. One set
         and no step to run: a single-statement chain runs alone (PostgreSQL: one round trip)."""
-        if len(each) == 1 and chain.single and not steps.of(transition, selective=selective):
+        if len(each) == 1 and chain.single and not steps.of(transition, needs_steps=needs_steps):
             with self.db.statement(operation) as conn:
                 rows = chain.run(conn, each[0])
             return rows
@@ -373,7 +373,7 @@ class Transitions:
                 matched.extend(chain.run(conn, params))
             # Once, after every compare-and-set: a step's locks come after all the rows'.
             if matched:
-                steps.run(conn, steps.Change(transition, matched, each[0], self), selective=selective)
+                steps.run(conn, steps.Change(transition, matched, each[0], self), needs_steps=needs_steps)
         return matched
 
 

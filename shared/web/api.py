@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from jobsup.client.core import INT64
+from jobsup.checks import INT64
 from jobsup.errors import BadInput, DatabaseError, DuplicateJob, JobNotFound, JobsupError
 from jobsup.web.auth import OPERATOR, READ, Identity
 

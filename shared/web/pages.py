@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from jobsup.checks import INT64
 from jobsup.client import Client
 from jobsup.errors import BadInput
 from jobsup.store.schema import STATUSES
@@ -66,7 +67,7 @@ def _jobs(client: Client, request: Request) -> dict[str, Any]:
 
 def _id_of(request: Request, key: str, what: str) -> int:
     raw = request.path_params[key]
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > 2**63 - 1:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > INT64:
         raise ApiError(400, f"{raw[:30]!r} is not a {what} id")
     return int(raw)
 

@@ -53,8 +53,8 @@ async def identify(request: Request) -> Identity:
 async def _not_ended(request: Request, session_id: str) -> bool:
     """Whether the session has not ended (logout) on the server: a signed cookie alone
     would outlive its logout for as long as it had left."""
-    sessions = request.app.state.client.store.web_sessions
-    return bool(await run_in_threadpool(sessions.web_session_live, session_id))
+    client = request.app.state.client  # its store, in the thread: the first use checks the schema
+    return bool(await run_in_threadpool(lambda: client.store.web_sessions.web_session_live(session_id)))
 
 
 async def _basic(request: Request, auth: Auth, value: str) -> Identity | None:

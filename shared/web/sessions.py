@@ -19,7 +19,7 @@ async def begin(request: Request, response: Response, who: Identity) -> Response
     """`response` with the cookie of a new session of `who`, recorded on the server."""
     auth: Auth = request.app.state.auth
     cookie, session_id = auth.session_cookie(who)
-    await run_in_threadpool(_store(request).web_session_open, session_id, who.name, SESSION_SECONDS)
+    await run_in_threadpool(lambda: _store(request).web_session_open(session_id, who.name, SESSION_SECONDS))
     response.set_cookie(
         SESSION_COOKIE,
         cookie,
@@ -38,12 +38,14 @@ async def end(request: Request, response: Response) -> Response:
     auth: Auth = request.app.state.auth
     found = auth.session(request.cookies.get(SESSION_COOKIE, ""))
     if found is not None:
-        await run_in_threadpool(_store(request).web_session_end, found[1])
+        await run_in_threadpool(lambda: _store(request).web_session_end(found[1]))
     response.delete_cookie(SESSION_COOKIE, path=request.scope.get("root_path") or "/")
     return response
 
 
 def _store(request: Request) -> WebSessions:
+    """The sessions' table. In a worker thread only: the client's first call through its
+    store checks the schema, a round trip the event loop must not wait for."""
     return request.app.state.client.store.web_sessions  # type: ignore[no-any-return]
 
 

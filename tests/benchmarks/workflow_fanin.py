@@ -2,7 +2,7 @@
 child's settle stays O(1) as the batch grows.
 
 1. Enqueue. A workflow of `--steps` steps (default 10,000) in layers of 100, each step
-   depending on two steps of the layer before, through `Client.enqueue_workflow`: seconds,
+   depending on two steps of the layer before, through `client.workflows.enqueue`: seconds,
    median of `--repeat` runs.
 2. Fan-in. One process claims and settles (batches of `--claim`, default 1) every child of a
    batch of N children, for N in `--children` (default 1,000 and 20,000): the median time
@@ -106,7 +106,7 @@ def main() -> None:
             runs = [enqueue_seconds(client, args.steps) for _ in range(args.repeat)]
             median = statistics.median(runs)
             print(
-                f"{kind}: enqueue_workflow of {args.steps:,} steps: median {median:.2f} s "
+                f"{kind}: workflows.enqueue of {args.steps:,} steps: median {median:.2f} s "
                 f"(min {min(runs):.2f}, max {max(runs):.2f}, {args.repeat} runs)"
             )
             for children in args.children:
