@@ -132,7 +132,7 @@ def emit_enqueued(
         for (queue, name), count in Counter((jobs[i].queue, jobs[i].name) for i in positions).items():
             emit("job.enqueued", name=name, queue=queue, count=count)
 
-    after_commit(connection, emitted) if connection is not None else emitted()
+    after_commit(connection, emitted)
 
 
 def job_fields(row: Any) -> dict[str, Any]:

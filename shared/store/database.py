@@ -137,17 +137,18 @@ class Database:
             engine.dispose(close=close)
 
 
-def after_commit(conn: Connection, callback: Callable[[], object]) -> None:
+def after_commit(conn: Connection | None, callback: Callable[[], object]) -> None:
     """Run `callback` when the transaction on `conn` commits (at once when `conn` has none
-    open); never when it rolls back. On jobsup's own connections (`Database.statement`,
-    `Database.transaction`) that is once the COMMIT has returned.
+    open, or is None: a change jobsup committed itself); never when it rolls back. On
+    jobsup's own connections (`Database.statement`, `Database.transaction`) that is once the
+    COMMIT has returned.
 
     On the caller's connection it is SQLAlchemy's `commit` event, which Core only has just
     before the driver's COMMIT: a COMMIT that then fails still runs it (announcements and
     wakeups only; the row is the record). A callback registered inside a savepoint the
     caller rolls back is dropped with it. One set of listeners per connection serves every
     callback, so a long-lived connection does not collect listeners."""
-    if not conn.in_transaction():
+    if conn is None or not conn.in_transaction():
         callback()
         return
     deferred = _own.get(conn)

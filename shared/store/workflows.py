@@ -76,7 +76,7 @@ class Workflows:
         def said() -> None:
             emit("workflow.enqueued", workflow=workflow_id, name=name, steps=len(ids))
 
-        after_commit(connection, said) if connection is not None else said()  # the caller's commit, else now
+        after_commit(connection, said)  # the caller's commit, else now
         return workflow_id, ids
 
     def retry(self, workflow_id: int, *, now: datetime | None = None) -> list[int]:
