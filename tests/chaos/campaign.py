@@ -132,6 +132,9 @@ def run(
         texts = {"supervisor logs": fleet.logs(), "events": receiver.text()}
         found = checker.check(runs.all(), ledger, end, texts, marker, quiet.unmoved)
         found += events_problems(receiver, ledger, end, quiet.drained)
+        gap = checker.claim_to_call(runs.all(), end)
+        if say and gap is not None:
+            print(f"chaos: {kind} seed={seed}: longest claim-to-call of a rated job {gap[0]:.2f}s (job {gap[1]})")
         monitor.date(found)
         report.write(folder / "report.txt", found, runs.all(), ledger, end, fleet.kills)
         return Outcome(ledger.operations, ledger.faults, found, folder, ledger.t0)

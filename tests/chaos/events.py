@@ -20,7 +20,13 @@ class Receiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                if len(body) < length:
+                    # The sender was killed mid-request (a fault): not a delivery; the event
+                    # is still in its outbox and comes again.
+                    self.send_error(400)
+                    return
                 with receiver.lock:
                     receiver.arrived.append(json.loads(body))
                 self.send_response(204)
