@@ -100,7 +100,8 @@ class Supervisor:
         self.process.wait(10)
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:  # after stop(), the whole of it
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:

@@ -258,3 +258,18 @@ def test_a_second_sigint_skips_the_grace(url: str, start, record: Path) -> None:
     stored = client.get(job_id)
     assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
     assert history(client, job_id) == [(1, "released")]
+
+
+def test_a_settle_s_successes_are_one_info_line_and_each_job_s_lines_are_debug(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    client = jobsup.Client(url)
+    ids = client.enqueue_many([{"name": "work"} for _ in range(6)])
+    client.cancel(ids[3])  # a gap in the ids the line names
+    supervisor = start("--queue", "default=1", "--claim-batch", "10")
+    done = [job_id for job_id in ids if job_id != ids[3]]
+    wait_until(lambda: all(status_of(client, j) == "succeeded" for j in done), timeout=30, what="the jobs to succeed")
+    supervisor.stop()
+    lines = [line for line in supervisor.output().splitlines() if " jobs.succeeded " in line]
+    assert len(lines) == 1, supervisor.output()
+    want = f"count=5 ids={ids[0]}-{ids[2]},{ids[4]}-{ids[5]} names=work queue=default worker=default#1"
+    assert " INFO " in lines[0] and want in lines[0], lines[0]
+    assert " job.started " not in supervisor.output() and " job.succeeded " not in supervisor.output()

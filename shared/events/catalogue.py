@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from logging import ERROR, INFO, WARNING
+from logging import DEBUG, ERROR, INFO, WARNING
 from typing import Any
 
 from jobsup.errors import BadInput
@@ -54,8 +54,10 @@ _INFO, _WARNING, _ERROR = Kind(), Kind(WARNING), Kind(ERROR)
 KINDS: dict[str, Kind] = {
     # -- public: hooks and the outbox hear these too ----------------------------------------
     "job.enqueued": Kind(meaning="a job was stored (pending, or waiting on its dependencies)", made_by=("enqueue",)),
-    "job.started": Kind(meaning="a worker claimed the job: an attempt began", made_by=("claim",)),
-    "job.succeeded": Kind(meaning="the attempt succeeded; the job is finished", made_by=("complete",)),
+    # A start and a success are logged at DEBUG, one line per job; at INFO the successes of a
+    # settle are one `jobs.succeeded` line (the README's "Logs" says why).
+    "job.started": Kind(DEBUG, "a worker claimed the job: an attempt began", ("claim",)),
+    "job.succeeded": Kind(DEBUG, "the attempt succeeded; the job is finished", ("complete",)),
     "job.failed": Kind(WARNING, "the attempt raised (outcome failed)", ("fail",)),
     "job.timed_out": Kind(WARNING, "the attempt ran past its timeout (outcome timed_out)", ("fail",)),
     "lease.expired": Kind(WARNING, "the attempt's worker died or lost its lease (outcome lease_expired)", ("expire",)),
@@ -77,6 +79,7 @@ KINDS: dict[str, Kind] = {
     "queue.paused": Kind(meaning="an operator paused a queue"),
     "queue.resumed": Kind(meaning="an operator resumed a queue"),
     # -- a job, inside the process that handles it -----------------------------------------
+    "jobs.succeeded": _INFO,  # the successes one settle wrote: their count, ids, names, run time
     "job.cancel_requested": _INFO,
     "job.cancelling": _INFO,
     "job.released": _INFO,

@@ -13,7 +13,7 @@ time-dependent transition takes an optional `now`; without it the reference cloc
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -186,6 +186,17 @@ class Transitions:
                 emit("job.succeeded", **_fields(outcome.held, outcome))
             else:
                 emit("job.settle_stale", **_fields(outcome.held, outcome), outcome=SUCCEEDED)
+        if settled:
+            done = [outcome for outcome in outcomes if outcome.held.id in settled]
+            emit(
+                "jobs.succeeded",
+                count=len(done),
+                ids=id_ranges(settled),
+                names=",".join(sorted({outcome.held.name for outcome in done})),
+                queue=",".join(sorted({outcome.held.queue for outcome in done})),
+                worker=done[0].worker,
+                seconds=round(sum(outcome.seconds or 0.0 for outcome in done), 6),
+            )
         return settled
 
     def fail(
@@ -375,6 +386,18 @@ class Transitions:
             if matched:
                 steps.run(conn, steps.Change(transition, matched, each[0], self), needs_steps=needs_steps)
         return matched
+
+
+def id_ranges(ids: Iterable[int]) -> str:
+    """Job ids as runs: ``1-3,7,9-10``, so that a batch's line says which jobs it settled in
+    a few characters where it can."""
+    runs: list[list[int]] = []
+    for job_id in sorted(ids):
+        if runs and job_id == runs[-1][1] + 1:
+            runs[-1][1] = job_id
+        else:
+            runs.append([job_id, job_id])
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
 
 
 def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:
