@@ -64,7 +64,7 @@ class Settings:
     poll_interval: float | None = None
     maintenance_interval: float = 15.0
     shutdown_grace: float = 20.0
-    claim_batch: int = 1
+    claim_batch: int | None = None  # None: adaptive, 1 to 16 (`jobsup.worker.loop.ADAPTIVE_BATCH`)
     queues: Mapping[str, QueueConfig] = field(default_factory=lambda: {"default": QueueConfig()})
     apps: tuple[str, ...] = ()
     migrate: bool = True
@@ -137,7 +137,7 @@ class Settings:
             from jobsup.events.publishers import check
 
             check(self.events_publisher, self.events_secret)
-        if self.claim_batch < 1:
+        if self.claim_batch is not None and self.claim_batch < 1:
             raise ConfigurationError(f"claim_batch must be at least 1, not {self.claim_batch}")
         for queue, config in self.queues.items():
             check_name(queue, "queue")
@@ -151,7 +151,8 @@ class Settings:
                     f"not {config.concurrency}"
                 )
 
-    def claim_batch_of(self, queue: str) -> int:
+    def claim_batch_of(self, queue: str) -> int | None:
+        """The queue's claim batch, else the instance's; None: adaptive."""
         return self.queues[queue].claim_batch or self.claim_batch
 
     def timeout_of(self, queue: str) -> float | None:

@@ -1,9 +1,10 @@
 """The worker's main thread: claim, run, hand the outcome over.
 
-One job at a time by default: a claim may take a batch (``claim_batch``); its jobs run one
-by one, each under its own lease, and the jobs still waiting are released if the one
-running takes long (see `jobsup.worker.lease`). With a queue's ``concurrency`` above one,
-`run_concurrently` claims as many as it has free places and runs them at once in its pool
+A claim takes one job while the queue is shallow and more, up to `ADAPTIVE_BATCH`, while
+the claims come back full (or a fixed ``claim_batch``); a batch's jobs run one by one, each
+under its own lease, and the jobs still waiting are released if the one running takes long
+(see `jobsup.worker.lease`). With a queue's ``concurrency`` above one, `run_concurrently`
+claims as many as it has free places and runs them at once in its pool
 (`jobsup.worker.pool`). Every write goes through the settler (`jobsup.worker.settler`):
 a failure at once, successes and releases in the background or before the next claim.
 Between jobs the loop stops when asked to, or when its supervisor is gone; on the way out it
@@ -50,6 +51,10 @@ RELOOK_AFTER, RELOOK_UNTIL = 0.02, 1.0
 # A worker nothing can wake (PostgreSQL behind a pooler without listen_url, listen_url=off)
 # looks at least this often, unless poll_interval is set.
 UNWOKEN_POLL = 1.0
+# The most an adaptive claim (no claim_batch given) takes at once. Past about 16 the claim's
+# and settle's cost per job hardly falls (see the README's performance section), while a
+# worker holding more keeps them from the other workers for longer.
+ADAPTIVE_BATCH = 16
 
 
 class Worker:
@@ -63,19 +68,26 @@ class Worker:
         given = self.settings.poll_interval
         self.poll_interval = db.dialect.default_poll_interval if given is None else given
         self.unwoken_poll = min(self.poll_interval, UNWOKEN_POLL) if given is None else given
-        self.batch = self.settings.claim_batch_of(spec.queue)
+        given = self.settings.claim_batch_of(spec.queue)
+        # The claim's size: a given claim_batch, or adaptive (None): one job while the queue
+        # is shallow, twice as many after each claim that came back full, up to
+        # ADAPTIVE_BATCH, and one again after a claim that did not.
+        self.adaptive = given is None
+        self.batch = 1 if given is None else given
+        self.most = ADAPTIVE_BATCH if given is None else given
         self.queue_timeout = self.settings.timeout_of(spec.queue)
         self.aio = EventLoop()  # for async def jobs, started with the first
         concurrency = self.settings.concurrency_of(spec.queue)
         self.services = JobServices(self.store)
         self.pool = Pool(concurrency, self.aio, self.services) if concurrency > 1 else None
-        if self.batch > 1 and self.pool is None and self.store.resolver.rate_limited(spec.queue):
+        if self.most > 1 and self.pool is None and self.store.resolver.rate_limited(spec.queue):
             # A rate window counts a start at the claim, but a batch's jobs run one after
             # another: those behind a slow one would start later than counted, beside the
             # next period's. One at a time, every job starts as it is counted. (A pool starts
             # all it claims at once.)
-            emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=self.batch)
-            self.batch = 1
+            if not self.adaptive:
+                emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=self.batch)
+            self.batch = self.most = 1
         # Where a batch's outcomes are written. One job at a time on a database of many
         # writers: handed to the settler, so the next claim overlaps the write (its round trip
         # is most of a job's cost). A batch, or one writer at a time (SQLite): here, before the
@@ -83,7 +95,7 @@ class Worker:
         # Python beside this one costs more in GIL hand-offs than it saves (measured: the
         # benchmark figures are in the README's performance section). Several jobs at once:
         # the settler's thread too, unless on SQLite.
-        self.write_before_claim = db.dialect.one_writer or (self.batch > 1 and self.pool is None)
+        self.write_before_claim = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
         # The settler tells the keeper which leases it may forget (the keeper is made next).
         self.settler = Settler(
@@ -127,6 +139,8 @@ class Worker:
                     continue
                 claimed_at = time.monotonic()
                 jobs = self.claim()
+                if self.adaptive:
+                    self.batch = min(2 * self.batch, self.most) if len(jobs) >= self.batch else 1
                 if jobs:
                     self.relook = None
                     self.run_batch(jobs, claimed_at)
@@ -238,7 +252,7 @@ class Worker:
                 continue
             self.run_one(running)
         self.settler.release(self.keeper.take_waiting())
-        if self.write_before_claim:
+        if self.write_before_claim or len(jobs) > 1:
             self.settler.write_here()
         else:
             self.settler.flush_soon()

@@ -188,23 +188,39 @@ _OUTCOMES = {
 }
 
 
+# The labelled children of the per-job metrics, by metric and label values: a job's events
+# find theirs with one dict lookup, not `labels()` (its checks, a tuple and a lock) each time.
+_children: dict[tuple[str, ...], Any] = {}
+
+
+def _child(metric: str, *labels: str) -> Any:
+    key = (metric, *labels)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = _metrics()[metric].labels(*labels)
+    return child
+
+
 @_written
 def record(kind: str, fields: dict[str, Any]) -> None:
-    m = _metrics()
     if kind in _OUTCOMES and "queue" in fields:
         if kind == "job.released" and fields.get("stale"):
             return
         outcome = _OUTCOMES[kind] or fields.get("outcome", "failed")
         job = job_label(fields.get("name"))
-        m["completed"].labels(fields["queue"], job, outcome).inc()
+        _child("completed", fields["queue"], job, outcome).inc()
         if fields.get("seconds") is not None:
-            m["duration"].labels(fields["queue"], job).observe(fields["seconds"])
+            _child("duration", fields["queue"], job).observe(fields["seconds"])
         if kind == "lease.expired":
-            m["expired"].inc()
-    elif kind == "job.enqueued":
+            _metrics()["expired"].inc()
+        return
+    if kind == "job.started":
+        if fields.get("waited") is not None:
+            _child("wait", fields["queue"]).observe(max(0.0, fields["waited"]))
+        return
+    m = _metrics()
+    if kind == "job.enqueued":
         m["enqueued"].labels(fields["queue"], job_label(fields["name"])).inc(fields.get("count", 1))
-    elif kind == "job.started" and fields.get("waited") is not None:
-        m["wait"].labels(fields["queue"]).observe(max(0.0, fields["waited"]))
     elif kind == "worker.restarting":
         m["restarts"].labels(fields["queue"]).inc()
     elif kind == "worker.boot_failed" and "queue" in fields:
