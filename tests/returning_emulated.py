@@ -23,7 +23,7 @@ from sqlalchemy.engine import URL
 from jobsup.store import database
 from jobsup.store.chain import Returning
 from jobsup.store.dialects import Dialect, dialect_for
-from jobsup.store.dialects.common import SequentialChain
+from jobsup.store.dialects.common import RowValueFence, SequentialChain
 from jobsup.store.dialects.postgresql import PostgreSQLDialect
 from jobsup.store.dialects.returning import EmulatedReturning, LockedReturning
 from jobsup.store.dialects.sqlite import SQLiteDialect
@@ -52,8 +52,9 @@ class EmulatedSQLite(CheckedReturning, SQLiteDialect):
     statement_options: Mapping[str, Any] = {**SQLiteDialect.statement_options, ALONE: True}
 
 
-class EmulatedPostgreSQL(CheckedReturning, SequentialChain, PostgreSQLDialect):
-    """PostgreSQL without its fused CTE chains either: MariaDB has no data-modifying CTEs."""
+class EmulatedPostgreSQL(CheckedReturning, SequentialChain, RowValueFence, PostgreSQLDialect):
+    """PostgreSQL without its fused CTE chains either (MariaDB has no data-modifying CTEs),
+    nor its array fence (an UPDATE ... FROM: MariaDB's fence is the row-value IN)."""
 
     statement_options: Mapping[str, Any] = {**PostgreSQLDialect.statement_options, ALONE: True}
 

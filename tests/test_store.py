@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import create_engine, event, func, select
 
 import jobsup
-from jobsup.store.rows import CANCELLED, LEASE_EXPIRED, TIMED_OUT, Held, Lease
+from jobsup.store.rows import CANCELLED, LEASE_EXPIRED, SUCCEEDED, TIMED_OUT, Held, Lease, Outcome
 from jobsup.store.schema import job, job_attempt
 
-from helpers import claim, claim_one, fail, release, succeed
+from helpers import claim, claim_one, fail, held, release, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -75,6 +76,48 @@ def test_complete_settles_job_and_attempt(client: jobsup.Client) -> None:
     stored = client.get(job_id)
     assert stored is not None and stored.status == "succeeded" and stored.finished_at is not None
     assert [(a.attempt, a.outcome, a.owner) for a in stored.history] == [(1, "succeeded", "w1")]
+
+
+def test_a_batch_whose_jobs_return_different_values_keeps_each_result(client: jobsup.Client) -> None:
+    ids = client.enqueue_many([{"name": "a"} for _ in range(5)])
+    claimed = claim(client, "w1", limit=5)
+    results = [None, "1", '{"n": 2}', "1", '"three"']
+    outcomes = [Outcome(held(c), SUCCEEDED, result=r) for c, r in zip(claimed, results, strict=True)]
+    assert client.store.transitions.complete(outcomes) == set(ids)
+    stored = {c.id: r for c, r in zip(claimed, results, strict=True)}
+    assert {job_id: _result(client, job_id) for job_id in ids} == {
+        job_id: None if text is None else json.loads(text) for job_id, text in stored.items()
+    }
+
+
+def _result(client: jobsup.Client, job_id: int) -> object:
+    found = client.get(job_id)
+    assert found is not None and found.status == "succeeded"
+    return found.result
+
+
+@pytest.mark.postgres
+def test_a_settle_on_postgresql_is_one_statement_whose_text_does_not_change_with_the_batch(postgres_url: str) -> None:
+    client = jobsup.Client(postgres_url)
+    seen: list[str] = []
+
+    def record(conn: object, cursor: object, statement: str, *args: object) -> None:
+        seen.append(statement)
+
+    db = client.store.db
+    for size in (1, 3, 40):
+        client.enqueue_many([{"name": "a"} for _ in range(size)])
+        claimed = claim(client, "w1", limit=size)
+        outcomes = [Outcome(held(c), SUCCEEDED, result=str(n)) for n, c in enumerate(claimed)]  # all different
+        for engine in (db.engine, db.single):
+            event.listen(engine, "before_cursor_execute", record)
+        try:
+            assert len(client.store.transitions.complete(outcomes)) == size
+        finally:
+            for engine in (db.engine, db.single):
+                event.remove(engine, "before_cursor_execute", record)
+    assert len(seen) == 3 and len(set(seen)) == 1, seen
+    client.close()
 
 
 def test_failure_retries_with_backoff_then_dead_letters(client: jobsup.Client) -> None:

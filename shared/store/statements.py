@@ -72,21 +72,13 @@ class Statements(StepStatements):
         holds the store to it), so the owner match also says "still running". Leaving the
         status out keeps PostgreSQL's planner on the primary key: with `status = 'running'`
         it scans the lease index instead, dead entries and all."""
-        return and_(
-            job.c.lease_owner == bindparam("p_owner"),
-            job.c.id.in_(bindparam("p_fence_ids", expanding=True)),
-            self.dialect.attempt_match(),
-        )
+        return and_(job.c.lease_owner == bindparam("p_owner"), self.dialect.lease_match()[0])
 
-    def fence_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+    def fence_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
         owners = {lease.owner for lease in leases}
         if len(owners) != 1:
             raise ValueError("one fenced write covers the leases of one owner")
-        return {
-            "p_owner": owners.pop(),
-            "p_fence_ids": [lease.job_id for lease in leases],
-            **self.dialect.attempt_params(leases),
-        }
+        return {"p_owner": owners.pop(), **self.dialect.lease_params(leases, results)}
 
     def close_attempts(self, job_ids: Any) -> Update:
         """The second half of every transition out of `running`: close the job's open attempt."""
@@ -138,17 +130,20 @@ class Statements(StepStatements):
 
     @cached_property
     def complete(self) -> Chain:
+        """The fence, storing each job's result: its own where the dialect binds results per
+        row (`Dialect.results_per_row`), else the one bound as `p_result`."""
         clock = self.dialect.clock()
+        leases, result = self.dialect.lease_match(results=True)
         first = (
             update(job)
-            .where(self.fence)
+            .where(job.c.lease_owner == bindparam("p_owner"), leases)
             .values(
                 status=SUCCEEDED,
                 finished_at=clock,
                 updated_at=clock,
                 lease_owner=None,
                 lease_expires_at=None,
-                result=bindparam("p_result"),
+                result=bindparam("p_result") if result is None else result,
             )
             .returning(job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS)
         )

@@ -164,20 +164,21 @@ class Transitions:
     # -- settle: running -> succeeded | pending | dead_lettered -----------------------------------
 
     def complete(self, outcomes: Sequence[Outcome], *, now: datetime | None = None) -> set[int]:
-        """running -> succeeded, storing each result; one transaction. Jobs with the same
-        result (most often none) settle in one statement. Returns the ids settled (a stale
-        lease settles nothing)."""
-        by_result: dict[str | None, list[Outcome]] = defaultdict(list)
-        for outcome in outcomes:
-            by_result[outcome.result].append(outcome)
-        groups = [
-            {
-                **self.dialect.clock_params(now),
-                **self.sql.fence_params([o.held.lease for o in group]),
-                **{"p_result": result, "p_outcome": SUCCEEDED, "p_error": None},
-            }
-            for result, group in by_result.items()
-        ]
+        """running -> succeeded, storing each result; one transaction. One statement on
+        PostgreSQL (a result per row); elsewhere one per distinct result (most often none).
+        Returns the ids settled (a stale lease settles nothing)."""
+        same = {"p_outcome": SUCCEEDED, "p_error": None, **self.dialect.clock_params(now)}
+        if self.dialect.results_per_row:
+            leases, results = [o.held.lease for o in outcomes], [o.result for o in outcomes]
+            groups = [{**same, **self.sql.fence_params(leases, results)}] if outcomes else []
+        else:
+            by_result: dict[str | None, list[Outcome]] = defaultdict(list)
+            for outcome in outcomes:
+                by_result[outcome.result].append(outcome)
+            groups = [
+                {**same, **self.sql.fence_params([o.held.lease for o in group]), "p_result": result}
+                for result, group in by_result.items()
+            ]
         needs_steps = any(self._has_steps(outcome.held) for outcome in outcomes)
         rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
         settled = {row[0] for row in rows}

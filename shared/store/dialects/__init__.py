@@ -130,11 +130,16 @@ class Dialect(Protocol):
         """The live job holding the unique key bound as `p_key`, in the shape the database's
         index of live keys answers."""
 
-    def attempt_match(self) -> ColumnElement[bool]:
-        """The attempt half of a lease fence: (id, attempts) among the bound leases."""
+    results_per_row: bool  # whether `lease_match(results=True)` binds each lease's own result
 
-    def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
-        """The parameters of `attempt_match` for `leases`."""
+    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
+        """The lease half of a fence, (id, attempts) among the bound leases, in a shape
+        whose text does not change with their number where the database allows; with
+        `results`, also the expression of each row's result (None where the dialect binds one
+        result for every lease, as `p_result`)."""
+
+    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
+        """The parameters of `lease_match` for `leases` (and their `results`, in order)."""
 
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
         """Take up to `p_limit` claimable jobs (see `jobsup.store.claim`): mark them running

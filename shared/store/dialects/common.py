@@ -43,15 +43,21 @@ class SequentialChain:
 
 
 class RowValueFence:
-    """The attempt half of a lease fence as a row-value IN: (id, attempts) IN ((1, 2), ...)."""
+    """A lease fence as expanded lists: id IN (1, ...) AND (id, attempts) IN ((1, 2), ...)."""
 
-    def attempt_match(self) -> ColumnElement[bool]:
+    results_per_row = False
+
+    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
         # Typed, so the driver does not send small ids as smallint and re-plan as they grow.
         fences = bindparam("p_fences", expanding=True, type_=TupleType(BigInteger(), Integer()))
-        return tuple_(job.c.id, job.c.attempts).in_(fences)
+        ids = job.c.id.in_(bindparam("p_fence_ids", expanding=True))
+        return and_(ids, tuple_(job.c.id, job.c.attempts).in_(fences)), None
 
-    def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
-        return {"p_fences": [(lease.job_id, lease.attempt) for lease in leases]}
+    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
+        return {
+            "p_fence_ids": [lease.job_id for lease in leases],
+            "p_fences": [(lease.job_id, lease.attempt) for lease in leases],
+        }
 
 
 class RowByRowInsert:

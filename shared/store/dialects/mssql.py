@@ -30,6 +30,7 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
+    and_,
     bindparam,
     cast,
     create_engine,
@@ -110,13 +111,19 @@ class SQLServerDialect(
             params[f"p_off_ms_{name}"] = round((seconds - int(seconds)) * 1000)
         return params
 
-    def attempt_match(self) -> ColumnElement[bool]:
+    results_per_row = False
+
+    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
         # SQL Server has no row-value IN: match "id:attempt" keys instead.
         key = func.concat(job.c.id, literal_column("':'"), job.c.attempts)
-        return key.in_(bindparam("p_fence_keys", expanding=True))
+        ids = job.c.id.in_(bindparam("p_fence_ids", expanding=True))
+        return and_(ids, key.in_(bindparam("p_fence_keys", expanding=True))), None
 
-    def attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
-        return {"p_fence_keys": [f"{lease.job_id}:{lease.attempt}" for lease in leases]}
+    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
+        return {
+            "p_fence_ids": [lease.job_id for lease in leases],
+            "p_fence_keys": [f"{lease.job_id}:{lease.attempt}" for lease in leases],
+        }
 
     def claim_statement(self, limit: int) -> Update:
         """The claim of up to `limit` jobs. The limit is part of the statement, so SQLAlchemy

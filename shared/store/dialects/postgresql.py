@@ -36,6 +36,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Connection,
     Engine,
@@ -48,6 +49,7 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
+    and_,
     bindparam,
     case,
     cast,
@@ -75,7 +77,6 @@ from jobsup.store.dialects.common import (
     NativeReturning,
     NoOwnerLocks,
     RowByRowInsert,
-    RowValueFence,
     SavepointInsert,
 )
 from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
@@ -87,7 +88,7 @@ from jobsup.store.insert import (
     row_params,
     values_insert,
 )
-from jobsup.store.rows import NewJob
+from jobsup.store.rows import Lease, NewJob
 from jobsup.store.schema import job
 
 if TYPE_CHECKING:
@@ -172,9 +173,42 @@ class NotifyListener:
         return not self.conn.closed
 
 
-class PostgreSQLDialect(
-    NativeReturning, RowValueFence, NoOwnerLocks, RowByRowInsert, FilteredKeyIndex, SavepointInsert
-):
+class ArrayFence:
+    """A lease fence as a join with arrays: ``UPDATE jobsup_job ... FROM unnest($ids, $attempts)
+    AS s(id, attempt) WHERE jobsup_job.id = s.id AND jobsup_job.attempts = s.attempt``.
+
+    Its text is the same for one lease or a thousand, so psycopg keeps it prepared and the
+    server plans it once; expanded IN lists made a new text per count, which psycopg parsed
+    and PostgreSQL planned again at every settle (1.6 ms of bind at 100 jobs, measured in
+    `../shared/bench/PROFILE-2026-12-03.md`). A settle's results ride along as a third
+    array, so jobs that return different values still settle in one statement."""
+
+    results_per_row = True
+
+    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
+        arrays = [
+            bindparam("p_fence_ids", type_=ARRAY(BigInteger)),
+            bindparam("p_fence_attempts", type_=ARRAY(Integer)),
+        ]
+        names = [column("id", BigInteger), column("attempt", Integer)]
+        if results:
+            arrays.append(bindparam("p_results", type_=ARRAY(job.c.result.type)))
+            names.append(column("result", job.c.result.type))
+        leases = func.unnest(*arrays).table_valued(*names).render_derived(name="leases")
+        match = and_(job.c.id == leases.c.id, job.c.attempts == leases.c.attempt)
+        return match, (leases.c.result if results else None)
+
+    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "p_fence_ids": [lease.job_id for lease in leases],
+            "p_fence_attempts": [lease.attempt for lease in leases],
+        }
+        if results is not None:
+            params["p_results"] = list(results)
+        return params
+
+
+class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInsert, FilteredKeyIndex, SavepointInsert):
     name = "postgresql"
     atomic_insert_rows = INSERT_CHUNK
     read_options: Mapping[str, Any] = {}
