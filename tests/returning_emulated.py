@@ -23,7 +23,8 @@ from sqlalchemy.engine import URL
 from jobsup.store import database
 from jobsup.store.chain import Returning
 from jobsup.store.dialects import Dialect, dialect_for
-from jobsup.store.dialects.common import RowValueFence, SequentialChain
+from jobsup.store.dialects.common import SequentialChain
+from jobsup.store.dialects.fences import RowValueFence
 from jobsup.store.dialects.postgresql import PostgreSQLDialect
 from jobsup.store.dialects.returning import EmulatedReturning, LockedReturning
 from jobsup.store.dialects.sqlite import SQLiteDialect

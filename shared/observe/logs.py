@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from jobsup.events import catalogue
@@ -33,6 +34,18 @@ def record(kind: str, fields: dict[str, Any]) -> None:
 def _value(value: Any) -> str:
     text = str(value)
     return repr(text) if (" " in text or not text) else text
+
+
+def id_ranges(ids: Iterable[int]) -> str:
+    """Job ids as runs: ``1-3,7,9-10``, so that a batch's line says which jobs it settled in
+    a few characters where it can."""
+    runs: list[list[int]] = []
+    for job_id in sorted(ids):
+        if runs and job_id == runs[-1][1] + 1:
+            runs[-1][1] = job_id
+        else:
+            runs.append([job_id, job_id])
+    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
 
 
 class JSONFormatter(logging.Formatter):

@@ -13,7 +13,7 @@ time-dependent transition takes an optional `now`; without it the reference cloc
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +25,7 @@ from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.events import publishing
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
+from jobsup.observe.logs import id_ranges
 from jobsup.store import concurrency_keys, firing, steps
 from jobsup.store.batches import Batches
 from jobsup.store.chain import Chain
@@ -387,18 +388,6 @@ class Transitions:
             if matched:
                 steps.run(conn, steps.Change(transition, matched, each[0], self), needs_steps=needs_steps)
         return matched
-
-
-def id_ranges(ids: Iterable[int]) -> str:
-    """Job ids as runs: ``1-3,7,9-10``, so that a batch's line says which jobs it settled in
-    a few characters where it can."""
-    runs: list[list[int]] = []
-    for job_id in sorted(ids):
-        if runs and job_id == runs[-1][1] + 1:
-            runs[-1][1] = job_id
-        else:
-            runs.append([job_id, job_id])
-    return ",".join(str(first) if first == last else f"{first}-{last}" for first, last in runs)
 
 
 def _fields(held: Held, outcome: Outcome | None = None) -> dict[str, Any]:

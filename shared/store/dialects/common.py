@@ -7,24 +7,20 @@ from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
     Connection,
     Insert,
-    Integer,
     Table,
     Update,
     and_,
     bindparam,
     insert,
-    tuple_,
 )
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.types import TupleType
 
 from jobsup.store.chain import Chain, Native, Returning, Sequential
 from jobsup.store.insert import insert_rows, values_statement
-from jobsup.store.rows import Lease, NewJob
+from jobsup.store.rows import NewJob
 from jobsup.store.schema import LIVE_STATUSES, job
 
 
@@ -40,24 +36,6 @@ class SequentialChain:
 
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         return Sequential.of(self.returning(first), then)  # type: ignore[attr-defined]
-
-
-class RowValueFence:
-    """A lease fence as expanded lists: id IN (1, ...) AND (id, attempts) IN ((1, 2), ...)."""
-
-    results_per_row = False
-
-    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
-        # Typed, so the driver does not send small ids as smallint and re-plan as they grow.
-        fences = bindparam("p_fences", expanding=True, type_=TupleType(BigInteger(), Integer()))
-        ids = job.c.id.in_(bindparam("p_fence_ids", expanding=True))
-        return and_(ids, tuple_(job.c.id, job.c.attempts).in_(fences)), None
-
-    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
-        return {
-            "p_fence_ids": [lease.job_id for lease in leases],
-            "p_fences": [(lease.job_id, lease.attempt) for lease in leases],
-        }
 
 
 class RowByRowInsert:

@@ -81,7 +81,8 @@ from jobsup.errors import (
 )
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, RowValueFence, SequentialChain
+from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, SequentialChain
+from jobsup.store.dialects.fences import RowValueFence
 from jobsup.store.dialects.returning import EmulatedReturning
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.schema import job

@@ -36,7 +36,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
     Connection,
     Engine,
@@ -49,7 +48,6 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
-    and_,
     bindparam,
     case,
     cast,
@@ -79,6 +77,7 @@ from jobsup.store.dialects.common import (
     RowByRowInsert,
     SavepointInsert,
 )
+from jobsup.store.dialects.fences import ArrayFence
 from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.insert import (
@@ -88,7 +87,7 @@ from jobsup.store.insert import (
     row_params,
     values_insert,
 )
-from jobsup.store.rows import Lease, NewJob
+from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
 
 if TYPE_CHECKING:
@@ -171,41 +170,6 @@ class NotifyListener:
     @property
     def present(self) -> bool:
         return not self.conn.closed
-
-
-class ArrayFence:
-    """A lease fence as a join with arrays: ``UPDATE jobsup_job ... FROM unnest($ids, $attempts)
-    AS s(id, attempt) WHERE jobsup_job.id = s.id AND jobsup_job.attempts = s.attempt``.
-
-    Its text is the same for one lease or a thousand, so psycopg keeps it prepared and the
-    server plans it once; expanded IN lists made a new text per count, which psycopg parsed
-    and PostgreSQL planned again at every settle (1.6 ms of bind at 100 jobs, measured in
-    `../shared/bench/PROFILE-2026-12-03.md`). A settle's results ride along as a third
-    array, so jobs that return different values still settle in one statement."""
-
-    results_per_row = True
-
-    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
-        arrays = [
-            bindparam("p_fence_ids", type_=ARRAY(BigInteger)),
-            bindparam("p_fence_attempts", type_=ARRAY(Integer)),
-        ]
-        names = [column("id", BigInteger), column("attempt", Integer)]
-        if results:
-            arrays.append(bindparam("p_results", type_=ARRAY(job.c.result.type)))
-            names.append(column("result", job.c.result.type))
-        leases = func.unnest(*arrays).table_valued(*names).render_derived(name="leases")
-        match = and_(job.c.id == leases.c.id, job.c.attempts == leases.c.attempt)
-        return match, (leases.c.result if results else None)
-
-    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "p_fence_ids": [lease.job_id for lease in leases],
-            "p_fence_attempts": [lease.attempt for lease in leases],
-        }
-        if results is not None:
-            params["p_results"] = list(results)
-        return params
 
 
 class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInsert, FilteredKeyIndex, SavepointInsert):

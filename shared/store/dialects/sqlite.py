@@ -77,10 +77,10 @@ from jobsup.store.dialects.common import (
     FilteredKeyIndex,
     NativeReturning,
     RowByRowInsert,
-    RowValueFence,
     SavepointInsert,
     SequentialChain,
 )
+from jobsup.store.dialects.fences import RowValueFence
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.dialects.wakeup import FifoListener, poke
 from jobsup.store.schema import job

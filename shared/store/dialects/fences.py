@@ -1,0 +1,69 @@
+"""The lease half of every fenced write, (id, attempts) among the bound leases, in the shape
+each database takes best (`Dialect.lease_match`). SQL Server's, keys of "id:attempt" (it has
+no row-value IN), is in its dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import BigInteger, ColumnElement, Integer, and_, bindparam, column, func, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import TupleType
+
+from jobsup.store.rows import Lease
+from jobsup.store.schema import job
+
+
+class RowValueFence:
+    """A lease fence as expanded lists: id IN (1, ...) AND (id, attempts) IN ((1, 2), ...)."""
+
+    results_per_row = False
+
+    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
+        # Typed, so the driver does not send small ids as smallint and re-plan as they grow.
+        fences = bindparam("p_fences", expanding=True, type_=TupleType(BigInteger(), Integer()))
+        ids = job.c.id.in_(bindparam("p_fence_ids", expanding=True))
+        return and_(ids, tuple_(job.c.id, job.c.attempts).in_(fences)), None
+
+    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
+        return {
+            "p_fence_ids": [lease.job_id for lease in leases],
+            "p_fences": [(lease.job_id, lease.attempt) for lease in leases],
+        }
+
+
+class ArrayFence:
+    """A lease fence as a join with arrays: ``UPDATE jobsup_job ... FROM unnest($ids, $attempts)
+    AS s(id, attempt) WHERE jobsup_job.id = s.id AND jobsup_job.attempts = s.attempt``.
+
+    Its text is the same for one lease or a thousand, so psycopg keeps it prepared and the
+    server plans it once; expanded IN lists made a new text per count, which psycopg parsed
+    and PostgreSQL planned again at every settle (1.6 ms of bind at 100 jobs, measured in
+    `../shared/bench/PROFILE-2026-12-03.md`). A settle's results ride along as a third
+    array, so jobs that return different values still settle in one statement."""
+
+    results_per_row = True
+
+    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
+        arrays = [
+            bindparam("p_fence_ids", type_=ARRAY(BigInteger)),
+            bindparam("p_fence_attempts", type_=ARRAY(Integer)),
+        ]
+        names = [column("id", BigInteger), column("attempt", Integer)]
+        if results:
+            arrays.append(bindparam("p_results", type_=ARRAY(job.c.result.type)))
+            names.append(column("result", job.c.result.type))
+        leases = func.unnest(*arrays).table_valued(*names).render_derived(name="leases")
+        match = and_(job.c.id == leases.c.id, job.c.attempts == leases.c.attempt)
+        return match, (leases.c.result if results else None)
+
+    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "p_fence_ids": [lease.job_id for lease in leases],
+            "p_fence_attempts": [lease.attempt for lease in leases],
+        }
+        if results is not None:
+            params["p_results"] = list(results)
+        return params
