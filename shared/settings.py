@@ -64,7 +64,7 @@ class Settings:
     poll_interval: float | None = None
     maintenance_interval: float = 15.0
     shutdown_grace: float = 20.0
-    claim_batch: int | None = None  # None: adaptive, 1 to 16 (`jobsup.worker.loop.ADAPTIVE_BATCH`)
+    claim_batch: int | None = None  # None: adaptive, 1 to 32 (`jobsup.worker.loop.ADAPTIVE_BATCH`)
     queues: Mapping[str, QueueConfig] = field(default_factory=lambda: {"default": QueueConfig()})
     apps: tuple[str, ...] = ()
     migrate: bool = True
