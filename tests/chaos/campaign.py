@@ -52,8 +52,9 @@ class Outcome:
 
 
 def roles(rng: random.Random) -> dict[str, list[str]]:
-    """Three kinds of supervisor: claim batches of 1 and of 5-50, queues running one job at
-    a time per worker and queues running several (async and threads)."""
+    """Three kinds of supervisor: claim batches of 1, of 5-50 and adaptive (the default),
+    queues running one job at a time per worker and queues running several (async and
+    threads)."""
     q = lambda *specs: [part for spec in specs for part in ("--queue", spec)]  # noqa: E731
     return {
         "one": ["--claim-batch", "1", *q("default=2", "keys=2", "partner=1", "fragile=1", "aio=1:6", "fan=1:4")],
@@ -62,7 +63,7 @@ def roles(rng: random.Random) -> dict[str, list[str]]:
             str(rng.choice([5, 10, 50])),
             *q("default=1", "keys=2", "partner=1", "fragile=1", "pool=1:4", "fan=1"),
         ],
-        "mixed": ["--claim-batch", "1", *q("default=1", "keys=1", "aio=1:4", "pool=1:4", "fan=1:4")],
+        "mixed": [*q("default=1", "keys=1", "aio=1:4", "pool=1:4", "fan=1:4")],
     }
 
 
