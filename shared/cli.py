@@ -90,7 +90,7 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
 @click.option("--listen-url", help="PostgreSQL: where idle workers LISTEN (a direct server URL behind PgBouncer; off).")
 @click.option("--maintenance-interval", help="How often leases are swept and rows pruned (default 15s).")
 @click.option("--shutdown-grace", help="How long a running job may finish on shutdown (default 20s).")
-@click.option("--claim-batch", help="Jobs a worker claims at once and runs one by one (default adaptive, 1 to 32).")
+@click.option("--claim-batch", help="Jobs a worker claims at once, run one by one (default auto: 1 to 32).")
 @click.option("--migrate/--no-migrate", default=None, help="Upgrade the schema on start (default on).")
 @click.option("--metrics-host", help="Address for /metrics and /healthz (default 127.0.0.1).")
 @click.option("--metrics-port", help="Port for /metrics and /healthz (default 9465; 0 any free port; -1 off).")

@@ -64,7 +64,7 @@ class Settings:
     poll_interval: float | None = None
     maintenance_interval: float = 15.0
     shutdown_grace: float = 20.0
-    claim_batch: int | None = None  # None: adaptive, 1 to 32 (`jobsup.worker.loop.ADAPTIVE_BATCH`)
+    claim_batch: int | None = None  # None: adaptive (`jobsup.worker.claimsize`)
     queues: Mapping[str, QueueConfig] = field(default_factory=lambda: {"default": QueueConfig()})
     apps: tuple[str, ...] = ()
     migrate: bool = True
@@ -240,7 +240,9 @@ def _coerce(key: str, value: Any) -> Any:
         return parse_duration(value, what=key)
     if key in ("dashboard_tokens", "dashboard_users", "dashboard_trusted_proxies") and isinstance(value, list | tuple):
         return ",".join(str(item) for item in value)
-    if key in ("claim_batch", "metrics_port", "dashboard_port"):
+    if key == "claim_batch":
+        return _claim_batch(value, key)
+    if key in ("metrics_port", "dashboard_port"):
         return _whole(value, key)
     if key == "queues":
         return parse_queues(value)
@@ -268,6 +270,17 @@ def _flag(value: Any, what: str) -> bool:
     if word in _TRUE or word in _FALSE:
         return word in _TRUE
     raise ConfigurationError(f"{what}: {value!r} is neither true nor false; use one of {', '.join(_TRUE + _FALSE)}")
+
+
+def _claim_batch(value: Any, what: str) -> int | None:
+    """A whole number, or "auto" for the adaptive claim (the default, said again to undo a
+    file's number from the environment or the command line)."""
+    if str(value).strip().lower() == "auto":
+        return None
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ConfigurationError(f'{what}: {value!r} is not a whole number or "auto"') from None
 
 
 def _whole(value: Any, what: str) -> int:

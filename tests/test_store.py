@@ -90,6 +90,24 @@ def test_a_batch_whose_jobs_return_different_values_keeps_each_result(client: jo
     }
 
 
+def test_one_settle_of_valid_stale_and_repeated_leases_settles_the_valid_ones_with_their_results(
+    client: jobsup.Client,
+) -> None:
+    ids = client.enqueue_many([{"name": "a"} for _ in range(3)])
+    first, second, third = claim(client, "w1", limit=3)
+    stale = Held(Lease(second.id, "w1", second.attempt + 1), second.name, second.queue, False)
+    outcomes = [
+        Outcome(held(third), SUCCEEDED, result='"c"'),  # not in id order: the pairs must stay paired
+        Outcome(stale, SUCCEEDED, result='"b"'),
+        Outcome(held(first), SUCCEEDED, result='"a"'),
+        Outcome(held(first), SUCCEEDED, result='"a"'),  # the same lease twice
+    ]
+    assert client.store.transitions.complete(outcomes) == {first.id, third.id}
+    assert (_result(client, ids[0]), _result(client, ids[2])) == ("a", "c")
+    untouched = client.get(ids[1])
+    assert untouched is not None and untouched.status == "running" and untouched.result is None
+
+
 def _result(client: jobsup.Client, job_id: int) -> object:
     found = client.get(job_id)
     assert found is not None and found.status == "succeeded"

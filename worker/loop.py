@@ -1,7 +1,7 @@
 """The worker's main thread: claim, run, hand the outcome over.
 
-A claim takes one job while the queue is shallow and more, up to `ADAPTIVE_BATCH`, while
-the claims come back full (or a fixed ``claim_batch``); a batch's jobs run one by one, each
+A claim takes as many jobs as `jobsup.worker.claimsize` says (one while the queue is shallow,
+more for a backlog of short jobs, or a fixed ``claim_batch``); a batch's jobs run one by one, each
 under its own lease, and the jobs still waiting are released if the one running takes long
 (see `jobsup.worker.lease`). With a queue's ``concurrency`` above one, `run_concurrently`
 claims as many as it has free places and runs them at once in its pool
@@ -34,6 +34,7 @@ from jobsup.store.dialects import Listener, OwnerLock
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
 from jobsup.store.store import Store
 from jobsup.worker.aio import EventLoop
+from jobsup.worker.claimsize import ClaimSize
 from jobsup.worker.execute import Ran, call, call_async, outcome_of, prepare
 from jobsup.worker.lease import LeaseKeeper, Running
 from jobsup.worker.pool import Pool
@@ -51,11 +52,6 @@ RELOOK_AFTER, RELOOK_UNTIL = 0.02, 1.0
 # A worker nothing can wake (PostgreSQL behind a pooler without listen_url, listen_url=off)
 # looks at least this often, unless poll_interval is set.
 UNWOKEN_POLL = 1.0
-# The most an adaptive claim (no claim_batch given) takes at once. Measured beside PgQueuer
-# (CPU per 1,000 no-op jobs, 2 workers, PostgreSQL): 171-193 ms at 16, 121-157 at 32, 118-125
-# at a fixed 100. A worker holding more keeps them from the others for longer, though those
-# behind a job that runs past a second are released (`jobsup.worker.lease.HOLD_WAITING`).
-ADAPTIVE_BATCH = 32
 
 
 class Worker:
@@ -69,34 +65,27 @@ class Worker:
         given = self.settings.poll_interval
         self.poll_interval = db.dialect.default_poll_interval if given is None else given
         self.unwoken_poll = min(self.poll_interval, UNWOKEN_POLL) if given is None else given
-        given = self.settings.claim_batch_of(spec.queue)
-        # The claim's size: a given claim_batch, or adaptive (None): one job while the queue
-        # is shallow, twice as many after each claim that came back full, up to
-        # ADAPTIVE_BATCH, and one again after a claim that did not.
-        self.adaptive = given is None
-        self.batch = 1 if given is None else given
-        self.most = ADAPTIVE_BATCH if given is None else given
         self.queue_timeout = self.settings.timeout_of(spec.queue)
         self.aio = EventLoop()  # for async def jobs, started with the first
         concurrency = self.settings.concurrency_of(spec.queue)
         self.services = JobServices(self.store)
         self.pool = Pool(concurrency, self.aio, self.services) if concurrency > 1 else None
-        if self.most > 1 and self.pool is None and self.store.resolver.rate_limited(spec.queue):
-            # A rate window counts a start at the claim, but a batch's jobs run one after
-            # another: those behind a slow one would start later than counted, beside the
-            # next period's. One at a time, every job starts as it is counted. (A pool starts
-            # all it claims at once.)
-            if not self.adaptive:
-                emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=self.batch)
-            self.batch = self.most = 1
-        # Where a batch's outcomes are written. One job at a time on a database of many
-        # writers: handed to the settler, so the next claim overlaps the write (its round trip
-        # is most of a job's cost). A batch, or one writer at a time (SQLite): here, before the
-        # next claim; the write is amortised over the batch, and a second thread running
-        # Python beside this one costs more in GIL hand-offs than it saves (measured: the
-        # benchmark figures are in the README's performance section). Several jobs at once:
-        # the settler's thread too, unless on SQLite.
-        self.write_before_claim = db.dialect.one_writer
+        given = self.settings.claim_batch_of(spec.queue)
+        # A rate window counts a start at the claim, but a batch's jobs run one after another:
+        # those behind a slow one would start later than counted, beside the next period's.
+        # One at a time, every job starts as it is counted. (A pool starts all it claims at once.)
+        rated = self.pool is None and self.store.resolver.rate_limited(spec.queue)
+        if rated and given is not None and given > 1:
+            emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=given)
+        self.claims = ClaimSize(given, one_at_a_time=rated)
+        # Where outcomes are written when one job at a time is claimed on a database of many
+        # writers: by the settler, so the next claim overlaps the write (its round trip is
+        # most of a job's cost). A batch of more, or one writer at a time (SQLite): here,
+        # before the next claim; the write is amortised over the batch, and a second thread
+        # running Python beside this one costs more in GIL hand-offs than it saves (measured:
+        # the benchmark figures are in the README's performance section). Several jobs at
+        # once: the settler's thread too, unless on SQLite.
+        self.one_writer = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
         # The settler tells the keeper which leases it may forget (the keeper is made next).
         self.settler = Settler(
@@ -140,11 +129,10 @@ class Worker:
                     continue
                 claimed_at = time.monotonic()
                 jobs = self.claim()
-                if self.adaptive:
-                    self.batch = min(2 * self.batch, self.most) if len(jobs) >= self.batch else 1
+                ran = self.run_batch(jobs, claimed_at) if jobs else 0
+                self.claims.after(len(jobs), ran, time.monotonic() - claimed_at)
                 if jobs:
                     self.relook = None
-                    self.run_batch(jobs, claimed_at)
                 else:
                     self.due_again(jobs)
                     self.idle()
@@ -164,7 +152,7 @@ class Worker:
                 self.release_orphans()
             with tracing.span("jobsup.claim", {"jobsup.queue": self.spec.queue}):
                 jobs = self.store.transitions.claim(
-                    self.spec.queue, self.spec.worker_id, limit=limit or self.batch, lease=self.settings.lease
+                    self.spec.queue, self.spec.worker_id, limit=limit or self.claims.size, lease=self.settings.lease
                 )
             if jobs.unsure:
                 # A later round failed and may have committed unseen: look for its leases now,
@@ -241,8 +229,10 @@ class Worker:
             with contextlib.suppress(DatabaseError):
                 listener.close()
 
-    def run_batch(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
+    def run_batch(self, jobs: list[ClaimedJob], claimed_at: float) -> int:
+        """Run a claim's jobs one by one; return how many ran here."""
         self.keeper.hold(jobs, claimed_at)
+        ran = 0
         for job in jobs:
             if self.stop.requested:
                 break
@@ -252,11 +242,13 @@ class Worker:
                 emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
                 continue
             self.run_one(running)
+            ran += 1
         self.settler.release(self.keeper.take_waiting())
-        if self.write_before_claim or len(jobs) > 1:
+        if self.one_writer or len(jobs) > 1:
             self.settler.write_here()
         else:
             self.settler.flush_soon()
+        return ran
 
     def run_one(self, running: Running) -> None:
         job = running.job
@@ -343,7 +335,7 @@ class Worker:
             self.wait(pool, for_work=code is None and bool(pool.free) and len(jobs) < wanted)
             for running, ran in pool.collect():
                 self.settle(running, ran)
-            if self.write_before_claim:
+            if self.one_writer:
                 self.settler.write_here()
 
     def wait(self, pool: Pool, *, for_work: bool) -> None:

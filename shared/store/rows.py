@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 
@@ -141,15 +142,16 @@ class ClaimedJob:
     traceparent: str | None = None  # the enqueuer's W3C trace context
     due_at: datetime | None = None  # when it became due (None when unreadable)
 
-    @property
+    # Built once per job, not at every look (the worker's path looks several times a job).
+    @cached_property
     def lease(self) -> Lease:
         return Lease(self.id, self.owner, self.attempt)
 
-    @property
+    @cached_property
     def needs_steps(self) -> bool:
         return needs_steps(self)
 
-    @property
+    @cached_property
     def held(self) -> Held:
         return Held(self.lease, self.name, self.queue, self.needs_steps)
 

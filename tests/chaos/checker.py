@@ -116,7 +116,10 @@ def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
 
     Not a bound in seconds: how long a commit's fsync and a starved process take is the
     host's, not jobsup's (CI at full load, MariaDB seed 13: a call 1.27 s after its claim,
-    nothing between them). The largest gap is reported beside the verdict instead."""
+    nothing between them). The largest gap is reported beside the verdict instead. The
+    order of calls says "behind" only for workers that run one job at a time, as the
+    campaign's `partner` queue does (`partner=1`): a pool's jobs of one claim start one
+    after another too, and would need a check of their own."""
     found = []
     for name, (limit, per) in RATES.items():
         # Every claim, a released one too: its attempt row stays, closed, and the window

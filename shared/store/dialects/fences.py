@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Integer, and_, bindparam, column, func, tuple_
+from sqlalchemy import BigInteger, ColumnElement, Integer, and_, any_, bindparam, column, func, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import TupleType
 
@@ -56,14 +56,19 @@ class ArrayFence:
             arrays.append(bindparam("p_results", type_=ARRAY(job.c.result.type)))
             names.append(column("result", job.c.result.type))
         leases = func.unnest(*arrays).table_valued(*names).render_derived(name="leases")
-        match = and_(job.c.id == leases.c.id, job.c.attempts == leases.c.attempt)
+        # `id = ANY(ids)` beside the join keeps the primary key's index in a generic plan,
+        # which guesses 100 rows for any unnest and could otherwise pick a hash join.
+        match = and_(job.c.id == any_(arrays[0]), job.c.id == leases.c.id, job.c.attempts == leases.c.attempt)
         return match, (leases.c.result if results else None)
 
     def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
+        # In id order, so two writes of one worker's leases (a renewal and a settle) lock
+        # their rows in the same order and cannot deadlock.
+        order = sorted(range(len(leases)), key=lambda index: leases[index].job_id)
         params: dict[str, Any] = {
-            "p_fence_ids": [lease.job_id for lease in leases],
-            "p_fence_attempts": [lease.attempt for lease in leases],
+            "p_fence_ids": [leases[index].job_id for index in order],
+            "p_fence_attempts": [leases[index].attempt for index in order],
         }
         if results is not None:
-            params["p_results"] = list(results)
+            params["p_results"] = [results[index] for index in order]
         return params
