@@ -45,6 +45,9 @@ from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
 
 LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim waits
+# A pool with fewer than a quarter of its places free waits up to this long for more to free
+# before it claims for them (`run_concurrently`).
+FILL_WAIT = 0.02
 # After a wakeup whose claim found nothing, the worker looks again after this, then twice
 # as long each time up to RELOOK_UNTIL: on SQLite an enqueue in the caller's own transaction
 # pokes just before its COMMIT (SQLAlchemy Core has no later event).
@@ -305,6 +308,8 @@ class Worker:
         its call returns. Asked to stop (or orphaned), it claims nothing more and waits
         for the jobs running; the lease threads cancel them after the shutdown grace."""
         code = None
+        fill_at = max(1, pool.size // 4)
+        free_since: float | None = None  # when places first stood free, unclaimed
         while True:
             if code is None and self.stop.requested:
                 code = exits.STOPPED
@@ -314,7 +319,18 @@ class Worker:
                 return self.finish(code)
             jobs = Claimed()
             wanted = pool.free
-            if code is None and wanted and not self.ending.is_set():
+            claiming, hold = code is None and bool(wanted) and not self.ending.is_set(), 0.0
+            if claiming and wanted < fill_at and pool.running:
+                # A few places are free while the rest run: wait a moment for more to free,
+                # so that one claim fills several (a claim costs about the same for one job
+                # or a dozen; claiming each place as it freed made the claims most of a busy
+                # pool's CPU).
+                now = time.monotonic()
+                free_since = now if free_since is None else free_since
+                hold = free_since + FILL_WAIT - now
+                claiming = hold <= 0
+            if claiming:
+                free_since = None
                 claimed_at = time.monotonic()
                 jobs = self.claim(limit=wanted)
                 if jobs:
@@ -332,17 +348,18 @@ class Worker:
                 self.title(f"running {pool.running} of {pool.size}")
             # More may be waiting when the claim filled every free place: look again as soon
             # as one frees; otherwise wait for work too.
-            self.wait(pool, for_work=code is None and bool(pool.free) and len(jobs) < wanted)
+            for_work = code is None and bool(pool.free) and len(jobs) < wanted and hold <= 0
+            self.wait(pool, for_work=for_work, timeout=hold if hold > 0 else LOOK_EVERY)
             for running, ran in pool.collect():
                 self.settle(running, ran)
             if self.one_writer:
                 self.settler.write_here()
 
-    def wait(self, pool: Pool, *, for_work: bool) -> None:
+    def wait(self, pool: Pool, *, for_work: bool, timeout: float = LOOK_EVERY) -> None:
         if for_work:
             self.idle(pool.read_fd)
             return
-        select.select([self.stop.read_fd, pool.read_fd], [], [], LOOK_EVERY)
+        select.select([self.stop.read_fd, pool.read_fd], [], [], timeout)
         self.stop.drain()
 
     def finish(self, code: int) -> int:
