@@ -5,6 +5,7 @@ written while its code still runs (a cancelled task may still be cleaning up).""
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine
@@ -20,6 +21,9 @@ class EventLoop:
     def __init__(self) -> None:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.lock = threading.Lock()
+        # Tasks to create, handed over together: a claim's jobs wake the loop's thread once.
+        self.to_create: collections.deque[Callable[[], None]] = collections.deque()
+        self.scheduled = False  # a `_create_all` is on its way to the loop
 
     def submit(self, coroutine: Coroutine[Any, Any, Ran]) -> tuple[concurrent.futures.Future[Ran], Cancel]:
         """Run `coroutine` as a task; returns its future and a thread-safe cancel."""
@@ -43,8 +47,18 @@ class EventLoop:
         def cancel() -> None:
             loop.call_soon_threadsafe(lambda: tasks[0].cancel() if tasks else None)
 
-        loop.call_soon_threadsafe(create)
+        self.to_create.append(create)
+        if not self.scheduled:
+            self.scheduled = True
+            loop.call_soon_threadsafe(self._create_all)
         return done, cancel
+
+    def _create_all(self) -> None:
+        # Cleared before the deque is read: a submit that finds it still set has appended
+        # already, so the reads below create its task.
+        self.scheduled = False
+        while self.to_create:
+            self.to_create.popleft()()
 
     def _started(self) -> asyncio.AbstractEventLoop:
         with self.lock:

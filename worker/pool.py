@@ -30,6 +30,9 @@ class Pool:
         self.finished: queue.SimpleQueue[tuple[Running, Ran]] = queue.SimpleQueue()
         self.read_fd, self._write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.running = 0  # started and not yet collected
+        # Whether the pipe was poked since the main thread last emptied it: calls finishing
+        # close together wake it once, not once each.
+        self._poked = False
 
     @property
     def free(self) -> int:
@@ -56,6 +59,9 @@ class Pool:
         with contextlib.suppress(BlockingIOError):
             while os.read(self.read_fd, 4096):
                 pass
+        # Cleared after the pipe is empty and before the queue is read: a call that finds it
+        # still set has put its outcome in the queue already, so the reads below get it.
+        self._poked = False
         done = []
         while True:
             try:
@@ -70,8 +76,10 @@ class Pool:
         # out or cancel any more, however long the main thread takes to write its outcome.
         running.returned = True
         self.finished.put((running, ran))
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._write_fd, b"!")
+        if not self._poked:
+            self._poked = True
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._write_fd, b"!")
 
 
 def _ran(future: Future[Ran]) -> Ran:
