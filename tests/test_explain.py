@@ -11,6 +11,7 @@ from sqlalchemy import event, text
 
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
+from jobsup.store.rows import Lease
 from jobsup.store.statements import Statements
 
 from helpers import plan_nodes
@@ -76,6 +77,31 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
     assert not any(n["Node Type"] in ("Sort", "Incremental Sort") for n in nodes), json.dumps(plan, indent=1)
     # EXPLAIN did not run it: the real statement claims 10.
     assert len(db.dialect.claim(db, params, None)) == 10
+
+
+@pytest.mark.postgres
+def test_postgres_settle_joins_its_arrays_to_the_primary_key_in_a_generic_plan(postgres_url: str) -> None:
+    db = Database(postgres_url)
+    fill(db, f"generate_series(1, {FINISHED + PENDING}) AS n", "'2020-01-01'::timestamptz")
+    with db.read() as conn:
+        conn.execute(text("VACUUM ANALYZE jobsup_job"))
+    sql = Statements(db.dialect)
+    params = {"p_outcome": "succeeded", "p_error": None, **db.dialect.clock_params(None)}
+    params |= sql.fence_params([Lease(n, "w", 1) for n in (3, 1, 2)], ['"a"', None, "2"])
+
+    def explain(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> Any:
+        return "EXPLAIN (FORMAT JSON) " + statement, parameters
+
+    with db.transaction() as conn:
+        # The plan every settle gets once psycopg has prepared it: one for any number of jobs.
+        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
+        event.listen(conn, "before_cursor_execute", explain, retval=True)
+        raw = conn.execute(sql.complete.statement, params).scalar_one()  # type: ignore[attr-defined]
+    plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
+    nodes = plan_nodes(plan)
+    scans = [n for n in nodes if n.get("Relation Name") == "jobsup_job" and "Scan" in n["Node Type"]]
+    assert [n.get("Index Name") for n in scans] == ["jobsup_job_pkey"], json.dumps(plan, indent=1)
+    assert not any(n["Node Type"] in ("Seq Scan", "Hash Join") for n in nodes), json.dumps(plan, indent=1)
 
 
 @pytest.mark.mariadb
