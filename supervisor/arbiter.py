@@ -11,6 +11,7 @@ the loop. The order of boot and of shutdown is written out once, in `boot()` and
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import signal
@@ -371,6 +372,14 @@ class Arbiter:
         # be lost. The child unblocks them (and so receives any pending) once it is ready.
         assert self.db is not None
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+        # What the supervisor holds now goes out of the collector's reach in both processes:
+        # a worker's collections would otherwise write to every inherited object's header,
+        # copying the pages it shares with the supervisor and its siblings (the Python
+        # docs' advice for fork servers, `gc.freeze`; PSS of a supervisor and 4 idle workers
+        # on PostgreSQL 151 -> 131 MB). Collected first, so no garbage is kept for good; a
+        # collection after the first freeze only looks at what is newer.
+        gc.collect()
+        gc.freeze()
         with self.db.forking():  # the chores, burials and relay use the database from their threads
             pid = os.fork()
         if pid == 0:
