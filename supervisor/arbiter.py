@@ -90,6 +90,7 @@ class Arbiter:
         self.children: Children | None = None
         self.endpoints: Endpoints | None = None
         self.relay: Relay | None = None
+        self.frozen = False  # what it held at its first fork is out of the collector's reach
 
     # -- boot ------------------------------------------------------------------------------
 
@@ -372,14 +373,17 @@ class Arbiter:
         # be lost. The child unblocks them (and so receives any pending) once it is ready.
         assert self.db is not None
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
-        # What the supervisor holds now goes out of the collector's reach in both processes:
-        # a worker's collections would otherwise write to every inherited object's header,
-        # copying the pages it shares with the supervisor and its siblings (the Python
-        # docs' advice for fork servers, `gc.freeze`; PSS of a supervisor and 4 idle workers
-        # on PostgreSQL 151 -> 131 MB). Collected first, so no garbage is kept for good; a
-        # collection after the first freeze only looks at what is newer.
-        gc.collect()
-        gc.freeze()
+        if not self.frozen:
+            # Before the first fork, what the supervisor holds (the libraries, the apps) goes
+            # out of the collector's reach in every process: a worker's collections would
+            # otherwise write to each inherited object's header, copying the pages it shares
+            # with the supervisor and its siblings (the Python docs' advice for fork servers,
+            # `gc.freeze`; PSS of a supervisor and 4 idle workers on PostgreSQL 151 -> 131
+            # MB). Collected first, and only once: a later freeze would keep for good
+            # whatever the supervisor's threads held at that moment, garbage soon after.
+            gc.collect()
+            gc.freeze()
+            self.frozen = True
         with self.db.forking():  # the chores, burials and relay use the database from their threads
             pid = os.fork()
         if pid == 0:

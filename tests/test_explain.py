@@ -1,4 +1,5 @@
-"""The real claim statement seeks the claim index with no sort, even among many finished rows."""
+"""The real claim statement seeks the claim index with no sort, even among many finished rows; on
+PostgreSQL the settle's generic plan joins its arrays to the primary key."""
 
 from __future__ import annotations
 
@@ -81,22 +82,28 @@ def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) 
 
 @pytest.mark.postgres
 def test_postgres_settle_joins_its_arrays_to_the_primary_key_in_a_generic_plan(postgres_url: str) -> None:
+    from psycopg import sql as psql
+    from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+
     db = Database(postgres_url)
     fill(db, f"generate_series(1, {FINISHED + PENDING}) AS n", "'2020-01-01'::timestamptz")
     with db.read() as conn:
         conn.execute(text("VACUUM ANALYZE jobsup_job"))
-    sql = Statements(db.dialect)
-    params = {"p_outcome": "succeeded", "p_error": None, **db.dialect.clock_params(None)}
-    params |= sql.fence_params([Lease(n, "w", 1) for n in (3, 1, 2)], ['"a"', None, "2"])
-
-    def explain(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> Any:
-        return "EXPLAIN (FORMAT JSON) " + statement, parameters
-
+    statements = Statements(db.dialect)
+    params = {"p_now": None, "p_outcome": "succeeded", "p_error": None}
+    params |= statements.fence_params([Lease(n, "w", 1) for n in (3, 1, 2)], ['"a"', None, "2"])
+    # The settle as psycopg prepares it after its fifth run ($1, $2, ...), planned the way a
+    # prepared statement's plan is kept for any number of leases: generic, parameters unknown.
+    compiled = statements.complete.statement.compile(dialect=PGDialect_asyncpg())  # type: ignore[attr-defined]
+    values = [params.get(name, compiled.params.get(name)) for name in compiled.positiontup or ()]
+    arguments = psql.SQL(", ").join(psql.Literal(value) for value in values)
     with db.transaction() as conn:
-        # The plan every settle gets once psycopg has prepared it: one for any number of jobs.
-        conn.execute(text("SET LOCAL plan_cache_mode = force_generic_plan"))
-        event.listen(conn, "before_cursor_execute", explain, retval=True)
-        raw = conn.execute(sql.complete.statement, params).scalar_one()  # type: ignore[attr-defined]
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(psql.SQL("PREPARE settle AS {}").format(psql.SQL(str(compiled))))  # type: ignore[arg-type]
+        cursor.execute(psql.SQL("EXPLAIN (FORMAT JSON) EXECUTE settle({})").format(arguments))
+        raw = cursor.fetchone()[0]
+        cursor.execute("DEALLOCATE settle")
     plan = (raw if isinstance(raw, list) else json.loads(raw))[0]["Plan"]
     nodes = plan_nodes(plan)
     scans = [n for n in nodes if n.get("Relation Name") == "jobsup_job" and "Scan" in n["Node Type"]]

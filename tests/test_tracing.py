@@ -76,7 +76,7 @@ def spans(provider: TracerProvider) -> Iterator[InMemorySpanExporter]:
 def worker(url: str) -> Iterator[Worker]:
     settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"traced": QueueConfig()})
     spec = WorkerSpec(settings, "traced", 1, OWNER, os.getppid())
-    slot = SlotTable(1, 2).slot(0)
+    slot = SlotTable(1, 3).slot(0)  # room for the pool test's three jobs at once
     slot.reset()
     db = Database(url, role="worker")
     made = Worker(spec, db, StopRequest(), slot, None)
@@ -138,9 +138,10 @@ def test_jobs_run_by_the_pool_join_their_traces_plain_and_async(
     client: jobsup.Client, worker: Worker, spans: InMemorySpanExporter
 ) -> None:
     with trace.get_tracer("the-web-app").start_as_current_span("POST /both") as request:
-        client.enqueue_many([{"name": "trace-ok"}, {"name": "trace-async"}])
-    pool = Pool(2, worker.aio, worker.services)
-    jobs = worker.claim(limit=2)
+        # Two async jobs of one claim: each task takes its own run's span, not the first's.
+        client.enqueue_many([{"name": "trace-ok"}, {"name": "trace-async"}, {"name": "trace-async"}])
+    pool = Pool(3, worker.aio, worker.services)
+    jobs = worker.claim(limit=3)
     worker.keeper.hold(jobs, time.monotonic())
     for each in jobs:
         running = worker.keeper.begin(each, None)
@@ -148,15 +149,15 @@ def test_jobs_run_by_the_pool_join_their_traces_plain_and_async(
         worker.announce(running)
         pool.start(running)
     done: list[Any] = []
-    wait_until(lambda: done.extend(pool.collect()) or len(done) == 2, timeout=10, what="both calls")
+    wait_until(lambda: done.extend(pool.collect()) or len(done) == 3, timeout=10, what="the three calls")
     for running, ran in done:
         worker.settle(running, ran)
     worker.settler.write_here()
-    runs = {span.name: span for span in spans.get_finished_spans() if span.name.startswith("jobsup.run")}
-    assert {span.context.trace_id for span in runs.values()} == {request.get_span_context().trace_id}
+    runs = [span for span in spans.get_finished_spans() if span.name.startswith("jobsup.run")]
+    assert len(runs) == 3 and {span.context.trace_id for span in runs} == {request.get_span_context().trace_id}
     insides = named(spans, "inside the job")
     assert sorted(span.parent.span_id for span in insides if span.parent) == sorted(
-        span.context.span_id for span in runs.values()
+        span.context.span_id for span in runs
     )
 
 

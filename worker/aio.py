@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextvars
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -26,8 +27,11 @@ class EventLoop:
         self.scheduled = False  # a `_create_all` is on its way to the loop
 
     def submit(self, coroutine: Coroutine[Any, Any, Ran]) -> tuple[concurrent.futures.Future[Ran], Cancel]:
-        """Run `coroutine` as a task; returns its future and a thread-safe cancel."""
+        """Run `coroutine` as a task, in a copy of the caller's context (its run's span);
+        returns its future and a thread-safe cancel. Called from the worker's main thread
+        only: a job's create is then always handed to the loop before any cancel of it."""
         loop = self._started()
+        context = contextvars.copy_context()  # now: the tasks of one hand-over are created together
         done: concurrent.futures.Future[Ran] = concurrent.futures.Future()
         tasks: list[asyncio.Task[Ran]] = []
 
@@ -40,7 +44,12 @@ class EventLoop:
                 done.set_result(task.result())
 
         def create() -> None:
-            task = loop.create_task(coroutine)
+            try:
+                task = loop.create_task(coroutine, context=context)
+            except Exception as exc:  # its job is still settled, and the rest still created
+                coroutine.close()
+                done.set_result(Ran(FAILED, f"{type(exc).__name__}: the job's task could not start"))
+                return
             tasks.append(task)
             task.add_done_callback(finished)
 

@@ -45,8 +45,8 @@ from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
 
 LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim waits
-# A pool with fewer than a quarter of its places free waits up to this long for more to free
-# before it claims for them (`run_concurrently`).
+# A pool working through a backlog with under a quarter of its places free waits up to this
+# long for more to free before it claims for them (`run_concurrently`).
 FILL_WAIT = 0.02
 # After a wakeup whose claim found nothing, the worker looks again after this, then twice
 # as long each time up to RELOOK_UNTIL: on SQLite an enqueue in the caller's own transaction
@@ -80,7 +80,7 @@ class Worker:
         rated = self.pool is None and self.store.resolver.rate_limited(spec.queue)
         if rated and given is not None and given > 1:
             emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=given)
-        self.claims = ClaimSize(given, one_at_a_time=rated)
+        self.claim_size = ClaimSize(given, one_at_a_time=rated)
         # Where outcomes are written when one job at a time is claimed on a database of many
         # writers: by the settler, so the next claim overlaps the write (its round trip is
         # most of a job's cost). A batch of more, or one writer at a time (SQLite): here,
@@ -133,7 +133,7 @@ class Worker:
                 claimed_at = time.monotonic()
                 jobs = self.claim()
                 ran = self.run_batch(jobs, claimed_at) if jobs else 0
-                self.claims.after(len(jobs), ran, time.monotonic() - claimed_at)
+                self.claim_size.after(len(jobs), ran, time.monotonic() - claimed_at)
                 if jobs:
                     self.relook = None
                 else:
@@ -155,7 +155,7 @@ class Worker:
                 self.release_orphans()
             with tracing.span("jobsup.claim", {"jobsup.queue": self.spec.queue}):
                 jobs = self.store.transitions.claim(
-                    self.spec.queue, self.spec.worker_id, limit=limit or self.claims.size, lease=self.settings.lease
+                    self.spec.queue, self.spec.worker_id, limit=limit or self.claim_size.size, lease=self.settings.lease
                 )
             if jobs.unsure:
                 # A later round failed and may have committed unseen: look for its leases now,
@@ -308,8 +308,8 @@ class Worker:
         its call returns. Asked to stop (or orphaned), it claims nothing more and waits
         for the jobs running; the lease threads cancel them after the shutdown grace."""
         code = None
-        fill_at = max(1, pool.size // 4)
         free_since: float | None = None  # when places first stood free, unclaimed
+        backlog = False  # the last claim filled every place it asked for: more may be waiting
         while True:
             if code is None and self.stop.requested:
                 code = exits.STOPPED
@@ -320,11 +320,11 @@ class Worker:
             jobs = Claimed()
             wanted = pool.free
             claiming, hold = code is None and bool(wanted) and not self.ending.is_set(), 0.0
-            if claiming and wanted < fill_at and pool.running:
-                # A few places are free while the rest run: wait a moment for more to free,
-                # so that one claim fills several (a claim costs about the same for one job
-                # or a dozen; claiming each place as it freed made the claims most of a busy
-                # pool's CPU).
+            if claiming and backlog and 4 * wanted < pool.size:
+                # Under a quarter of the places free amid a backlog: wait a moment for more, so
+                # one claim fills several (claiming each freed place alone made the claims
+                # most of a busy pool's CPU). Not for a trickle: after a short claim, a job
+                # that arrives is claimed at once.
                 now = time.monotonic()
                 free_since = now if free_since is None else free_since
                 hold = free_since + FILL_WAIT - now
@@ -333,6 +333,7 @@ class Worker:
                 free_since = None
                 claimed_at = time.monotonic()
                 jobs = self.claim(limit=wanted)
+                backlog = len(jobs) == wanted
                 if jobs:
                     self.relook = None
                 self.due_again(jobs)
@@ -347,7 +348,7 @@ class Worker:
                         pool.start(running)
                 self.title(f"running {pool.running} of {pool.size}")
             # More may be waiting when the claim filled every free place: look again as soon
-            # as one frees; otherwise wait for work too.
+            # as one frees (or after the hold above); otherwise wait for work too.
             for_work = code is None and bool(pool.free) and len(jobs) < wanted and hold <= 0
             self.wait(pool, for_work=for_work, timeout=hold if hold > 0 else LOOK_EVERY)
             for running, ran in pool.collect():

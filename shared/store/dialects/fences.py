@@ -58,8 +58,8 @@ class ArrayFence:
         leases = func.unnest(*arrays).table_valued(*names).render_derived(name="leases")
         # A generic plan joins the arrays to the primary key's index, a nested loop
         # (`test_explain.py` holds it to that). An `id = ANY(ids)` beside the join, for a
-        # planner that would not, made the settle's backend cost 40 % more per job
-        # (42 -> 51 ms per 1,000 jobs, cpu_profile.py at batch 100).
+        # planner that would not, made the backends cost 21 % more per job (42 -> 51
+        # ms per 1,000 jobs, cpu_profile.py at batch 100).
         match = and_(job.c.id == leases.c.id, job.c.attempts == leases.c.attempt)
         return match, (leases.c.result if results else None)
 
