@@ -19,7 +19,7 @@ import select
 import threading
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from setproctitle import setproctitle
 
@@ -81,13 +81,10 @@ class Worker:
         if rated and given is not None and given > 1:
             emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=given)
         self.claim_size = ClaimSize(given, one_at_a_time=rated)
-        # Where outcomes are written when one job at a time is claimed on a database of many
-        # writers: by the settler, so the next claim overlaps the write (its round trip is
-        # most of a job's cost). A batch of more, or one writer at a time (SQLite): here,
-        # before the next claim; the write is amortised over the batch, and a second thread
-        # running Python beside this one costs more in GIL hand-offs than it saves (measured:
-        # the benchmark figures are in the README's performance section). Several jobs at
-        # once: the settler's thread too, unless on SQLite.
+        # A claim of one job on a database of many writers hands its outcome to the settler's
+        # thread, so the next claim overlaps the write; a batch, or one writer at a time
+        # (SQLite), writes here before the next claim: a second thread running Python beside
+        # this one costs more in GIL hand-offs than it saves (the README's performance section).
         self.one_writer = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
         # The settler tells the keeper which leases it may forget (the keeper is made next).
@@ -235,16 +232,19 @@ class Worker:
     def run_batch(self, jobs: list[ClaimedJob], claimed_at: float) -> int:
         """Run a claim's jobs one by one; return how many ran here."""
         self.keeper.hold(jobs, claimed_at)
-        ran = 0
+        ran, failing = 0, set()  # types with a breaker that failed in this batch (the rest goes back)
         for job in jobs:
             if self.stop.requested:
                 break
+            if job.name in failing:  # its breaker may be open now: the next claim decides
+                continue
             running = self.keeper.begin(job, self.timeout_of(job))
             if running is None:
                 # Released, cancelled or lost while it waited in the batch: not here.
                 emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
                 continue
-            self.run_one(running)
+            if self.run_one(running) not in (SUCCEEDED, RELEASED) and self.store.resolver.breaker_of(job.name):
+                failing.add(job.name)
             ran += 1
         self.settler.release(self.keeper.take_waiting())
         if self.one_writer or len(jobs) > 1:
@@ -253,7 +253,8 @@ class Worker:
             self.settler.flush_soon()
         return ran
 
-    def run_one(self, running: Running) -> None:
+    def run_one(self, running: Running) -> str:
+        """Run one job and hand its outcome over; return the outcome's kind."""
         job = running.job
         self.title(f"running {job.name} id={job.id} attempt={job.attempt}")
         self.announce(running)
@@ -267,24 +268,17 @@ class Worker:
                 ran = future.result()
             else:
                 ran = call(job, prepared)
-        self.settle(running, ran)
+        return self.settle(running, ran)
 
     def announce(self, running: Running) -> None:
         """The job starts: its event, and its run's span (`jobsup.observe.tracing`)."""
         job = running.job
         running.traced = tracing.run(job)
         waited = None if job.due_at is None else round((host_clock() - job.due_at).total_seconds(), 6)
-        emit(
-            "job.started",
-            job=job.id,
-            name=job.name,
-            attempt=job.attempt,
-            queue=job.queue,
-            worker=self.spec.label,
-            waited=waited,
-        )
+        fields: dict[str, Any] = {"job": job.id, "name": job.name, "attempt": job.attempt, "queue": job.queue}
+        emit("job.started", **fields, worker=self.spec.label, waited=waited)
 
-    def settle(self, running: Running, ran: Ran) -> None:
+    def settle(self, running: Running, ran: Ran) -> str:
         job = running.job
         running.returned = True
         self.services.finished(job)
@@ -293,6 +287,7 @@ class Worker:
         with running.traced.current():  # a failure's settle, written here, is the run's child
             self.write(running, outcome)
         running.traced.end(outcome.kind, outcome.error)
+        return outcome.kind
 
     def write(self, running: Running, outcome: Outcome) -> None:
         job = running.job
