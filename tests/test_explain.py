@@ -34,6 +34,14 @@ def fill(db: Database, numbers: str, stamp: str) -> None:
         conn.execute(text(FILL.format(finished=FINISHED, numbers=numbers, stamp=stamp)))
 
 
+def filled_postgres(url: str) -> Database:
+    db = Database(url)
+    fill(db, f"generate_series(1, {FINISHED + PENDING}) AS n", "'2020-01-01'::timestamptz")
+    with db.read() as conn:
+        conn.execute(text("VACUUM ANALYZE jobsup_job"))
+    return db
+
+
 def test_sqlite_claim_uses_the_claim_index_without_sorting(sqlite_url: str) -> None:
     db = Database(sqlite_url)
     total = FINISHED + PENDING
@@ -55,10 +63,7 @@ def test_sqlite_claim_uses_the_claim_index_without_sorting(sqlite_url: str) -> N
 
 @pytest.mark.postgres
 def test_postgres_claim_uses_the_claim_index_without_sorting(postgres_url: str) -> None:
-    db = Database(postgres_url)
-    fill(db, f"generate_series(1, {FINISHED + PENDING}) AS n", "'2020-01-01'::timestamptz")
-    with db.read() as conn:
-        conn.execute(text("VACUUM ANALYZE jobsup_job"))
+    db = filled_postgres(postgres_url)
     stmt = db.dialect.claim_statement  # type: ignore[attr-defined]
     params = claim_params(db.dialect, queue="default", owner="w", limit=10, lease=60.0, now=None)
 
@@ -85,10 +90,7 @@ def test_postgres_settle_joins_its_arrays_to_the_primary_key_in_a_generic_plan(p
     from psycopg import sql as psql
     from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 
-    db = Database(postgres_url)
-    fill(db, f"generate_series(1, {FINISHED + PENDING}) AS n", "'2020-01-01'::timestamptz")
-    with db.read() as conn:
-        conn.execute(text("VACUUM ANALYZE jobsup_job"))
+    db = filled_postgres(postgres_url)
     statements = Statements(db.dialect)
     params = {"p_now": None, "p_outcome": "succeeded", "p_error": None}
     params |= statements.fence_params([Lease(n, "w", 1) for n in (3, 1, 2)], ['"a"', None, "2"])

@@ -72,7 +72,16 @@ class Statements(StepStatements):
         holds the store to it), so the owner match also says "still running". Leaving the
         status out keeps PostgreSQL's planner on the primary key: with `status = 'running'`
         it scans the lease index instead, dead entries and all."""
-        return and_(job.c.lease_owner == bindparam("p_owner"), self.dialect.lease_match()[0])
+        return self._held(self.dialect.lease_match()[0])
+
+    def _held(self, leases: ColumnElement[bool]) -> ColumnElement[bool]:
+        return and_(job.c.lease_owner == bindparam("p_owner"), leases)
+
+    @cached_property
+    def results_per_row(self) -> bool:
+        """Whether `complete` binds each lease's own result (`p_results`, with
+        `fence_params(leases, results)`), not one result for all (`p_result`)."""
+        return self.dialect.lease_match(results=True)[1] is not None
 
     def fence_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
         owners = {lease.owner for lease in leases}
@@ -131,12 +140,12 @@ class Statements(StepStatements):
     @cached_property
     def complete(self) -> Chain:
         """The fence, storing each job's result: its own where the dialect binds results per
-        row (`Dialect.results_per_row`), else the one bound as `p_result`."""
+        row (`results_per_row`), else the one bound as `p_result`."""
         clock = self.dialect.clock()
         leases, result = self.dialect.lease_match(results=True)
         first = (
             update(job)
-            .where(job.c.lease_owner == bindparam("p_owner"), leases)
+            .where(self._held(leases))
             .values(
                 status=SUCCEEDED,
                 finished_at=clock,

@@ -169,7 +169,7 @@ class Transitions:
         PostgreSQL (a result per row); elsewhere one per distinct result (most often none).
         Returns the ids settled (a stale lease settles nothing)."""
         same = {"p_outcome": SUCCEEDED, "p_error": None, **self.dialect.clock_params(now)}
-        if self.dialect.results_per_row:
+        if self.sql.results_per_row:
             leases, results = [o.held.lease for o in outcomes], [o.result for o in outcomes]
             groups = [{**same, **self.sql.fence_params(leases, results)}] if outcomes else []
         else:

@@ -130,8 +130,6 @@ class Dialect(Protocol):
         """The live job holding the unique key bound as `p_key`, in the shape the database's
         index of live keys answers."""
 
-    results_per_row: bool  # whether `lease_match(results=True)` binds each lease's own result
-
     def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
         """The lease half of a fence, (id, attempts) among the bound leases, in a shape
         whose text does not change with their number where the database allows; with

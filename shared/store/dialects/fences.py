@@ -1,6 +1,5 @@
 """The lease half of every fenced write, (id, attempts) among the bound leases, in the shape
-each database takes best (`Dialect.lease_match`). SQL Server's, keys of "id:attempt" (it has
-no row-value IN), is in its dialect.
+each database takes best (`Dialect.lease_match`).
 """
 
 from __future__ import annotations
@@ -8,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Integer, and_, bindparam, column, func, tuple_
+from sqlalchemy import BigInteger, ColumnElement, Integer, and_, bindparam, column, func, literal_column, tuple_
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import TupleType
 
@@ -17,21 +16,33 @@ from jobsup.store.schema import job
 
 
 class RowValueFence:
-    """A lease fence as expanded lists: id IN (1, ...) AND (id, attempts) IN ((1, 2), ...)."""
-
-    results_per_row = False
+    """A lease fence as expanded lists: id IN (1, ...) AND (id, attempts) IN ((1, 2), ...).
+    One result is bound for all its leases (`p_result`)."""
 
     def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
-        # Typed, so the driver does not send small ids as smallint and re-plan as they grow.
-        fences = bindparam("p_fences", expanding=True, type_=TupleType(BigInteger(), Integer()))
-        ids = job.c.id.in_(bindparam("p_fence_ids", expanding=True))
-        return and_(ids, tuple_(job.c.id, job.c.attempts).in_(fences)), None
+        return and_(job.c.id.in_(bindparam("p_fence_ids", expanding=True)), self._attempts()), None
 
     def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
-        return {
-            "p_fence_ids": [lease.job_id for lease in leases],
-            "p_fences": [(lease.job_id, lease.attempt) for lease in leases],
-        }
+        return {"p_fence_ids": [lease.job_id for lease in leases], **self._attempt_params(leases)}
+
+    def _attempts(self) -> ColumnElement[bool]:
+        # Typed, so the driver does not send small ids as smallint and re-plan as they grow.
+        fences = bindparam("p_fences", expanding=True, type_=TupleType(BigInteger(), Integer()))
+        return tuple_(job.c.id, job.c.attempts).in_(fences)
+
+    def _attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        return {"p_fences": [(lease.job_id, lease.attempt) for lease in leases]}
+
+
+class KeyFence(RowValueFence):
+    """SQL Server's: it has no row-value IN, so the attempt half matches "id:attempt" keys."""
+
+    def _attempts(self) -> ColumnElement[bool]:
+        key = func.concat(job.c.id, literal_column("':'"), job.c.attempts)
+        return key.in_(bindparam("p_fence_keys", expanding=True))
+
+    def _attempt_params(self, leases: Sequence[Lease]) -> dict[str, Any]:
+        return {"p_fence_keys": [f"{lease.job_id}:{lease.attempt}" for lease in leases]}
 
 
 class ArrayFence:
@@ -43,8 +54,6 @@ class ArrayFence:
     and PostgreSQL planned again at every settle (1.6 ms of bind at 100 jobs, measured in
     `../shared/bench/PROFILE-2026-12-03.md`). A settle's results ride along as a third
     array, so jobs that return different values still settle in one statement."""
-
-    results_per_row = True
 
     def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
         arrays = [

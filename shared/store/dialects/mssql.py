@@ -30,7 +30,6 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
-    and_,
     bindparam,
     cast,
     create_engine,
@@ -56,15 +55,15 @@ from jobsup.store.dialects.common import (
     SavepointInsert,
     SequentialChain,
 )
+from jobsup.store.dialects.fences import KeyFence
 from jobsup.store.dialects.types import UTCDateTime
-from jobsup.store.rows import Lease
 from jobsup.store.schema import job
 
 LOCK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 
 class SQLServerDialect(
-    NativeReturning, SequentialChain, NoOwnerLocks, RowByRowInsert, Polling, FilteredKeyIndex, SavepointInsert
+    NativeReturning, SequentialChain, KeyFence, NoOwnerLocks, RowByRowInsert, Polling, FilteredKeyIndex, SavepointInsert
 ):
     name = "mssql"
     atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
@@ -110,20 +109,6 @@ class SQLServerDialect(
             params[f"p_off_s_{name}"] = int(seconds)
             params[f"p_off_ms_{name}"] = round((seconds - int(seconds)) * 1000)
         return params
-
-    results_per_row = False
-
-    def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
-        # SQL Server has no row-value IN: match "id:attempt" keys instead.
-        key = func.concat(job.c.id, literal_column("':'"), job.c.attempts)
-        ids = job.c.id.in_(bindparam("p_fence_ids", expanding=True))
-        return and_(ids, key.in_(bindparam("p_fence_keys", expanding=True))), None
-
-    def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
-        return {
-            "p_fence_ids": [lease.job_id for lease in leases],
-            "p_fence_keys": [f"{lease.job_id}:{lease.attempt}" for lease in leases],
-        }
 
     def claim_statement(self, limit: int) -> Update:
         """The claim of up to `limit` jobs. The limit is part of the statement, so SQLAlchemy
