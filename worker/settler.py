@@ -41,6 +41,9 @@ class Settler:
         self.oldest = 0.0  # monotonic time the oldest pending outcome arrived
         self.urgent = False
         self.writing = 0  # writes under way, in any thread
+        # Drains waiting for the writes to end: only they need a write's end announced (a
+        # notify per batch woke the writer thread too, a thread switch per settle).
+        self.draining = 0
         # Held by the main thread across a claim and by a release across all its tries: a
         # release retried after its first try committed unseen must never meet this worker's
         # new claim of the same job (a release gives the attempt back: the lease is the same).
@@ -93,11 +96,15 @@ class Settler:
         with self.cond:
             self.urgent = True
             self.cond.notify_all()
-            while self.pending or self.writing:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self.cond.wait(left)
+            self.draining += 1
+            try:
+                while self.pending or self.writing:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self.cond.wait(left)
+            finally:
+                self.draining -= 1
         return True
 
     def _guarded(self) -> None:
@@ -124,7 +131,8 @@ class Settler:
     def _written(self) -> None:
         with self.cond:
             self.writing -= 1
-            self.cond.notify_all()
+            if self.draining:
+                self.cond.notify_all()
 
     def _write(self, batch: list[Pending]) -> None:
         transitions = self.transitions
