@@ -79,9 +79,12 @@ def test_complete_settles_job_and_attempt(client: jobsup.Client) -> None:
 
 
 def test_a_batch_whose_jobs_return_different_values_keeps_each_result(client: jobsup.Client) -> None:
-    ids = client.enqueue_many([{"name": "a"} for _ in range(5)])
-    claimed = claim(client, "w1", limit=5)
-    results = [None, "1", '{"n": 2}', "1", '"three"']
+    # Texts an array literal must quote (PostgreSQL binds the results as one): quotes,
+    # backslashes, commas, braces, the word NULL, spaces, non-ASCII.
+    awkward = ['"a \\"b\\" {c}, NULL"', '"\\\\ back\\\\slash"', '["NULL", null, " "]', '"é ✓"']
+    results = [None, "1", '{"n": 2}', "1", '"three"', *awkward]
+    ids = client.enqueue_many([{"name": "a"} for _ in results])
+    claimed = claim(client, "w1", limit=len(results))
     outcomes = [Outcome(held(c), SUCCEEDED, result=r) for c, r in zip(claimed, results, strict=True)]
     assert client.store.transitions.complete(outcomes) == set(ids)
     stored = {c.id: r for c, r in zip(claimed, results, strict=True)}

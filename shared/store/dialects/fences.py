@@ -4,10 +4,22 @@ each database takes best (`Dialect.lease_match`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, Integer, and_, bindparam, column, func, literal_column, tuple_
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Integer,
+    Text,
+    and_,
+    bindparam,
+    cast,
+    column,
+    func,
+    literal_column,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import TupleType
 
@@ -56,13 +68,16 @@ class ArrayFence:
     array, so jobs that return different values still settle in one statement."""
 
     def lease_match(self, *, results: bool = False) -> tuple[ColumnElement[bool], ColumnElement[Any] | None]:
-        arrays = [
-            bindparam("p_fence_ids", type_=ARRAY(BigInteger)),
-            bindparam("p_fence_attempts", type_=ARRAY(Integer)),
+        # Each array is bound as its text form ('{1,2,3}') and cast by the server: psycopg
+        # dumps a Python list element by element in Python, which cost more than the rest of
+        # a settle's binding (4 µs per job at batch 100, py-spy of `cpu_profile.py`).
+        arrays: list[ColumnElement[Any]] = [
+            cast(bindparam("p_fence_ids", type_=Text), ARRAY(BigInteger)),
+            cast(bindparam("p_fence_attempts", type_=Text), ARRAY(Integer)),
         ]
         names = [column("id", BigInteger), column("attempt", Integer)]
         if results:
-            arrays.append(bindparam("p_results", type_=ARRAY(job.c.result.type)))
+            arrays.append(cast(bindparam("p_results", type_=Text), ARRAY(Text)))
             names.append(column("result", job.c.result.type))
         leases = func.unnest(*arrays).table_valued(*names).render_derived(name="leases")
         # A generic plan joins the arrays to the primary key's index, a nested loop
@@ -77,9 +92,21 @@ class ArrayFence:
         # their rows in the same order and cannot deadlock.
         order = sorted(range(len(leases)), key=lambda index: leases[index].job_id)
         params: dict[str, Any] = {
-            "p_fence_ids": [leases[index].job_id for index in order],
-            "p_fence_attempts": [leases[index].attempt for index in order],
+            "p_fence_ids": _array(str(leases[index].job_id) for index in order),
+            "p_fence_attempts": _array(str(leases[index].attempt) for index in order),
         }
         if results is not None:
-            params["p_results"] = [results[index] for index in order]
+            params["p_results"] = _array(_element(results[index]) for index in order)
         return params
+
+
+def _array(elements: Iterable[str]) -> str:
+    """A PostgreSQL array's text form."""
+    return "{" + ",".join(elements) + "}"
+
+
+def _element(text: str | None) -> str:
+    """One text element of an array's text form: quoted, or NULL."""
+    if text is None:
+        return "NULL"
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
