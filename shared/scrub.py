@@ -27,8 +27,7 @@ import binascii
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -53,13 +52,45 @@ _CREDENTIALS = re.compile(
 )
 
 
-@dataclass(frozen=True)
 class Secrets:
     """What to mask in a job's texts (see the module docstring): `exact` anywhere (short
-    ones as whole words), and any `END`-long start or end of `ends`."""
+    ones as whole words), and any `END`-long start or end of `ends`.
 
-    exact: tuple[str, ...] = ()
-    ends: tuple[str, ...] = field(default=(), repr=False)
+    A worker makes them `deferred`: found only when a text needs them (a failure, a log
+    line), since most jobs never fail or log and walking each payload for its long strings
+    was 6 % of a short job's cost (py-spy of the peers' harness at batch 100)."""
+
+    __slots__ = ("_ends", "_exact", "_find")
+
+    def __init__(self, exact: tuple[str, ...] = (), ends: tuple[str, ...] = ()) -> None:
+        self._exact, self._ends = exact, ends
+        self._find: Callable[[], Secrets] | None = None
+
+    @classmethod
+    def deferred(cls, find: Callable[[], Secrets]) -> Secrets:
+        """Secrets that `find()` gives when first asked for."""
+        secrets = cls()
+        secrets._find = find
+        return secrets
+
+    def _found(self) -> None:
+        # No lock: threads that ask at once each find them; `_find` is cleared last, so a
+        # thread that sees it cleared sees both fields set.
+        find = self._find
+        if find is not None:
+            found = find()
+            self._exact, self._ends = found.exact, found.ends
+            self._find = None
+
+    @property
+    def exact(self) -> tuple[str, ...]:
+        self._found()
+        return self._exact
+
+    @property
+    def ends(self) -> tuple[str, ...]:
+        self._found()
+        return self._ends
 
     def __bool__(self) -> bool:
         return bool(self.exact or self.ends)

@@ -49,6 +49,33 @@ def test_sensitive_values_are_masked_in_stored_errors_short_ones_as_words() -> N
     )
 
 
+@jobsup.job("units-forgetful")
+def forgetful(ctx: jobsup.JobContext, payload: dict[str, str]) -> None:
+    token = payload.pop("token")  # the job changes its payload before it fails
+    raise RuntimeError(f"refused {token}")
+
+
+def test_an_error_is_masked_with_the_stored_payload_even_after_the_job_changed_its_own() -> None:
+    # A worker finds a job's secrets only when a text needs them: from the row, not from
+    # the payload the job was given and may have changed.
+    token = "tok-" + "s3cr3t" * 5
+    outcome = execute(claimed(f'{{"token": "{token}"}}', name="units-forgetful"), threading.Event())
+    assert outcome.kind == "failed" and outcome.error is not None
+    assert token not in outcome.error and "RuntimeError: refused ***" in outcome.error
+
+
+def test_deferred_secrets_are_found_once_when_first_needed() -> None:
+    calls = []
+
+    def find() -> Secrets:
+        calls.append(1)
+        return secrets_of({"key": "k" * 40})
+
+    secrets = Secrets.deferred(find)
+    assert calls == []
+    assert "k" * 40 in secrets.exact and secrets and calls == [1]
+
+
 def test_stored_errors_are_capped() -> None:
     assert len(error_text(RuntimeError("x" * 5000), Secrets())) == 2000
 
@@ -190,3 +217,4 @@ def test_a_slot_entry_says_how_its_attempt_ends_and_a_reused_entry_forgets_it() 
     slot.finish(8)
     slot.start(9, 1, None)  # the freed entry, reused
     assert slot.entries() == [(7, 1, None, 0), (9, 1, None, 0)]
+

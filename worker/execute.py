@@ -79,7 +79,9 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
         # Retried: the key may be added to JOBSUP_ENCRYPTION_KEYS by the next attempt.
         emit("secrets.unseal_failed", job=job.id, name=job.name, error=exc)
         return Ran(FAILED, f"{type(exc).__name__}: {exc}")
-    secrets = secrets_of(payload, sensitive)
+    # Found from the stored row again if a text needs them (not the payload the job is
+    # given, which it may change before it fails).
+    secrets = Secrets.deferred(lambda: secrets_of(unsealed(job, decode_payload(job.payload)), sensitive))
     if registered.params is not None:
         try:
             payload = registered.params.make(check(registered.params.schema, payload, job=job.name))
