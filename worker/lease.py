@@ -1,6 +1,7 @@
 """The lease threads: one renews the worker's leases every heartbeat, the other enforces the
 running jobs' deadlines (cancel, end the process), so that two attempts of one job never
-overlap. What each does and why: docs/internals.md, "The lease threads".
+overlap. What each does and why: docs/internals.md, "The lease threads". The second also
+writes the worker's per-job metric samples at each of its ticks (`jobsup.observe.metrics`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from jobsup import exits
 from jobsup.errors import DatabaseError
+from jobsup.observe import metrics
 from jobsup.observe.events import emit
 from jobsup.observe.tracing import NOT_TRACED, Traced
 from jobsup.store.rows import ClaimedJob
@@ -173,6 +175,7 @@ class LeaseKeeper:
     def _enforce_forever(self) -> None:
         while True:
             time.sleep(self.tick)
+            metrics.write_deferred()
             now = time.monotonic()
             with self.lock:
                 running = list(self.running.values())

@@ -26,7 +26,7 @@ from setproctitle import setproctitle
 from jobsup import exits
 from jobsup.clock import host_clock
 from jobsup.errors import DatabaseError
-from jobsup.observe import tracing
+from jobsup.observe import metrics, tracing
 from jobsup.observe.events import emit
 from jobsup.store.claim import Claimed
 from jobsup.store.database import Database
@@ -110,6 +110,7 @@ class Worker:
         self.claim_unsure = False  # a claim failed: it may have committed unseen
 
     def run(self) -> int:
+        metrics.defer_job_samples()  # written by the lease thread every tick
         self.keeper.start()
         self.settler.start()
         self.title("idle")
@@ -140,6 +141,7 @@ class Worker:
             # A crash: what was already finished is still written, for a bounded time.
             self.settler.release(self.keeper.take_waiting())
             self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
+            metrics.write_deferred()
             raise
 
     def claim(self, limit: int | None = None) -> Claimed:
@@ -362,6 +364,7 @@ class Worker:
         """On the way out: everything handed over is written (for up to one lease), and the
         leases of a claim whose reply was lost are given back."""
         self.settler.drain()
+        metrics.defer_job_samples(False)  # written now, and from here at once
         self.close_listener()
         if self.claim_unsure:
             try:
@@ -382,6 +385,7 @@ class Worker:
         self.keeper.bystanders()
         self.settler.release(self.keeper.take_waiting())
         self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
+        metrics.write_deferred()
         emit("worker.ending", worker=self.spec.label, job=running.job.id, reason=exits.NAMES[code])
         exits.now(code)
 

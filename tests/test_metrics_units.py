@@ -1,0 +1,47 @@
+"""The per-job samples a worker adds up and writes a few times a second export exactly what
+writing each at once would (`jobsup.observe.metrics`, in-memory mode in this process)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import REGISTRY
+
+from jobsup.observe import metrics
+
+
+@pytest.fixture
+def deferred() -> Iterator[None]:
+    metrics.defer_job_samples()
+    yield
+    metrics.defer_job_samples(False)
+
+
+def samples(queue: str) -> dict[tuple[str, str], float]:
+    found = {}
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            if sample.labels.get("queue") == queue and not sample.name.endswith("_created"):
+                found[(sample.name, sample.labels.get("le", sample.labels.get("outcome", "")))] = sample.value
+    return found
+
+
+def run_jobs(queue: str) -> None:
+    # Run times on bucket bounds, between them, past the last, and the waits of their starts.
+    for seconds in (0.0, 0.005, 0.006, 0.3, 0.3, 5000.0):
+        metrics.record("job.started", {"queue": queue, "name": "x", "waited": seconds / 2})
+        metrics.record("job.succeeded", {"queue": queue, "name": "x", "seconds": seconds})
+    metrics.record("job.failed", {"queue": queue, "name": "x", "seconds": 1.0, "outcome": "timed_out"})
+
+
+def test_deferred_samples_are_written_only_when_asked_and_then_as_if_written_at_once(deferred: None) -> None:
+    run_jobs("units-deferred")
+    assert samples("units-deferred") == {}  # nothing exported before the write
+    metrics.write_deferred()
+    metrics.defer_job_samples(False)
+    run_jobs("units-at-once")
+    written, at_once = samples("units-deferred"), samples("units-at-once")
+    assert written == at_once and written[("jobsup_job_duration_seconds_bucket", "+Inf")] == 7
+    assert written[("jobsup_job_duration_seconds_bucket", "0.005")] == 2  # 0 and the bound itself
+    assert written[("jobsup_jobs_completed_total", "timed_out")] == 1
