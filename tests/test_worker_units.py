@@ -218,3 +218,20 @@ def test_a_slot_entry_says_how_its_attempt_ends_and_a_reused_entry_forgets_it() 
     slot.start(9, 1, None)  # the freed entry, reused
     assert slot.entries() == [(7, 1, None, 0), (9, 1, None, 0)]
 
+
+def test_a_cancel_event_behaves_as_a_threading_event_across_threads() -> None:
+    from jobsup.worker.lease import CancelEvent
+
+    event = CancelEvent()
+    assert isinstance(event, threading.Event) and not event.is_set()
+    assert event.wait(0.01) is False  # times out unset
+    woke: list[bool] = []
+    waiters = [threading.Thread(target=lambda: woke.append(event.wait(60))) for _ in range(4)]
+    for waiter in waiters:
+        waiter.start()
+    event.set()
+    for waiter in waiters:
+        waiter.join(60)
+    assert woke == [True] * 4 and event.is_set() and event.wait() is True
+    event.clear()
+    assert not event.is_set() and CancelEvent().wait(0) is False

@@ -35,6 +35,49 @@ ORPHAN_GRACE = 5.0  # seconds an orphan that holds no lease has to end itself be
 _EXIT_FOR = {TIMEOUT: exits.TIMED_OUT, SHUTDOWN: exits.SHUTDOWN_FORCED}
 
 
+_MAKING = threading.Lock()  # a `CancelEvent`'s condition is made once
+
+
+class CancelEvent(threading.Event):
+    """A job's cancel event (`JobContext.cancelled`): a `threading.Event` whose lock and
+    condition are made when first needed. Most jobs are never cancelled and never wait on
+    it, and making them was 2 µs of every job (of about 50 at batch 100)."""
+
+    def __init__(self) -> None:  # not Event's: no condition yet
+        self._flag = False
+        self._made: threading.Condition | None = None
+
+    def _condition(self) -> threading.Condition:
+        made = self._made
+        if made is None:
+            with _MAKING:
+                if self._made is None:
+                    self._made = threading.Condition(threading.Lock())
+                made = self._made
+        return made
+
+    def _at_fork_reinit(self) -> None:
+        if self._made is not None:
+            self._made._at_fork_reinit()  # type: ignore[attr-defined]
+
+    def set(self) -> None:
+        condition = self._condition()
+        with condition:
+            self._flag = True
+            condition.notify_all()
+
+    def clear(self) -> None:
+        with self._condition():
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        condition = self._condition()
+        with condition:  # set() takes it too: it cannot slip between the look and the wait
+            return self._flag or condition.wait(timeout)
+
+
 @dataclass
 class Running:
     """A job the main thread is running, as the lease threads see it."""
@@ -42,7 +85,7 @@ class Running:
     job: ClaimedJob
     timeout: float | None
     started: float = field(default_factory=time.monotonic)
-    cancelled: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=CancelEvent)
     reason: str | None = None  # why it was cancelled: see jobsup.worker.execute
     cancelled_at: float | None = None
     # Also called on cancellation: an async job's task is cancelled, not only told.
