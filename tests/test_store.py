@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import create_engine, event, func, select
 
 import jobsup
-from jobsup.store.rows import CANCELLED, LEASE_EXPIRED, SUCCEEDED, TIMED_OUT, Held, Lease, Outcome
+from jobsup.store.rows import CANCELLED, LEASE_EXPIRED, SUCCEEDED, TIMED_OUT, ClaimedJob, Held, Lease, Outcome
 from jobsup.store.schema import job, job_attempt
 
 from helpers import claim, claim_one, fail, held, release, succeed
@@ -427,3 +427,16 @@ def test_a_lease_owner_is_set_exactly_while_running(client: jobsup.Client) -> No
     outcomes = [[a.outcome for a in client.get(i).history] for i in ids]  # type: ignore[union-attr]
     assert outcomes == [["succeeded"], ["failed"], ["released"], ["cancelled"], ["lease_expired"], ["released"]]
     assert [client.get(i).status for i in ids] == ["succeeded", "pending", "pending", "cancelled", "pending", "pending"]  # type: ignore[union-attr]
+
+
+def test_a_claimed_job_built_from_a_row_equals_one_built_by_its_own_init(client: jobsup.Client) -> None:
+    from dataclasses import fields
+
+    from jobsup.store.claim import claimed_job
+
+    client.enqueue("a", {"x": 1}, actor="ann", concurrency_key="k")
+    (built,) = claim(client, "w1", limit=1)
+    values = [getattr(built, f.name) for f in fields(ClaimedJob)]
+    assert built == ClaimedJob(*values) and hash(built) == hash(ClaimedJob(*values))
+    assert claimed_job([*values, "a dialect's own column"]) == built
+    assert (built.actor, built.concurrency_key, built.held.lease.job_id) == ("ann", "k", built.id)
