@@ -27,12 +27,14 @@ from jobsup.errors import (
     DuplicateJob,
     InvalidDuration,
     InvalidPayload,
+    JobNotFound,
     JobsupError,
     Retry,
     SchemaOutdated,
     UnknownJob,
     UnknownQueue,
     UnsupportedDatabase,
+    WaitTimeout,
 )
 from jobsup.events.hooks import on
 from jobsup.params import Sensitive
@@ -60,6 +62,7 @@ __all__ = [
     "InvalidPayload",
     "Job",
     "JobContext",
+    "JobNotFound",
     "JobsupError",
     "Retry",
     "SchemaOutdated",
@@ -69,6 +72,7 @@ __all__ = [
     "UnknownJob",
     "UnknownQueue",
     "UnsupportedDatabase",
+    "WaitTimeout",
     "Workflow",
     "WorkflowInfo",
     "job",

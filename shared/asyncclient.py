@@ -9,11 +9,15 @@ PostgreSQL; SQL Server has no async driver here.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 from jobsup.client import Client, url_enabling_outbox
+from jobsup.client.core import row_id
+from jobsup.client.waiting import Waiting, finished
 from jobsup.errors import BadInput
 from jobsup.store.bound import BoundDatabase
 from jobsup.store.builder import EnqueueOptions
@@ -83,6 +87,13 @@ class AsyncClient:
     async def get(self, job_id: int) -> Job | None:
         """See `Client.get`."""
         return await self._run(lambda _: self._client.get(job_id))
+
+    async def wait(self, job_id: int, timeout: float | str | timedelta | None = None) -> Job:
+        """See `Client.wait`: the event loop is free between looks."""
+        waiting = Waiting(row_id(job_id), timeout)
+        while not finished(job := waiting.seen(await self.get(job_id))):
+            await asyncio.sleep(waiting.next_pause(job))
+        return job
 
     async def cancel(self, job_id: int, *, actor: str | None = None) -> bool:
         """See `Client.cancel` (audited alike)."""

@@ -83,6 +83,15 @@ class JobNotFound(JobsupError, LookupError):
     """There is no job with this id."""
 
 
+class WaitTimeout(JobsupError, TimeoutError):
+    """`Client.wait` gave up: the job had not finished within its timeout. `job` is the job
+    as last seen (its status, its attempts so far)."""
+
+    def __init__(self, message: str, *, job: Any = None) -> None:
+        super().__init__(message)
+        self.job = job
+
+
 class UnknownJob(BadInput, LookupError):
     """No job type of this name is registered here or published in the database."""
 

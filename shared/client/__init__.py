@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from collections.abc import Iterable, Mapping
+from datetime import timedelta
 from typing import Any, Unpack
 
 from sqlalchemy import Connection
@@ -20,6 +22,7 @@ from jobsup.client.batches import Batches
 from jobsup.client.core import ClientCore, found, row_id
 from jobsup.client.operations import AuditTrail, Breakers, DeadLetters, ParkedEvents, Queues, Workers
 from jobsup.client.schedules import Calendars, Schedules, add_schedule
+from jobsup.client.waiting import Waiting, finished
 from jobsup.client.workflows import Workflows
 from jobsup.errors import BadInput
 from jobsup.observe import subscribe_logs_and_metrics
@@ -132,6 +135,17 @@ class Client:
         """The job with its attempt history and result, or None if there is no such job."""
         job_id = row_id(job_id)
         return self.store.reads.job_get(job_id)
+
+    def wait(self, job_id: int, timeout: float | str | timedelta | None = None) -> Job:
+        """The job once it has finished (succeeded, dead-lettered or cancelled), with its
+        history and result. `timeout` (seconds, or a duration such as ``"30s"``; None: no
+        end) passed first, it raises `WaitTimeout`, which holds the job as last seen; no such
+        job raises `JobNotFound`. It reads the job's row again after pauses that grow from
+        10 ms to 250 ms (`jobsup.client.waiting`)."""
+        waiting = Waiting(row_id(job_id), timeout)
+        while not finished(job := waiting.seen(self.get(job_id))):
+            time.sleep(waiting.next_pause(job))
+        return job
 
     def logs(self, job_id: int, *, after_id: int | None = None, limit: int = 1000) -> list[LogLine]:
         """What the job logged through `ctx.log`, oldest first, at most `limit` lines: those
