@@ -13,6 +13,7 @@ rules:
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -232,8 +233,21 @@ def _quietly(callback: Callable[[], object]) -> None:
 
 def _committed(conn: Connection) -> None:
     callbacks, _after_commit[conn] = _after_commit.get(conn, []), []
-    for _, callback in callbacks:
-        callback()
+    _before_commit.on = True
+    try:
+        for _, callback in callbacks:
+            callback()
+    finally:
+        _before_commit.on = False
+
+
+_before_commit = threading.local()  # a caller's COMMIT is about to be sent: see `before_callers_commit`
+
+
+def before_callers_commit() -> bool:
+    """Whether this thread runs `after_commit` callbacks of a caller's transaction, just
+    before its COMMIT (what they announce is not yet visible to other connections)."""
+    return bool(getattr(_before_commit, "on", False))
 
 
 def _rolled_back(conn: Connection) -> None:
