@@ -38,7 +38,7 @@ from jobsup.errors import (
 )
 from jobsup.events.hooks import on
 from jobsup.params import Sensitive
-from jobsup.registry import job, workflow
+from jobsup.registry import job, on_worker_start, workflow
 from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, StepInfo, WorkflowInfo
 from jobsup.workflow_spec import Trigger, Workflow
 
@@ -77,6 +77,7 @@ __all__ = [
     "WorkflowInfo",
     "job",
     "on",
+    "on_worker_start",
     "workflow",
 ]
 

@@ -97,6 +97,7 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
 @click.option("--faults", help="Fault injection for drills and tests, e.g. worker:renew@2s+30s.")
 @click.option("--log-level", help="DEBUG, INFO (default), WARNING or ERROR.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json, one object per line.")
+@click.option("--log-root/--no-log-root", default=None, help="Show what jobs log through logging (default on).")
 @with_target
 def start(target: Target, apps: tuple[str, ...], queues: tuple[str, ...], **options: Any) -> None:
     """Run the supervisor and its worker processes until SIGTERM or SIGINT."""
@@ -114,7 +115,7 @@ def start(target: Target, apps: tuple[str, ...], queues: tuple[str, ...], **opti
     settings = target.settings(**overrides)
     if settings.faults:
         os.environ["JOBSUP_FAULTS"] = settings.faults
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, root=settings.log_root)
     try:
         sys.exit(Arbiter(settings).run())
     except WorkerBootFailed as exc:

@@ -41,6 +41,11 @@ class UnsupportedDatabase(ConfigurationError):
     """This database URL is not supported."""
 
 
+class WorkerStartFailed(JobsupError):
+    """An `@jobsup.on_worker_start` function raised in a new worker: that worker does not
+    start (its supervisor retries with backoff)."""
+
+
 class DriverMissing(ConfigurationError):
     """The database driver for this URL is not installed."""
 

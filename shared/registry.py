@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from jobsup.checks import check_attempts, check_name, check_priority
 from jobsup.context import JobContext
 from jobsup.durations import parse_duration
-from jobsup.errors import AppImportFailed, BadInput
+from jobsup.errors import AppImportFailed, BadInput, WorkerStartFailed
 from jobsup.jobtypes import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE, REGISTERED, JobType, RetryPolicy
 from jobsup.params import Params, params_of
 
@@ -166,6 +166,33 @@ def import_apps(apps: Iterable[str]) -> None:
             importlib.import_module(app)
         except Exception as exc:
             raise AppImportFailed(f"cannot import app {app!r}: {type(exc).__name__}: {exc}") from None
+
+
+WorkerStart = Callable[[], object]
+_worker_starts: list[WorkerStart] = []  # this process's `on_worker_start` functions, in order
+
+
+def on_worker_start(function: WorkerStart) -> WorkerStart:
+    """Run the decorated function (no arguments) in each worker process once it is forked,
+    before it claims a job: the place for what must not cross a fork, such as
+    ``sentry_sdk.init()``, an OpenTelemetry SDK's exporter, or a connection pool. One that
+    raises fails that worker's boot (``worker.boot_failed`` names it; the supervisor retries
+    with backoff, and stops when every worker fails at once)."""
+    if not callable(function):
+        raise BadInput(f"@jobsup.on_worker_start decorates a function, not {function!r}")
+    if function not in _worker_starts:  # a module imported twice registers it once
+        _worker_starts.append(function)
+    return function
+
+
+def run_worker_starts() -> None:
+    """Call the `on_worker_start` functions (a worker, after the fork)."""
+    for function in _worker_starts:
+        try:
+            function()
+        except Exception as exc:
+            where = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
+            raise WorkerStartFailed(f"on_worker_start {where} raised {type(exc).__name__}: {exc}") from exc
 
 
 def lookup(name: str) -> Registered | None:

@@ -75,6 +75,9 @@ class Settings:
     faults: str = ""
     log_level: str = "INFO"
     log_format: str = "text"
+    # `jobsup start` gives the root logger jobsup's handler and level (when it has no handler
+    # of its own), so what a job logs through `logging` is shown; false leaves it alone.
+    log_root: bool = True
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9465  # 0: any free port (logged); -1: no HTTP endpoints
     # How long finished jobs are kept before maintenance deletes them.
@@ -252,7 +255,7 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(app, str) for app in value):
             raise ConfigurationError(f'apps: {value!r} is not a list of module names; use "myapp.jobs,other"')
         return tuple(value)
-    if key in ("migrate", "housekeeping", "dashboard_secure_cookies"):
+    if key in ("migrate", "housekeeping", "dashboard_secure_cookies", "log_root"):
         return _flag(value, key)
     if key == "listen_url":
         # `listen_url = false` in TOML, or OFF, mean off too

@@ -10,6 +10,7 @@ from setproctitle import setproctitle
 
 from jobsup import exits
 from jobsup.observe.events import emit
+from jobsup.registry import run_worker_starts
 from jobsup.store.database import Database
 from jobsup.worker.loop import Worker
 from jobsup.worker.slot import Slot
@@ -69,6 +70,7 @@ def boot(
     db = Database(spec.settings.database_url, role="worker", listen_url=spec.settings.listen_url)
     owner_lock = db.dialect.hold_owner(db, spec.worker_id)
     slot.reset()
+    run_worker_starts()  # the application's `@jobsup.on_worker_start` (Sentry, pools)
     worker = Worker(spec, db, stop, slot, owner_lock)
     slot.mark_booted()
     return worker

@@ -16,7 +16,7 @@ import inspect
 import json
 import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jobsup.context import JobContext
@@ -46,6 +46,7 @@ class Ran:
     error: str | None = None
     retry_in: float | None = None  # a `Retry(after=)` delay; None: the retry policy
     result: str | None = None
+    exc: BaseException | None = field(default=None, compare=False, repr=False)  # what it raised, unscrubbed
 
 
 @dataclass(frozen=True)
@@ -169,14 +170,14 @@ def _raised(job: ClaimedJob, exc: BaseException, secrets: Secrets) -> Ran:
 
 def _explained(job: ClaimedJob, exc: BaseException, secrets: Secrets) -> Ran:
     if isinstance(exc, Retry):
-        return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after)
+        return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after, exc=exc)
     if isinstance(exc, Discard):
-        return Ran(DISCARDED, error_text(exc, secrets))
+        return Ran(DISCARDED, error_text(exc, secrets), exc=exc)
     if isinstance(exc, Cancelled | asyncio.CancelledError):
         return Ran(FAILED, error_text(exc if isinstance(exc, Cancelled) else Cancelled(), secrets))
     text = scrub("".join(traceback.format_exception(exc)), secrets)
     emit("job.traceback", job=job.id, name=job.name, attempt=job.attempt, traceback=text)
-    return Ran(FAILED, error_text(exc, secrets))
+    return Ran(FAILED, error_text(exc, secrets), exc=exc)
 
 
 def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome:
@@ -191,7 +192,7 @@ def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | N
     if reason == TIMEOUT:
         then = "it returned" if ran.kind == SUCCEEDED else ran.error
         return Outcome(job.held, TIMED_OUT, f"timed out after {timeout:g}s; then {then}", **fields)
-    return Outcome(job.held, ran.kind, ran.error, ran.retry_in, ran.result, **fields)
+    return Outcome(job.held, ran.kind, ran.error, ran.retry_in, ran.result, exc=ran.exc, **fields)
 
 
 def _result(job: ClaimedJob, value: Any) -> str | None:

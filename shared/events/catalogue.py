@@ -65,9 +65,9 @@ KINDS: dict[str, Kind] = {
         meaning="the job will run again at retry_at: after a failed attempt, or an operator's retry",
         made_by=("fail", "expire"),
     ),
-    "job.dead_lettered": Kind(
-        WARNING, "the job will not run again: attempts used up, or discarded", ("fail", "expire")
-    ),
+    # At ERROR, with the job's exception on the record (not in jobsup's line): what an error
+    # tracker such as Sentry reports (README, "Logs").
+    "job.dead_lettered": Kind(ERROR, "the job will not run again: attempts used up, or discarded", ("fail", "expire")),
     # By an operator; or, for a running job, by the end its worker (or the sweep, or a release
     # of one held unstarted) writes once the job has stopped.
     "job.cancelled": Kind(meaning="the job was cancelled", made_by=("fail", "expire", "release")),

@@ -23,12 +23,36 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         return
     present = {key: value for key, value in fields.items() if value is not None}
     exc = present.pop("exc", None)
+    # A job's own exception, unscrubbed: on the record for what reads records (Sentry's
+    # logging integration), never in jobsup's lines, which show the scrubbed `error` (and
+    # the scrubbed `job.traceback` line before it).
+    raised = present.pop("exception", None)
     trace = present.get("traceback")
     text = " ".join(f"{key}={_value(value)}" for key, value in present.items() if value is not trace)
     if trace is not None:
         text += "\n" + str(trace)
-    exc_info = (type(exc), exc, exc.__traceback__) if isinstance(exc, BaseException) else None
-    log.log(level, "%s %s", kind, text, exc_info=exc_info, extra={"event": kind, "fields": present})
+    shown = exc if isinstance(exc, BaseException) else raised if isinstance(raised, BaseException) else None
+    exc_info = (type(shown), shown, shown.__traceback__) if shown is not None else None
+    extra = {"event": kind, "fields": present, UNSCRUBBED: shown is not None and shown is raised}
+    log.log(level, "%s %s", kind, text, exc_info=exc_info, extra=extra)
+
+
+UNSCRUBBED = "jobsup_unscrubbed"  # a record's exc_info is a job's raw exception: not for jobsup's lines
+
+
+class TextFormatter(logging.Formatter):
+    """jobsup's text lines: a record's exception as its traceback, unless it is a job's
+    raw exception (see `record`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not getattr(record, UNSCRUBBED, False):
+            return super().format(record)
+        exc_info, exc_text = record.exc_info, record.exc_text
+        record.exc_info = record.exc_text = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_info, record.exc_text = exc_info, exc_text
 
 
 def _value(value: Any) -> str:
@@ -65,21 +89,27 @@ class JSONFormatter(logging.Formatter):
             entry.update(
                 {key: value if isinstance(value, int | float | bool) else str(value) for key, value in fields.items()}
             )
-        if record.exc_info:
+        if record.exc_info and not getattr(record, UNSCRUBBED, False):
             entry["traceback"] = self.formatException(record.exc_info)
         return json.dumps(entry)
 
 
-def configure_logging(level: str = "INFO", format: str = "text") -> None:
-    """One line per event on stderr, with the process id."""
+def configure_logging(level: str = "INFO", format: str = "text", *, root: bool = False) -> None:
+    """One line per event on stderr, with the process id. With `root`, the root logger gets
+    the same handler and level too, unless it has a handler already (the application set up
+    its own logging), so what an application's code logs inside a job is shown."""
     handler = logging.StreamHandler()
     if format == "json":
         formatter: logging.Formatter = JSONFormatter()
         formatter.converter = time.gmtime
     else:
-        formatter = logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(message)s")
+        formatter = TextFormatter("%(asctime)s %(levelname)s [%(process)d] %(message)s")
     handler.setFormatter(formatter)
-    root = logging.getLogger("jobsup")
-    root.handlers[:] = [handler]
-    root.setLevel(os.environ.get("JOBSUP_LOG_LEVEL", level).upper())
-    root.propagate = False
+    level = os.environ.get("JOBSUP_LOG_LEVEL", level).upper()
+    ours = logging.getLogger("jobsup")
+    ours.handlers[:] = [handler]
+    ours.setLevel(level)
+    ours.propagate = False  # its lines once, through its own handler
+    if root and not logging.getLogger().handlers:
+        logging.getLogger().addHandler(handler)
+        logging.getLogger().setLevel(level)

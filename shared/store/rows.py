@@ -184,6 +184,9 @@ class Outcome:
     result: str | None = None
     seconds: float | None = None  # how long the job function ran
     worker: str | None = None  # the worker's label, for events
+    # What the job raised, in the worker's process only (never written: `error` is the
+    # scrubbed text): its final failure's log record carries it for Sentry and the like.
+    exc: BaseException | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs a bulk enqueue 2 us a job

@@ -236,7 +236,7 @@ class Transitions:
         elif outcome.kind == LEASE_EXPIRED:
             emit("lease.expired", **fields, status=status)
         elif status == DEAD_LETTERED:
-            emit("job.dead_lettered", **fields)
+            emit("job.dead_lettered", **fields, exception=outcome.exc)
         else:
             emit("job.failed", **fields, retry_in=round(delay, 3))
         return status
