@@ -39,6 +39,8 @@ class JobContext:
     # Reads the stored results of a workflow step's dependencies, when first asked for.
     upstream_loader: Callable[[], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
     client_loader: Callable[[], Client] | None = field(default=None, compare=False, repr=False)
+    # Stores a progress report (JSON text) for this attempt (`set_progress`); None outside a worker.
+    progress_writer: Callable[[str], object] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.log is None:
@@ -65,9 +67,43 @@ class JobContext:
             object.__setattr__(self, "_upstream", cached)
         return cached
 
+    def set_progress(self, value: Any) -> None:
+        """Report how far the job has come: a number from 0 to 1, or a small JSON object (at
+        most 1,000 characters as JSON), e.g. ``{"done": 40, "of": 100}``. The latest report
+        is stored on this attempt within about a second, and before its outcome; `Client.get`,
+        `jobsup jobs show` and the dashboard show it. Anything else raises `BadInput`.
+        Outside a worker it is checked, then dropped."""
+        text = _progress_text(value)
+        if self.progress_writer is not None:
+            self.progress_writer(text)
+
     def raise_if_cancelled(self) -> None:
         """Raise `jobsup.Cancelled` if the job was asked to stop."""
         if self.cancelled.is_set():
             from jobsup.errors import Cancelled
 
             raise Cancelled()
+
+
+PROGRESS_CAP = 1000  # characters of JSON a progress report may take
+
+
+def _progress_text(value: Any) -> str:
+    import json
+    import math
+
+    from jobsup.errors import BadInput
+
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not (math.isfinite(value) and 0 <= value <= 1):
+            raise BadInput(f"set_progress: {value!r} is not a number from 0 to 1 (write 0.4 for 40 %)")
+        return json.dumps(value)
+    if isinstance(value, dict):
+        try:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"set_progress: the object is not JSON ({exc})") from None
+        if len(text) > PROGRESS_CAP:
+            raise BadInput(f"set_progress: the object takes {len(text)} characters as JSON, over {PROGRESS_CAP}")
+        return text
+    raise BadInput(f"set_progress takes a number from 0 to 1 or a JSON object (a dict), not {value!r}")

@@ -191,3 +191,16 @@ def rated_work(ctx: jobsup.JobContext, payload: Any) -> None:
     `seconds` (default none)."""
     record(ctx, "start")
     time.sleep(payload.get("seconds", 0))
+
+
+@jobsup.job("progressing", retry_in=lambda attempt: 0)
+def progressing(ctx: jobsup.JobContext, payload: Any) -> None:
+    """Reports half way, waits for the file `go` names, reports done; fails its first
+    attempt after its first report if `fail_first` is set."""
+    ctx.set_progress(0.5)
+    if payload.get("fail_first") and ctx.attempt == 1:
+        raise RuntimeError("failing after a report")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(payload["go"]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    ctx.set_progress({"done": 2, "of": 2})

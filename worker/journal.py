@@ -1,5 +1,6 @@
-"""The worker's buffer of job log lines (`jobsup.worker.joblog`), and the thread that writes
-them.
+"""The worker's buffer of what its running jobs report, their log lines
+(`jobsup.worker.joblog`) and their progress (`ctx.set_progress`, the latest report per
+attempt), and the thread that writes them.
 
 Jobs running at once (pool threads, the event loop) add lines under one lock; nothing on
 their path waits for the database. A flush takes everything waiting, checks it against each
@@ -26,6 +27,7 @@ from jobsup.errors import DatabaseError, DatabaseUnavailable
 from jobsup.observe.events import emit
 from jobsup.scrub import Secrets
 from jobsup.store.joblogs import JobLogs
+from jobsup.store.progress import Progress
 from jobsup.store.rows import ClaimedJob
 from jobsup.worker.joblog import JobLogger, Tally
 
@@ -35,8 +37,10 @@ HOLD_AT_MOST = 5000  # unwritten lines a worker keeps while its writes fail
 
 
 class Journal:
-    def __init__(self, logs: JobLogs) -> None:
-        self.logs = logs
+    def __init__(self, logs: JobLogs, progress: Progress) -> None:
+        self.logs, self.progress_store = logs, progress
+        # The latest progress report of each attempt, by (job id, attempt), not yet written.
+        self.reported: dict[tuple[int, int], str] = {}
         self.lock = threading.Lock()  # the lists below and every tally's counts
         self.writing = threading.Lock()  # one flush at a time
         # The loggers of running jobs, by job id: only the worker's main thread, which
@@ -81,22 +85,36 @@ class Journal:
         if full:
             self.wake.set()
 
+    def progress(self, job_id: int, attempt: int, text: str) -> None:
+        """Keep an attempt's latest progress report for the next flush (any thread)."""
+        with self.lock:
+            self.reported[(job_id, attempt)] = text
+            thread = None
+            if self.thread is None:
+                thread = self.thread = threading.Thread(target=self._run, name="jobsup-joblog", daemon=True)
+        if thread is not None:
+            thread.start()
+
     def finished(self, job: ClaimedJob) -> None:
-        """`job`'s call returned: write its lines and its summary now (main thread)."""
+        """`job`'s call returned: write its lines, its summary and its progress now, before
+        its outcome (main thread)."""
         logger = self.open.pop(job.id, None)
         if logger is None:
             return
         with self.lock:
             logger.closed = True
-            if logger.tally is None:
-                return  # it logged nothing
-            self.closing.append(logger.tally)
+            reported = (job.id, job.attempt) in self.reported
+            if logger.tally is None and not reported:
+                return  # it logged and reported nothing
+            if logger.tally is not None:
+                self.closing.append(logger.tally)
         self.flush()
 
     def flush(self) -> None:
         """Write what is waiting. Never raises a database error: what it could not write
         stays for the next flush."""
         with self.writing:
+            self._write_progress()
             with self.lock:
                 taken, self.waiting = self.waiting, []
             try:
@@ -125,6 +143,18 @@ class Journal:
             with self.lock:
                 self.unwritten = self.unwritten[len(rows) :]
                 self.held -= len(rows)
+
+    def _write_progress(self) -> None:
+        with self.lock:
+            taken, self.reported = self.reported, {}
+        if not taken:
+            return
+        try:
+            self.progress_store.write(taken)
+        except DatabaseError as exc:
+            with self.lock:  # back, unless a newer report came meanwhile
+                self.reported = {**taken, **self.reported}
+            emit("joblog.write_failed", lines=len(taken), error=exc, retry_in=FLUSH_EVERY)
 
     def _write_each(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write `rows` one at a time; the rows dealt with (written, or refused and dropped),

@@ -1,6 +1,6 @@
 """What a running job reaches through its context beyond itself: the results of the
-workflow steps it depends on (`ctx.upstream`) and its own log (`ctx.log`, see
-`jobsup.worker.joblog`). One per worker process, on the worker's store."""
+workflow steps it depends on (`ctx.upstream`), its own log (`ctx.log`, see
+`jobsup.worker.joblog`) and its progress (`ctx.set_progress`). One per worker process, on the worker's store."""
 
 from __future__ import annotations
 
@@ -18,12 +18,16 @@ if TYPE_CHECKING:
 class JobServices:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.journal = Journal(store.logs)
+        self.journal = Journal(store.logs, store.progress)
         self._client: Client | None = None
 
     def extras(self, job: ClaimedJob, secrets: Any) -> dict[str, Any]:
         """The JobContext fields of `job` beyond its row (`secrets`: what to scrub from what it logs)."""
-        extras: dict[str, Any] = {"client_loader": self.client, "log": self.journal.logger(job, secrets)}
+        extras: dict[str, Any] = {
+            "client_loader": self.client,
+            "log": self.journal.logger(job, secrets),
+            "progress_writer": partial(self.journal.progress, job.id, job.attempt),
+        }
         if job.workflow_id is not None:
             extras["upstream_loader"] = partial(self.store.reads.job_upstream, job.id)
         return extras

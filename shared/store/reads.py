@@ -32,7 +32,10 @@ class Reads:
                 select(job_attempt).where(job_attempt.c.job_id == job_id).order_by(job_attempt.c.id)
             ).all()
             sensitive = sensitive_fields(conn, {row.name})
-        history = tuple(Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error) for a in attempts)
+        history = tuple(
+            Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error, decode_stored(a.progress))
+            for a in attempts
+        )
         return _job(row, history, sensitive.get(row.name, frozenset()))
 
     def job_list(
@@ -201,4 +204,5 @@ def _job(row: Any, history: tuple[Attempt, ...], sensitive: frozenset[str]) -> J
         sla_finish_by=row.sla_finish_by,
         sla_breached_at=row.sla_breached_at,
         cancel_requested_at=row.cancel_requested_at,
+        progress=history[-1].progress if history else None,
     )

@@ -19,6 +19,7 @@ class Attempt:
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None
+    progress: Any = None  # what it last reported (`ctx.set_progress`), decoded
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Job:
     sla_finish_by: datetime | None = None
     sla_breached_at: datetime | None = None  # when maintenance found it past one
     cancel_requested_at: datetime | None = None  # an operator cancelled it while it ran: it ends cancelled
+    progress: Any = None  # what its latest attempt last reported (`ctx.set_progress`); `Client.get` only
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, with the same field names (for `--json` and logs)."""

@@ -15,6 +15,7 @@ from jobsup.store.outbox import Outbox
 from jobsup.store.overview import OverviewReads
 from jobsup.store.pauses import Pauses
 from jobsup.store.processes import ProcessTable
+from jobsup.store.progress import Progress
 from jobsup.store.reads import Reads
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.retention import Retention
@@ -45,6 +46,7 @@ class Store:
         self.processes = ProcessTable(db)
         self.workflows, self.batches = self.transitions.workflows, self.transitions.batches
         self.logs = JobLogs(db)
+        self.progress = Progress(db)
         self.sealed = SealedRows(db, self.transitions.sql)
         self.audit = Audit(db)
         self.outbox = Outbox(db, self.audit)

@@ -27,7 +27,15 @@ def array(items: dict[str, Any]) -> dict[str, Any]:
 
 TIME = maybe("string")
 ERROR = obj(error=obj(status=INT, message=STR))
-ATTEMPT = obj(attempt=INT, outcome=maybe("string"), owner=STR, started_at=TIME, finished_at=TIME, error=maybe("string"))
+ATTEMPT = obj(
+    attempt=INT,
+    outcome=maybe("string"),
+    owner=STR,
+    started_at=TIME,
+    finished_at=TIME,
+    error=maybe("string"),
+    progress=ANY,
+)
 JOB = obj(
     id=INT,
     name=STR,
@@ -47,7 +55,10 @@ JOB = obj(
     batch_id=maybe("integer"),
 )
 LOG = obj(id=INT, job_id=INT, attempt=INT, logged_at=TIME, level=STR, message=STR)
-JOB_DETAIL = {**JOB, "properties": {**JOB["properties"], "history": array(ATTEMPT), "logs": array(LOG)}}
+JOB_DETAIL = {
+    **JOB,
+    "properties": {**JOB["properties"], "history": array(ATTEMPT), "logs": array(LOG), "progress": ANY},
+}
 JOB_PAGE = obj(jobs=array(JOB), next_cursor=maybe("string"))
 DEAD_PAGE = obj(jobs=array(JOB))
 QUEUE = obj(
