@@ -115,7 +115,7 @@ def start(target: Target, apps: tuple[str, ...], queues: tuple[str, ...], **opti
     settings = target.settings(**overrides)
     if settings.faults:
         os.environ["JOBSUP_FAULTS"] = settings.faults
-    configure_logging(settings.log_level, settings.log_format, root=settings.log_root)
+    configure_logging(settings.log_level, settings.log_format)
     try:
         sys.exit(Arbiter(settings).run())
     except WorkerBootFailed as exc:

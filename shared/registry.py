@@ -180,7 +180,7 @@ def on_worker_start(function: WorkerStart) -> WorkerStart:
     with backoff, and stops when every worker fails at once)."""
     if not callable(function):
         raise BadInput(f"@jobsup.on_worker_start decorates a function, not {function!r}")
-    if function not in _worker_starts:  # a module imported twice registers it once
+    if function not in _worker_starts:  # the same function decorated twice runs once
         _worker_starts.append(function)
     return function
 
@@ -190,7 +190,7 @@ def run_worker_starts() -> None:
     for function in _worker_starts:
         try:
             function()
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit too: the boot fails, named, not as a crash
             where = f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', function)}"
             raise WorkerStartFailed(f"on_worker_start {where} raised {type(exc).__name__}: {exc}") from exc
 

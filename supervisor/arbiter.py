@@ -27,7 +27,7 @@ from jobsup import exits
 from jobsup.errors import ConfigurationError, JobsupError
 from jobsup.events import publishing
 from jobsup.events.publishers import publisher_for
-from jobsup.observe import metrics
+from jobsup.observe import logs, metrics, metrics_files
 from jobsup.observe.events import emit
 from jobsup.registry import import_apps, registered_types
 from jobsup.secrets import keyring
@@ -97,7 +97,7 @@ class Arbiter:
     def boot(self) -> None:
         """Metrics directory, apps, database, schema, definitions, registration, children
         and their lease enforcement, HTTP endpoints, signals."""
-        self.metrics_dir = metrics.prepare_multiprocess()  # before anything imports prometheus_client
+        self.metrics_dir = metrics_files.prepare_multiprocess()  # before anything imports prometheus_client
         self.import_apps()
         keyring()  # a malformed JOBSUP_ENCRYPTION_KEYS stops the start, not each sealed job later
         setproctitle(f"jobsup: supervisor {self.queue_summary()}")
@@ -185,6 +185,8 @@ class Arbiter:
         # Imported once here, before forking, so every worker shares the code (and a broken
         # app stops `jobsup start` at once instead of fork-looping).
         import_apps(self.settings.apps)
+        if self.settings.log_root:  # after the apps: one that set up its own logging keeps it
+            logs.share_with_root()
 
     def retention(self) -> dict[str, float]:
         return {
@@ -293,7 +295,7 @@ class Arbiter:
         child = death.child
         name = "worker.stopped" if death.clean else "worker.died"
         emit(name, worker=child.slot.label, pid=child.pid, status=exits.describe(death.status))
-        report_errors("metrics", lambda: metrics.process_dead(child.pid))
+        report_errors("metrics", lambda: metrics_files.process_dead(child.pid))
         self.burials.add(burial_of(death, self.settings.lease))
         if death.booted:
             child.slot.ever_booted = True
@@ -363,7 +365,7 @@ class Arbiter:
             self.endpoints.shutdown()  # else serve_forever polls the closed socket, spinning
             self.endpoints.server_close()
         if self.metrics_dir is not None:
-            metrics.remove_multiprocess_dir(self.metrics_dir)
+            metrics_files.remove_multiprocess_dir(self.metrics_dir)
 
     # -- fork ------------------------------------------------------------------------------
 

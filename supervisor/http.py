@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from jobsup.observe import metrics
+from jobsup.observe import metrics_files
 from jobsup.observe.events import emit
 
 READ_TIMEOUT = 5.0
@@ -197,7 +197,7 @@ def supervisor_routes(health: Health) -> Router:
     router = Router()
 
     def scrape() -> Reply:
-        body, content_type = metrics.exposition()
+        body, content_type = metrics_files.exposition()
         return Reply(200, body, content_type)
 
     def healthz() -> Reply:

@@ -12,8 +12,8 @@ FORKS = 20
 
 SCENARIO = f"""
 import os, signal, threading, time
-from jobsup.observe import metrics
-folder = metrics.prepare_multiprocess()  # before prometheus_client is imported, as jobsup start does
+from jobsup.observe import metrics, metrics_files
+folder = metrics_files.prepare_multiprocess()  # before prometheus_client is imported, as jobsup start does
 stop = threading.Event()
 
 def write():
@@ -42,7 +42,7 @@ while pending and time.monotonic() < deadline:
 for pid in pending:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-metrics.remove_multiprocess_dir(folder)
+metrics_files.remove_multiprocess_dir(folder)
 print("hung", len(pending))
 """
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobsup.observe import metrics
+from jobsup.observe import metrics_files
 
 
 def test_only_prometheus_clients_own_files_are_deleted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -18,7 +18,7 @@ def test_only_prometheus_clients_own_files_are_deleted(tmp_path: Path, monkeypat
     for name in own + kept:
         (tmp_path / name).write_bytes(b"x" * 16)
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    assert metrics.prepare_multiprocess() == str(tmp_path)
+    assert metrics_files.prepare_multiprocess() == str(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
 
 
@@ -29,5 +29,5 @@ def test_a_scrape_reads_no_other_db_file(tmp_path: Path, monkeypatch: pytest.Mon
     database.commit()
     database.close()
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    body, _ = metrics.exposition()
+    body, _ = metrics_files.exposition()
     assert b"jobsup.db" not in body

@@ -79,13 +79,14 @@ def test_an_on_worker_start_that_raises_fails_the_boot_and_says_which(url: str, 
 @pytest.mark.parametrize(
     ("setup", "shown"),
     [
-        ("configure_logging(root=True)", ["INFO [", "app says hi"]),  # jobsup's format
-        ("configure_logging(root=False)", []),  # the root logger left alone: INFO goes nowhere
-        ("logging.basicConfig(format='MINE %(message)s', level='INFO'); configure_logging(root=True)", ["MINE app"]),
+        ("share_with_root()", ["INFO [", "app says hi"]),  # jobsup's format
+        ("pass", []),  # log_root off: the root logger left alone, INFO goes nowhere
+        # the app's own setup at its import, which `jobsup start` does before sharing
+        ("logging.basicConfig(format='MINE %(message)s', level='INFO'); share_with_root()", ["MINE app"]),
     ],
 )
 def test_the_root_logger_gets_jobsups_handler_only_when_asked_and_not_set_up(setup: str, shown: list[str]) -> None:
-    code = f"import logging; from jobsup.observe.logs import configure_logging; {setup}; "
-    code += "logging.getLogger('myapp').info('app says hi')"
+    code = "import logging; from jobsup.observe.logs import configure_logging, share_with_root; "
+    code += f"configure_logging(); {setup}; logging.getLogger('myapp').info('app says hi')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert all(part in done.stderr for part in shown) and done.stderr.count("app says hi") == (1 if shown else 0)

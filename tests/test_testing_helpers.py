@@ -76,6 +76,8 @@ def test_a_job_that_enqueues_itself_stops_the_drain_with_a_reason(client: jobsup
     client.enqueue("helpers-forever")
     with pytest.raises(RuntimeError, match="drain ran 20 jobs and more keep coming"):
         drain(client, max_jobs=20)
+    with pytest.raises(RuntimeError, match="drain ran 5 jobs"), inline(client, max_jobs=5):
+        client.enqueue("helpers-forever")  # the event bus would only log it: raised as the block ends
 
 
 def test_inline_runs_jobs_after_the_commit_and_never_a_rolled_back_one(client: jobsup.Client) -> None:

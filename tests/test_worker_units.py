@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from typing import Annotated
 
 import jobsup
 from jobsup import exits
@@ -235,3 +236,17 @@ def test_a_cancel_event_behaves_as_a_threading_event_across_threads() -> None:
     assert woke == [True] * 4 and event.is_set() and event.wait() is True
     event.clear()
     assert not event.is_set() and CancelEvent().wait(0) is False
+
+
+@jobsup.job("units-refuses", params={"card": Annotated[str, jobsup.Sensitive]})
+def refuses(ctx: jobsup.JobContext, params: dict[str, str]) -> None:
+    raise RuntimeError(f"declined {params['card']}")
+
+
+def test_a_raised_exception_is_handed_on_only_for_a_job_without_sensitive_parameters() -> None:
+    # What a dead letter's log record carries for error trackers: never from a job whose
+    # frames hold opened sensitive values.
+    plain = execute(claimed('{"token": "tok-0123456789abcdef"}', name="units-forgetful"), threading.Event())
+    assert isinstance(plain.exc, RuntimeError)
+    sensitive = execute(claimed('{"card": "4111111111111111"}', name="units-refuses"), threading.Event())
+    assert sensitive.kind == "failed" and sensitive.exc is None and sensitive.error == "RuntimeError: declined ***"

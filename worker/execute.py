@@ -59,6 +59,9 @@ class Prepared:
     payload: Any
     secrets: Secrets
     is_async: bool
+    # It has sensitive parameters: what it raises is never handed on unscrubbed (its
+    # frames hold the opened values), only as the scrubbed text.
+    sensitive: bool = False
 
 
 def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices | None = None) -> Prepared | Ran:
@@ -91,12 +94,12 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
             # (`jobsup start` warns about pending jobs a new schema does not fit).
             # pydantic quotes the input (cut, so scrubbing may miss it): its fields and reasons only.
             withheld = validation_text(exc) if sensitive else None
-            return Ran(FAILED, withheld) if withheld else _raised(job, exc, secrets)
+            return Ran(FAILED, withheld) if withheld else _raised(job, exc, secrets, keep=not sensitive)
     extras = {} if services is None else services.extras(job, secrets)
     ctx = JobContext(
         job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled, **extras
     )
-    return Prepared(registered.function, ctx, payload, secrets, registered.is_async)
+    return Prepared(registered.function, ctx, payload, secrets, registered.is_async, bool(sensitive))
 
 
 def unsealed(job: ClaimedJob, payload: Any) -> Any:
@@ -123,7 +126,7 @@ def call(job: ClaimedJob, prepared: Prepared) -> Ran:
         value = prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # a job's SystemExit or KeyboardInterrupt fails the attempt too
         tracing.failed(exc)
-        return _raised(job, exc, prepared.secrets)
+        return _raised(job, exc, prepared.secrets, keep=not prepared.sensitive)
     if inspect.isawaitable(value):
         # An async def behind a plain wrapper: awaited here, on a loop of this thread's own
         # (registered as the async def itself, it would run on the worker's loop, its task
@@ -132,7 +135,7 @@ def call(job: ClaimedJob, prepared: Prepared) -> Ran:
             value = asyncio.run(_awaited(value))
         except BaseException as exc:
             tracing.failed(exc)
-            return _raised(job, exc, prepared.secrets)
+            return _raised(job, exc, prepared.secrets, keep=not prepared.sensitive)
     return _succeeded(job, value)
 
 
@@ -148,7 +151,7 @@ async def call_async(job: ClaimedJob, prepared: Prepared) -> Ran:
         value = await prepared.function(prepared.ctx, prepared.payload)
     except BaseException as exc:  # asyncio.CancelledError included
         tracing.failed(exc)
-        return _raised(job, exc, prepared.secrets)
+        return _raised(job, exc, prepared.secrets, keep=not prepared.sensitive)
     return _succeeded(job, value)
 
 
@@ -159,25 +162,25 @@ def _succeeded(job: ClaimedJob, value: Any) -> Ran:
         return Ran(FAILED, f"{type(exc).__name__}: the job's result could not be stored")
 
 
-def _raised(job: ClaimedJob, exc: BaseException, secrets: Secrets) -> Ran:
+def _raised(job: ClaimedJob, exc: BaseException, secrets: Secrets, *, keep: bool = True) -> Ran:
     """The `Ran` of a job that raised `exc`. Never raises, even for an exception whose own
     __str__ does: the job's attempt must be settled whatever its code did."""
     try:
-        return _explained(job, exc, secrets)
+        return _explained(job, exc, secrets, exc if keep else None)
     except Exception:
         return Ran(FAILED, f"{type(exc).__name__}: (its message could not be read)")
 
 
-def _explained(job: ClaimedJob, exc: BaseException, secrets: Secrets) -> Ran:
+def _explained(job: ClaimedJob, exc: BaseException, secrets: Secrets, kept: BaseException | None) -> Ran:
     if isinstance(exc, Retry):
-        return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after, exc=exc)
+        return Ran(FAILED, error_text(exc, secrets), retry_in=exc.after, exc=kept)
     if isinstance(exc, Discard):
-        return Ran(DISCARDED, error_text(exc, secrets), exc=exc)
+        return Ran(DISCARDED, error_text(exc, secrets), exc=kept)
     if isinstance(exc, Cancelled | asyncio.CancelledError):
         return Ran(FAILED, error_text(exc if isinstance(exc, Cancelled) else Cancelled(), secrets))
     text = scrub("".join(traceback.format_exception(exc)), secrets)
     emit("job.traceback", job=job.id, name=job.name, attempt=job.attempt, traceback=text)
-    return Ran(FAILED, error_text(exc, secrets), exc=exc)
+    return Ran(FAILED, error_text(exc, secrets), exc=kept)
 
 
 def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome:

@@ -38,7 +38,7 @@ HOLD_AT_MOST = 5000  # unwritten lines a worker keeps while its writes fail
 
 class Journal:
     def __init__(self, logs: JobLogs, progress: Progress) -> None:
-        self.logs, self.progress_store = logs, progress
+        self.logs, self.progress = logs, progress
         # The latest progress report of each attempt, by (job id, attempt), not yet written.
         self.reported: dict[tuple[int, int], str] = {}
         self.lock = threading.Lock()  # the lists below and every tally's counts
@@ -85,11 +85,15 @@ class Journal:
         if full:
             self.wake.set()
 
-    def progress(self, job_id: int, attempt: int, text: str) -> None:
-        """Keep an attempt's latest progress report for the next flush (any thread)."""
+    def report(self, logger: JobLogger, text: str) -> None:
+        """Keep an attempt's latest progress report (`ctx.set_progress`) for the next flush
+        (any thread); dropped once its call has returned (a thread the job left behind)."""
+        thread = None
         with self.lock:
-            self.reported[(job_id, attempt)] = text
-            thread = None
+            if logger.closed:
+                return
+            logger.reported = True
+            self.reported[(logger.job_id, logger.attempt)] = text
             if self.thread is None:
                 thread = self.thread = threading.Thread(target=self._run, name="jobsup-joblog", daemon=True)
         if thread is not None:
@@ -103,11 +107,11 @@ class Journal:
             return
         with self.lock:
             logger.closed = True
-            reported = (job.id, job.attempt) in self.reported
-            if logger.tally is None and not reported:
+            if logger.tally is None and not logger.reported:
                 return  # it logged and reported nothing
             if logger.tally is not None:
                 self.closing.append(logger.tally)
+        # After any flush under way (which may put back reports it could not write).
         self.flush()
 
     def flush(self) -> None:
@@ -150,11 +154,11 @@ class Journal:
         if not taken:
             return
         try:
-            self.progress_store.write(taken)
+            self.progress.write(taken)
         except DatabaseError as exc:
             with self.lock:  # back, unless a newer report came meanwhile
                 self.reported = {**taken, **self.reported}
-            emit("joblog.write_failed", lines=len(taken), error=exc, retry_in=FLUSH_EVERY)
+            emit("joblog.write_failed", reports=len(taken), error=exc, retry_in=FLUSH_EVERY)
 
     def _write_each(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Write `rows` one at a time; the rows dealt with (written, or refused and dropped),

@@ -218,7 +218,10 @@ class LeaseKeeper:
     def _enforce_forever(self) -> None:
         while True:
             time.sleep(self.tick)
-            metrics.write_deferred()
+            try:
+                metrics.write_deferred()
+            except Exception as exc:  # counts are lost, never the leases this thread keeps
+                emit("metrics.write_failed", worker=self.label, error=exc)
             now = time.monotonic()
             with self.lock:
                 running = list(self.running.values())

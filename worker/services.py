@@ -23,10 +23,11 @@ class JobServices:
 
     def extras(self, job: ClaimedJob, secrets: Any) -> dict[str, Any]:
         """The JobContext fields of `job` beyond its row (`secrets`: what to scrub from what it logs)."""
+        logger = self.journal.logger(job, secrets)
         extras: dict[str, Any] = {
             "client_loader": self.client,
-            "log": self.journal.logger(job, secrets),
-            "progress_writer": partial(self.journal.progress, job.id, job.attempt),
+            "log": logger,
+            "progress_writer": partial(self.journal.report, logger),
         }
         if job.workflow_id is not None:
             extras["upstream_loader"] = partial(self.store.reads.job_upstream, job.id)

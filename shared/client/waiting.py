@@ -2,11 +2,11 @@
 again after a pause that grows from `FIRST_LOOK` to `LONGEST_LOOK`, until it has
 succeeded, been dead-lettered or been cancelled.
 
-It looks by reading the job's row (one primary-key read), not by a notification: a
-notification on every finished job would make each settle pay for what a few callers want,
-and PostgreSQL serialises the commits of every transaction that notifies. A job that
-finishes within a few milliseconds is seen within a few more; a long one costs its waiter
-four reads a second.
+It looks by reading the job (`Client.get`: its row and its attempts, by primary key and
+job id), not by a notification: a notification on every finished job would make each settle
+pay for what a few callers want, and PostgreSQL serialises the commits of every transaction
+that notifies. A job that finishes within a few milliseconds is seen within a few more; a
+long one costs its waiter four looks a second.
 """
 
 from __future__ import annotations

@@ -90,6 +90,7 @@ KINDS: dict[str, Kind] = {
     "job.result_dropped": _WARNING,
     "job.retry_in_failed": _INFO,
     "joblog.write_failed": _WARNING,
+    "metrics.write_failed": _WARNING,
     "joblog.line_dropped": _WARNING,
     "secrets.unseal_failed": _ERROR,
     "workflow.enqueued": _INFO,

@@ -94,10 +94,8 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure_logging(level: str = "INFO", format: str = "text", *, root: bool = False) -> None:
-    """One line per event on stderr, with the process id. With `root`, the root logger gets
-    the same handler and level too, unless it has a handler already (the application set up
-    its own logging), so what an application's code logs inside a job is shown."""
+def configure_logging(level: str = "INFO", format: str = "text") -> None:
+    """One line per event on stderr, with the process id."""
     handler = logging.StreamHandler()
     if format == "json":
         formatter: logging.Formatter = JSONFormatter()
@@ -105,11 +103,17 @@ def configure_logging(level: str = "INFO", format: str = "text", *, root: bool =
     else:
         formatter = TextFormatter("%(asctime)s %(levelname)s [%(process)d] %(message)s")
     handler.setFormatter(formatter)
-    level = os.environ.get("JOBSUP_LOG_LEVEL", level).upper()
     ours = logging.getLogger("jobsup")
     ours.handlers[:] = [handler]
-    ours.setLevel(level)
+    ours.setLevel(os.environ.get("JOBSUP_LOG_LEVEL", level).upper())
     ours.propagate = False  # its lines once, through its own handler
-    if root and not logging.getLogger().handlers:
-        logging.getLogger().addHandler(handler)
-        logging.getLogger().setLevel(level)
+
+
+def share_with_root() -> None:
+    """Give the root logger jobsup's handler and level (`configure_logging`), so what an
+    application's code logs inside a job is shown; unless the root logger has a handler
+    already (the application set up its own logging when it was imported)."""
+    root, ours = logging.getLogger(), logging.getLogger("jobsup")
+    if not root.handlers and ours.handlers:
+        root.addHandler(ours.handlers[0])
+        root.setLevel(ours.level)

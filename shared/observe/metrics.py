@@ -1,13 +1,10 @@
 """Prometheus metrics: their definitions, and how events move them.
 
 Workers and the supervisor are separate processes, so `jobsup start` runs prometheus-client
-in multiprocess mode: `prepare_multiprocess()` points PROMETHEUS_MULTIPROC_DIR at a fresh
-directory before anything imports prometheus_client; every process writes its own files
-there; the supervisor's `/metrics` aggregates them. For every worker it reaps, the
-supervisor calls `process_dead(pid)`: live gauges forget it, and its counter and histogram
-files are folded into one file of totals, so totals survive restarts exactly while the
-number of files (and the cost of a scrape) stays bounded however many workers come and go.
-In a plain process (a web app enqueueing) the same metrics live in memory.
+in multiprocess mode: every process writes its own files in one directory, and the
+supervisor's `/metrics` aggregates them (`jobsup.observe.metrics_files`: the directory, a
+reaped worker's files folded into totals, the scrape). In a plain process (a web app
+enqueueing) the same metrics live in memory.
 
 Events (see `jobsup.observe.events`) are the only way metrics move: `record(kind, fields)`.
 Only defined job names become `job` label values (`jobsup.jobtypes.is_defined`); any other
@@ -17,11 +14,7 @@ name counts under `OTHER_JOB`, so a typo or a flood of odd names cannot grow the
 from __future__ import annotations
 
 import functools
-import glob
 import os
-import re
-import shutil
-import tempfile
 import threading
 from bisect import bisect_left
 from collections.abc import Callable
@@ -32,50 +25,15 @@ from jobsup.jobtypes import is_defined
 
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 OTHER_JOB = "_other"
-_FOLDED = "folded"  # the pid part of the files that hold dead workers' totals
-# prometheus-client's own file names (and our folded totals): the only files of the
-# directory jobsup deletes or reads, whatever else an operator keeps there (a SQLite database).
-_OWN = re.compile(rf"(?:counter|gauge_[a-z]+|histogram|summary)_(?:\d+|{_FOLDED})\.db")
-_fold_lock = threading.Lock()  # a scrape must not read a file half folded
 # Every write to a metric holds this, and so does every fork: prometheus-client guards its
 # values with locks of its own, and a child forked while another thread (the supervisor's
 # chores, relay or enforcer) held one would inherit it held and hang on its first write.
 _writing = threading.RLock()
 os.register_at_fork(before=_writing.acquire, after_in_parent=_writing.release, after_in_child=_writing.release)
-# prometheus-client creates a process's file and sizes it a moment later, so a scrape can
-# meet it empty (prometheus/client_python#1199), and a worker killed in that moment leaves
-# it empty for good. Until its 8-byte header exists a file holds nothing: skip it.
-_HEADER = 8
 P = ParamSpec("P")
 
 
-def _holds_values(path: str) -> bool:
-    try:
-        return os.path.getsize(path) >= _HEADER
-    except FileNotFoundError:  # folded and removed since it was listed
-        return False
-
-
-def prepare_multiprocess() -> str:
-    """Use (and empty) $PROMETHEUS_MULTIPROC_DIR, or a new temporary directory. Call before
-    anything imports prometheus_client and before forking."""
-    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if given:
-        for entry in os.scandir(given):
-            if _OWN.fullmatch(entry.name):
-                os.unlink(entry.path)
-        return given
-    path = tempfile.mkdtemp(prefix="jobsup-metrics-")
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
-    return path
-
-
-def remove_multiprocess_dir(path: str) -> None:
-    if os.path.basename(path).startswith("jobsup-metrics-"):
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _written(write: Callable[P, None]) -> Callable[P, None]:
+def writes_metrics(write: Callable[P, None]) -> Callable[P, None]:
     """`write` changes metrics: it holds `_writing`, so no fork happens meanwhile."""
 
     @functools.wraps(write)
@@ -211,7 +169,7 @@ _deferred: dict[tuple[str, ...], list[float]] | None = None
 _BOUNDS = (*_DURATION_BUCKETS, float("inf"))
 
 
-@_written
+@writes_metrics
 def defer_job_samples(on: bool = True) -> None:
     """Add up the per-job samples until `write_deferred` (on), or write each at once again."""
     global _deferred
@@ -222,7 +180,7 @@ def defer_job_samples(on: bool = True) -> None:
         _deferred = None
 
 
-@_written
+@writes_metrics
 def write_deferred() -> None:
     _write_deferred()
 
@@ -269,7 +227,7 @@ def _observe(metric: str, value: float, *labels: str) -> None:
     sums[1 + bisect_left(_BOUNDS, value)] += 1
 
 
-@_written
+@writes_metrics
 def record(kind: str, fields: dict[str, Any]) -> None:
     if kind in _OUTCOMES and "queue" in fields:
         if kind == "job.released" and fields.get("stale"):
@@ -339,7 +297,7 @@ def declared_names() -> set[str]:
     return names
 
 
-@_written
+@writes_metrics
 def start_series(queues: list[str], steps: list[str]) -> None:
     """Export zeros for the label values known at start, so rate() and alerts see a series
     before the first restart or the first maintenance error."""
@@ -351,13 +309,13 @@ def start_series(queues: list[str], steps: list[str]) -> None:
         m["maintenance_errors"].labels(step)
 
 
-@_written
+@writes_metrics
 def set_workers(counts: dict[str, int]) -> None:
     for queue, count in counts.items():
         _metrics()["workers"].labels(queue).set(count)
 
 
-@_written
+@writes_metrics
 def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float]) -> None:
     m = _metrics()
     for (queue, status), count in depths.items():
@@ -366,14 +324,14 @@ def set_queue_depths(depths: dict[tuple[str, str], int], oldest: dict[str, float
         m["oldest"].labels(queue).set(age)
 
 
-@_written
+@writes_metrics
 def set_outbox(depth: int, oldest: float, parked: int) -> None:
     _metrics()["outbox_depth"].set(depth)
     _metrics()["outbox_oldest"].set(oldest)
     _metrics()["outbox_parked"].set(parked)
 
 
-@_written
+@writes_metrics
 def set_queues_paused(paused: dict[str, bool]) -> None:
     for queue, is_paused in paused.items():
         _metrics()["paused"].labels(queue).set(1 if is_paused else 0)
@@ -382,59 +340,8 @@ def set_queues_paused(paused: dict[str, bool]) -> None:
 BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values, in order
 
 
-@_written
+@writes_metrics
 def set_breaker_states(states: dict[str, str]) -> None:
     for name, state in states.items():
         value = BREAKER_STATES.index(state) if state in BREAKER_STATES else 2
         _metrics()["breaker_state"].labels(job_label(name)).set(value)
-
-
-@_written
-def process_dead(pid: int) -> None:
-    """A reaped worker: drop its live gauges, fold its counters and histograms into the
-    totals file, and remove its files."""
-    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if not path:
-        return
-    from prometheus_client import multiprocess
-    from prometheus_client.mmap_dict import MmapedDict
-
-    multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
-    with _fold_lock:
-        for kind in ("counter", "histogram"):
-            dead = os.path.join(path, f"{kind}_{pid}.db")
-            if not os.path.exists(dead):
-                continue
-            if not _holds_values(dead):
-                os.unlink(dead)
-                continue
-            totals = MmapedDict(os.path.join(path, f"{kind}_{_FOLDED}.db"))  # type: ignore[no-untyped-call]
-            try:
-                for key, value, timestamp, _ in MmapedDict.read_all_values_from_file(dead):  # type: ignore[no-untyped-call]
-                    total = totals.read_value(key)[0] + value  # type: ignore[no-untyped-call]
-                    totals.write_value(key, total, timestamp)  # type: ignore[no-untyped-call]
-            finally:
-                totals.close()  # type: ignore[no-untyped-call]
-            os.unlink(dead)
-        # Gauges of other modes keep a file per pid; ours are all live gauges.
-        for leftover in glob.glob(os.path.join(path, f"gauge_*_{pid}.db")):
-            os.unlink(leftover)
-
-
-def exposition() -> tuple[bytes, str]:
-    """The aggregated metrics of every jobsup process, in Prometheus text format."""
-    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
-
-    class Collector(multiprocess.MultiProcessCollector):
-        def collect(self) -> Any:
-            files = [
-                f
-                for f in glob.glob(os.path.join(self._path, "*.db"))
-                if _OWN.fullmatch(os.path.basename(f)) and _holds_values(f)
-            ]
-            return self.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
-
-    registry = CollectorRegistry()
-    Collector(registry)  # type: ignore[no-untyped-call]
-    with _fold_lock:
-        return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -75,23 +75,27 @@ def drain(
 
 
 @contextmanager
-def inline(client: Client, *, with_scheduled: bool = False) -> Iterator[dict[str, int]]:
+def inline(client: Client, *, with_scheduled: bool = False, max_jobs: int = MAX_JOBS) -> Iterator[dict[str, int]]:
     """Within it, the jobs an enqueue in this process writes run as soon as it has
     committed, with what they set off, as `drain(client)` runs them. An enqueue in your own
     transaction (``connection=``) is announced just before your COMMIT, when its jobs are
     not yet visible: those run when the block ends (a rolled-back one never runs). A job's
     exception is kept on the job as a worker keeps it (its status, ``last_error``), not
     raised into the code that enqueued, whose transaction has committed by then. Yields the
-    counts of every attempt run within, filled in when the block ends. `client` is on the
+    counts of every attempt run within, filled in when the block ends. A drain that fails
+    (``max_jobs`` passed, a database error) raises as the block ends. `client` is on the
     database your code enqueues to."""
     counts: Counter[str] = Counter()
     draining = threading.local()
     deferred = False
+    failures: list[Exception] = []  # raised where the event bus would only log them
 
     def run() -> None:
         draining.on = True
         try:
-            counts.update(drain(client, with_scheduled=with_scheduled))
+            counts.update(drain(client, with_scheduled=with_scheduled, max_jobs=max_jobs))
+        except Exception as exc:
+            failures.append(exc)
         finally:
             draining.on = False
 
@@ -113,6 +117,8 @@ def inline(client: Client, *, with_scheduled: bool = False) -> Iterator[dict[str
         if deferred:
             run()
         totals.update(counts)
+    if failures:  # a drain that failed (max_jobs, the database): raised as the block ends
+        raise failures[0]
 
 
 def run_job(name: str, payload: Any = None, *, client: Client | None = None, attempt: int = 1) -> Any:

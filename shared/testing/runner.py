@@ -9,6 +9,7 @@ import asyncio
 import os
 import threading
 import time
+import weakref
 from collections import Counter
 from datetime import timedelta
 
@@ -29,12 +30,16 @@ class Runner:
     """Claims and runs a client's due jobs in this thread, one at a time."""
 
     def __init__(self, client: Client) -> None:
-        self.client, self.store = client, client.store
+        # The client only through a weak reference: a runner is kept per client
+        # (`jobsup.testing.drain`), and must not keep it alive.
+        self.client, self.store = weakref.ref(client), client.store
         self.services = JobServices(self.store)  # `ctx.log` lines are stored, `ctx.client` works
         self.owner = f"jobsup-testing-{os.getpid()}"
 
     def due_queues(self) -> list[str]:
-        return [row["queue"] for row in self.client.queues.list() if row["pending"]]
+        client = self.client()
+        assert client is not None, "a runner is used through its client"
+        return [row["queue"] for row in client.queues.list() if row["pending"]]
 
     def run_one(self, queue: str, counts: Counter[str], *, with_scheduled: bool) -> bool:
         """Claim one due job of `queue` and run it; False when there was none."""
