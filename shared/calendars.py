@@ -31,10 +31,8 @@ from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import holidays as holiday_data
-
 from jobsup.cron import zone
-from jobsup.errors import BadInput
+from jobsup.errors import BadInput, ConfigurationError
 
 HORIZON = 800  # days searched ahead for the end or start of a window
 MAX_RULES = 100
@@ -241,11 +239,22 @@ def _day_number(day: object) -> bool:
     return isinstance(day, int) and not isinstance(day, bool) and 1 <= day <= 31
 
 
+def _holiday_data(where: str) -> Any:
+    """The `holidays` package, which only calendars with public holidays need (an extra)."""
+    try:
+        import holidays
+    except ImportError:
+        raise ConfigurationError(
+            f"{where}: public holidays need the holidays package: pip install 'jobsup[calendars]'"
+        ) from None
+    return holidays
+
+
 def _country(country: object, subdivision: object, where: str) -> tuple[str, str | None]:
     if not isinstance(country, str) or (subdivision is not None and not isinstance(subdivision, str)):
         raise BadInput(f"{where}: holidays is a country code like 'US' (subdivision a region code like 'BY')")
     try:
-        holiday_data.country_holidays(country, subdiv=subdivision)
+        _holiday_data(where).country_holidays(country, subdiv=subdivision)
     except NotImplementedError as exc:
         raise BadInput(
             f"{where}: no public holidays known for {country!r}{'' if subdivision is None else f'/{subdivision!r}'} "
@@ -256,7 +265,7 @@ def _country(country: object, subdivision: object, where: str) -> tuple[str, str
 
 @lru_cache(maxsize=256)
 def _holidays(country: str, subdivision: str | None, year: int) -> frozenset[date]:
-    return frozenset(holiday_data.country_holidays(country, subdiv=subdivision, years=year))
+    return frozenset(_holiday_data("calendar").country_holidays(country, subdiv=subdivision, years=year))
 
 
 def _ever_matches(rule: Rule) -> bool:

@@ -219,7 +219,7 @@ def dialect_for(url: URL) -> Dialect:
 # The one driver jobsup supports per database, and the extra that installs it.
 _DRIVERS = {
     "sqlite": ("pysqlite", None),
-    "postgresql": ("psycopg", None),
+    "postgresql": ("psycopg", "postgresql"),
     "mssql": ("pyodbc", "mssql"),
     # MariaDB and MySQL share a dialect; SQLAlchemy's mariadb:// refuses a MySQL server, so
     # each scheme keeps its name.
