@@ -11,38 +11,46 @@ job_id = client.enqueue("send-email", {"to": "a@example.com"})
 
 from typing import TYPE_CHECKING
 
-from jobsup.asyncclient import AsyncClient
-from jobsup.client import Client
-from jobsup.client.batches import Batch
-from jobsup.client.operations import DeadLetters
-from jobsup.context import JobContext
-from jobsup.errors import (
-    BadInput,
-    Cancelled,
-    ConfigurationError,
-    DatabaseBusy,
-    DatabaseError,
-    DatabaseUnavailable,
-    Discard,
-    DuplicateJob,
-    InvalidDuration,
-    InvalidPayload,
-    JobNotFound,
-    JobsupError,
-    Retry,
-    SchemaOutdated,
-    UnknownJob,
-    UnknownQueue,
-    UnsupportedDatabase,
-    WaitTimeout,
-)
-from jobsup.events.hooks import on
-from jobsup.params import Sensitive
-from jobsup.registry import job, on_worker_start, workflow
-from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, StepInfo, WorkflowInfo
-from jobsup.workflow_spec import Trigger, Workflow
+# Where each public name lives. An `import jobsup` loads none of them: each is imported when
+# first used, so `jobsup --version`, `jobsup --help` and a process that only registers jobs
+# do not pay for SQLAlchemy and the store (`tests/test_install_extras.py` holds that).
+_WHERE = {
+    "AsyncClient": "jobsup.asyncclient",
+    "Client": "jobsup.client",
+    "Batch": "jobsup.client.batches",
+    "DeadLetters": "jobsup.client.operations",
+    "JobContext": "jobsup.context",
+    **dict.fromkeys(
+        (
+            "BadInput",
+            "Cancelled",
+            "ConfigurationError",
+            "DatabaseBusy",
+            "DatabaseError",
+            "DatabaseUnavailable",
+            "Discard",
+            "DuplicateJob",
+            "InvalidDuration",
+            "InvalidPayload",
+            "JobNotFound",
+            "JobsupError",
+            "Retry",
+            "SchemaOutdated",
+            "UnknownJob",
+            "UnknownQueue",
+            "UnsupportedDatabase",
+            "WaitTimeout",
+        ),
+        "jobsup.errors",
+    ),
+    "on": "jobsup.events.hooks",
+    "Sensitive": "jobsup.params",
+    **dict.fromkeys(("job", "on_worker_start", "workflow"), "jobsup.registry"),
+    **dict.fromkeys(("Attempt", "BatchInfo", "Definition", "Job", "StepInfo", "WorkflowInfo"), "jobsup.store.rows"),
+    **dict.fromkeys(("Trigger", "Workflow"), "jobsup.workflow_spec"),
+}
 
-__all__ = [
+__all__ = [  # the names of `_WHERE`, spelt out for type checkers and linters
     "AsyncClient",
     "Attempt",
     "BadInput",
@@ -82,19 +90,61 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from jobsup.asyncclient import AsyncClient
+    from jobsup.client import Client
+    from jobsup.client.batches import Batch
+    from jobsup.client.operations import DeadLetters
+    from jobsup.context import JobContext
+    from jobsup.errors import (
+        BadInput,
+        Cancelled,
+        ConfigurationError,
+        DatabaseBusy,
+        DatabaseError,
+        DatabaseUnavailable,
+        Discard,
+        DuplicateJob,
+        InvalidDuration,
+        InvalidPayload,
+        JobNotFound,
+        JobsupError,
+        Retry,
+        SchemaOutdated,
+        UnknownJob,
+        UnknownQueue,
+        UnsupportedDatabase,
+        WaitTimeout,
+    )
+    from jobsup.events.hooks import on
+    from jobsup.params import Sensitive
+    from jobsup.registry import job, on_worker_start, workflow
+    from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, StepInfo, WorkflowInfo
+    from jobsup.workflow_spec import Trigger, Workflow
+
     __version__: str
 else:
-    # Hidden from type checkers: to mypy a module's `__getattr__` would type every
-    # misspelt `jobsup.X` in a user's code as its return type instead of an error.
+    # Hidden from type checkers, which see the imports above: to mypy a module's
+    # `__getattr__` would type every misspelt `jobsup.X` in a user's code as its return
+    # type instead of an error.
 
-    def __getattr__(name: str) -> str:
-        """`jobsup.__version__`, looked up only when asked for (the installed package's
-        metadata), so an `import jobsup` does not pay for it."""
-        if name != "__version__":
+    def __getattr__(name: str) -> object:
+        """A public name, imported when first asked for (then kept as a plain attribute);
+        `jobsup.__version__` from the installed package's metadata."""
+        if name == "__version__":
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                return version("jobsup")
+            except PackageNotFoundError:  # run from a source tree that was never installed
+                return "unknown (not installed)"
+        where = _WHERE.get(name)
+        if where is None:
             raise AttributeError(f"module 'jobsup' has no attribute {name!r}")
-        from importlib.metadata import PackageNotFoundError, version
+        from importlib import import_module
 
-        try:
-            return version("jobsup")
-        except PackageNotFoundError:  # run from a source tree that was never installed
-            return "unknown (not installed)"
+        value = getattr(import_module(where), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_WHERE, "__version__"})

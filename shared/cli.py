@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +19,95 @@ from setproctitle import setproctitle
 from jobsup import __version__
 from jobsup.errors import BadInput, ConfigurationError, JobsupError
 from jobsup.observe import subscribe_logs_and_metrics
-from jobsup.ops import (
-    audit,
-    batches,
-    bench,
-    breakers,
-    calendars,
-    dashboard,
-    definitions,
-    events,
-    jobs,
-    keys,
-    pauses,
-    queues,
-    recurring,
-    workflows,
-)
 from jobsup.ops.options import Target, config_option, database_url_option, with_target
 
 EXIT_FAILURE, EXIT_USAGE = 1, 2
 
+# The operator's commands (`jobsup.ops`), beside `start` and `db` below: by name, the module
+# and attribute of each, and the line `jobsup --help` shows for it (its help's first
+# sentence; `test_cli_imports.py` holds them equal). A module is imported when its command
+# runs or shows its own help, so `jobsup --help` and `--version` load neither SQLAlchemy nor
+# the store.
+OPERATOR_COMMANDS = {
+    "audit": (
+        "jobsup.ops.audit",
+        "audit",
+        "Operator actions, newest first: who did what, to which queue, schedule or jobs.",
+    ),
+    "batches": ("jobsup.ops.batches", "batches", "Batches: many jobs with callbacks once they have all ended."),
+    "bench": (
+        "jobsup.ops.bench",
+        "bench",
+        "Measure enqueue and processing throughput, idle latency and memory on this database.",
+    ),
+    "breaker": (
+        "jobsup.ops.breakers",
+        "breaker",
+        "Circuit breakers: job types whose jobs are held back after consecutive failures.",
+    ),
+    "calendars": (
+        "jobsup.ops.calendars",
+        "calendars",
+        "Named calendars: blackout windows and allowed hours for schedules and job types.",
+    ),
+    "dashboard": (
+        "jobsup.ops.dashboard",
+        "dashboard",
+        "Serve the dashboard and the /api/v1 HTTP API until interrupted.",
+    ),
+    "dead": ("jobsup.ops.jobs", "dead", "Dead letters: jobs that used up their attempts or were discarded."),
+    "definitions": ("jobsup.ops.definitions", "definitions", "Job types published by the processes that run them."),
+    "enqueue": (
+        "jobsup.ops.jobs",
+        "enqueue",
+        "Enqueue job NAME and print its id (the job's actor, and the audit trail's, is --actor).",
+    ),
+    "events": (
+        "jobsup.ops.events",
+        "events",
+        "Events on their way to the publisher: those parked because it refused them for good.",
+    ),
+    "jobs": ("jobsup.ops.jobs", "jobs", "Look at and cancel jobs."),
+    "keys": ("jobsup.ops.keys", "keys", "Encryption keys for sensitive parameters (JOBSUP_ENCRYPTION_KEYS)."),
+    "queues": ("jobsup.ops.pauses", "queues", "Queues: their depth, and pausing them on every instance."),
+    "recurring": ("jobsup.ops.recurring", "recurring", "Recurring schedules."),
+    "stats": (
+        "jobsup.ops.queues",
+        "stats",
+        "Per queue: pending, running, succeeded, dead-lettered, oldest pending age, throughput.",
+    ),
+    "workers": ("jobsup.ops.queues", "workers", "Supervisors and workers of every instance, with their current job."),
+    "workflows": ("jobsup.ops.workflows", "workflows", "Workflows: jobs that run after the jobs they depend on."),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class Commands(click.Group):
+    """jobsup's commands, the operator's imported when first needed (`OPERATOR_COMMANDS`)."""
+
+    listing = False  # `jobsup --help` is listing the commands: their lines only
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *OPERATOR_COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.commands or name not in OPERATOR_COMMANDS:
+            return self.commands.get(name)
+        module, attribute, line = OPERATOR_COMMANDS[name]
+        if self.listing:
+            return click.Command(name, help=line)
+        command: click.Command = getattr(import_module(module), attribute)
+        self.add_command(command, name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self.listing = False
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="jobsup", message="%(prog)s %(version)s")
 @database_url_option
 @config_option
@@ -121,29 +189,6 @@ def start(target: Target, apps: tuple[str, ...], queues: tuple[str, ...], **opti
     except WorkerBootFailed as exc:
         click.echo(f"jobsup: {exc}", err=True)
         sys.exit(exits.BOOT_FAILED)
-
-
-# The operator's commands (`jobsup.ops`), beside `start` and `db` above.
-for _command in (
-    jobs.enqueue,
-    jobs.jobs,
-    jobs.dead,
-    workflows.workflows,
-    batches.batches,
-    recurring.recurring,
-    definitions.definitions,
-    pauses.queues,
-    queues.workers,
-    queues.stats,
-    breakers.breaker,
-    calendars.calendars,
-    keys.keys,
-    events.events,
-    audit.audit,
-    bench.bench,
-    dashboard.dashboard,
-):
-    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:

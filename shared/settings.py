@@ -15,7 +15,8 @@ from typing import Any
 from jobsup.checks import check_name
 from jobsup.durations import parse_duration
 from jobsup.errors import ConfigurationError
-from jobsup.store.database import DEFAULT_URL
+
+DEFAULT_URL = "sqlite:///jobsup.db"  # a SQLite file in the working directory
 
 _DURATIONS = {
     "lease",

@@ -24,13 +24,12 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from jobsup.errors import ConstraintViolation, DatabaseBusy, DatabaseError, DatabaseUnavailable
+from jobsup.settings import DEFAULT_URL
 from jobsup.store import faults
 from jobsup.store.dialects import Dialect, dialect_for, normalise_url
 from jobsup.store.dialects.pooler import check_listen_with
 from jobsup.store.faults import OPERATION, OPERATIONS
 from jobsup.store.forkguard import ForkGuard
-
-DEFAULT_URL = "sqlite:///jobsup.db"
 
 
 class Database:

@@ -1,0 +1,39 @@
+"""`jobsup --version` and `jobsup --help` answer without loading SQLAlchemy, the store or a
+database driver (checked on `sys.modules` in a fresh interpreter, not by timing), and the
+lines `--help` shows for the commands it has not imported are the commands' own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import click
+import pytest
+
+from jobsup.cli import OPERATOR_COMMANDS, cli
+
+HEAVY = ("sqlalchemy", "psycopg", "holidays", "alembic", "prometheus_client", "croniter", "cryptography")
+HEAVY += ("jobsup.store",)
+
+
+@pytest.mark.parametrize("asked", ["--version", "--help"])
+def test_version_and_help_load_no_database_code(asked: str) -> None:
+    code = (
+        "import json, sys\nfrom jobsup.cli import main\n"
+        f"try:\n    main([{asked!r}])\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert [m for m in loaded if m.startswith(HEAVY)] == []
+    assert ("jobsup 0.1.0" if asked == "--version" else "Look at and cancel jobs.") in done.stdout
+
+
+def test_the_listed_lines_are_the_commands_own() -> None:
+    lazy = cli.get_help(click.Context(cli, info_name="jobsup"))
+    for name, (module, attribute, line) in OPERATOR_COMMANDS.items():
+        command = getattr(__import__(module, fromlist=[attribute]), attribute)
+        assert command.name == name and command.get_short_help_str(limit=10**6) == line, name
+        cli.add_command(command, name)
+    assert cli.get_help(click.Context(cli, info_name="jobsup")) == lazy  # the same once every command is loaded
