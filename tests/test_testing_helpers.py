@@ -1,13 +1,9 @@
-"""`jobsup.testing`: a user's test suite that uses it (examples/testing, run by pytest as a
-user runs it), and what it promises, on each database: drained jobs settle as a worker's
+"""`jobsup.testing` (a user's suite that uses it: examples/testing, run by test_examples.py),
+and what it promises, on each database: drained jobs settle as a worker's
 do, with what they set off; inline runs an enqueue's jobs once it has committed."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +12,6 @@ from sqlalchemy import update
 import jobsup
 from jobsup.store.schema import job as job_table
 from jobsup.testing import assert_enqueued, drain, inline, refute_enqueued, run_job
-
-EXAMPLE = Path(__file__).parent.parent / "examples" / "testing"
 
 
 @jobsup.job("helpers-upstream")
@@ -38,20 +32,6 @@ def forever(ctx: jobsup.JobContext, payload: Any) -> None:
 @jobsup.job("helpers-async")
 async def awaited(ctx: jobsup.JobContext, payload: Any) -> Any:
     return {"doubled": payload["n"] * 2, "client": ctx.client is not None}
-
-
-def test_the_example_suite_passes_as_a_user_runs_it() -> None:
-    # A fresh interpreter: the pytest11 entry point gives its tests the jobsup_client fixture.
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "JOBSUP_"))}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        cwd=EXAMPLE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and "5 passed" in done.stdout, done.stdout + done.stderr
 
 
 def test_drain_runs_a_workflow_through_its_steps(client: jobsup.Client) -> None:
