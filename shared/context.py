@@ -5,10 +5,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from jobsup.client import Client
+
+
+class JobLog(Protocol):
+    """`ctx.log`: `logging`'s calls and %-formatting; in a worker each line is stored with the
+    job's attempt (README, "Per-job logs") and mirrored to the ``jobsup.job.<name>`` logger."""
+
+    def debug(self, msg: object, *args: object) -> None: ...
+    def info(self, msg: object, *args: object) -> None: ...
+    def warning(self, msg: object, *args: object) -> None: ...
+    def error(self, msg: object, *args: object) -> None: ...
+    def exception(self, msg: object, *args: object) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,7 @@ class JobContext:
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
     # The job's own logger (lines stored with the job, see `jobsup.worker.joblog`); a plain
     # `logging.Logger` where the job runs outside a worker.
-    log: Any = field(default=None, compare=False, repr=False)
+    log: JobLog = field(default=None, compare=False, repr=False)  # type: ignore[assignment]  # set in __post_init__
     # Reads the stored results of a workflow step's dependencies, when first asked for.
     upstream_loader: Callable[[], Mapping[str, Any]] | None = field(default=None, compare=False, repr=False)
     client_loader: Callable[[], Client] | None = field(default=None, compare=False, repr=False)

@@ -9,6 +9,7 @@
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import jobs  # noqa: F401 - the job types, so that enqueue knows their queue and settings
 from fastapi import FastAPI, HTTPException
@@ -32,12 +33,12 @@ def create_app(database_url: str | None = None) -> FastAPI:
     app = FastAPI(lifespan=lifespan)
 
     @app.post("/thumbnails", status_code=202)
-    async def request_thumbnails(request: ThumbnailRequest) -> dict:
+    async def request_thumbnails(request: ThumbnailRequest) -> dict[str, Any]:
         job_id = await app.state.jobs.enqueue("make-thumbnail", request.model_dump())
         return {"job_id": job_id}
 
     @app.get("/thumbnails/{job_id}")
-    async def thumbnail_status(job_id: int) -> dict:
+    async def thumbnail_status(job_id: int) -> dict[str, Any]:
         job = await app.state.jobs.get(job_id)
         if job is None or job.name != "make-thumbnail":
             raise HTTPException(404, "no such thumbnail job")

@@ -2,12 +2,13 @@
 and by the workers (`jobsup start --app jobs`)."""
 
 import time
+from typing import Any
 
 import jobsup
 
 
 @jobsup.job("make-thumbnail", queue="images", max_attempts=3, timeout="60s")
-def make_thumbnail(ctx: jobsup.JobContext, payload: dict) -> dict:
+def make_thumbnail(ctx: jobsup.JobContext, payload: dict[str, Any]) -> dict[str, Any]:
     sizes = payload.get("sizes", [64, 128, 256])
     for done, size in enumerate(sizes, start=1):
         ctx.raise_if_cancelled()

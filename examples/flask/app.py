@@ -8,6 +8,7 @@ commit or neither does; GET /reports/<id> reports the job.
 """
 
 import os
+from typing import Any
 
 import jobs  # noqa: F401 - the job types, so that enqueue knows their queue and settings
 from flask import Flask, abort, request
@@ -28,7 +29,7 @@ def create_app(database_url: str | None = None) -> Flask:
     metadata.create_all(engine)
 
     @app.post("/reports")
-    def request_report() -> tuple[dict, int]:
+    def request_report() -> tuple[dict[str, Any], int]:
         body = request.get_json(silent=True) or {}
         if not isinstance(body.get("email"), str) or body.get("period") not in ("weekly", "monthly"):
             abort(400, "give an email and a period (weekly or monthly)")
@@ -38,7 +39,7 @@ def create_app(database_url: str | None = None) -> Flask:
         return {"job_id": job_id}, 202
 
     @app.get("/reports/<int:job_id>")
-    def report_status(job_id: int) -> dict:
+    def report_status(job_id: int) -> dict[str, Any]:
         job = client.get(job_id)
         if job is None or job.name != "send-report":
             abort(404)

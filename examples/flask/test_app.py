@@ -10,7 +10,8 @@ from jobsup.testing import drain, inline, refute_enqueued
 def test_a_report_request_runs_once_committed(jobsup_client: jobsup.Client) -> None:
     http = create_app(str(jobsup_client.database.url)).test_client()
     with inline(jobsup_client):  # each enqueue runs once its transaction has committed
-        job_id = http.post("/reports", json={"email": "ann@example.com", "period": "weekly"}).json["job_id"]
+        body = http.post("/reports", json={"email": "ann@example.com", "period": "weekly"}).get_json()
+    job_id = body["job_id"]
     assert http.get(f"/reports/{job_id}").json == {
         "status": "succeeded",
         "result": {"sent_to": "ann@example.com", "period": "weekly"},

@@ -17,7 +17,7 @@ def test_checkout_enqueues_the_order(jobsup_client: jobsup.Client) -> None:
 def test_draining_runs_the_order_and_the_receipt_it_enqueues(jobsup_client: jobsup.Client) -> None:
     order = shop.checkout(jobsup_client, 7, "ann@example.com")
     assert drain(jobsup_client) == {"succeeded": 2}
-    assert jobsup_client.get(order).result == {"order": 7}
+    assert jobsup_client.wait(order).result == {"order": 7}  # finished: returns at once
     receipt = assert_enqueued(jobsup_client, "send-receipt", {"email": "ann@example.com"}, queue="mail")
     assert receipt.status == "succeeded"
     assert [line.message for line in jobsup_client.logs(receipt.id)] == ["receipt for order 7"]
@@ -34,7 +34,7 @@ def test_a_failing_receipt_is_retried_then_dead_lettered(jobsup_client: jobsup.C
 def test_inline_runs_jobs_as_they_are_enqueued(jobsup_client: jobsup.Client) -> None:
     with inline(jobsup_client) as counts:
         order = shop.checkout(jobsup_client, 9, "cy@example.com")
-        assert jobsup_client.get(order).status == "succeeded"  # already run
+        assert jobsup_client.wait(order, timeout=0).status == "succeeded"  # already run
     assert counts == {"succeeded": 2}
 
 

@@ -8,17 +8,18 @@ import builtins
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from jobsup.audit import actor_of
 from jobsup.checks import INT64, check_limit, check_name, check_text
 from jobsup.client.core import ClientCore, found, row_id
+from jobsup.client.shapes import BreakerInfo, ProcessInfo, QueueInfo, QueueOverview, QueueStats
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
 from jobsup.observe.events import emit
 from jobsup.store.audit import AuditEntry
 from jobsup.store.rows import Job
-from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, STATUSES, SUCCEEDED
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, STATUSES, SUCCEEDED, WAITING
 
 MAX_REASON = 1000  # characters of a pause's reason
 HOUR = 3600.0
@@ -31,13 +32,13 @@ class Queues:
     def __init__(self, core: ClientCore) -> None:
         self._core = core
 
-    def list(self) -> builtins.list[dict[str, Any]]:
+    def list(self) -> builtins.list[QueueInfo]:
         """Every queue a job, job definition, schedule or pause names, by name: pending and
         running jobs, ``state`` (``paused`` or ``active``), and for a queue an operator
         paused or resumed, the reason, who changed it (``changed_by``) and when (``since``)."""
         counts, _ = self._core.store.reads.job_counts((PENDING, RUNNING))
         states = self._core.store.pauses.states()
-        rows = []
+        rows: builtins.list[QueueInfo] = []
         for queue in self._core.store.pauses.known():
             state = states.get(queue)
             rows.append(
@@ -75,7 +76,7 @@ class Queues:
         who = actor_of(actor)
         return self._core.store.pauses.resume(queue, actor=who)
 
-    def stats(self, *, window: object = "5m") -> builtins.list[dict[str, Any]]:
+    def stats(self, *, window: object = "5m") -> builtins.list[QueueStats]:
         """Per queue: counts by status, the oldest due pending job's age, and successes per
         minute over the last `window`."""
         from jobsup.clock import host_clock
@@ -87,20 +88,25 @@ class Queues:
         recent = self._core.store.reads.job_finished_since(seconds)
         now = host_clock()
         queues = sorted({queue for queue, _ in counts} | set(first_due) | set(recent))
-        rows = []
+        rows: builtins.list[QueueStats] = []
         for queue in queues:
             due = first_due.get(queue)
             rows.append(
                 {
                     "queue": queue,
-                    **{status: counts.get((queue, status), 0) for status in STATUSES},
+                    "waiting": counts.get((queue, WAITING), 0),
+                    "pending": counts.get((queue, PENDING), 0),
+                    "running": counts.get((queue, RUNNING), 0),
+                    "succeeded": counts.get((queue, SUCCEEDED), 0),
+                    "dead_lettered": counts.get((queue, DEAD_LETTERED), 0),
+                    "cancelled": counts.get((queue, CANCELLED), 0),
                     "oldest_pending_seconds": None if due is None else (now - due).total_seconds(),
                     "per_minute": recent.get(queue, 0) * 60.0 / seconds,
                 }
             )
         return rows
 
-    def overview(self, *, now: datetime | None = None) -> builtins.list[dict[str, Any]]:
+    def overview(self, *, now: datetime | None = None) -> builtins.list[QueueOverview]:
         """The dashboard's figures per queue: ``pending``, ``running``, ``dead_lettered``,
         ``oldest_pending_seconds``, and over the last hour in twelve five-minute buckets
         (oldest first) ``succeeded``, ``failed`` (dead-lettered) and ``latency`` (mean
@@ -123,7 +129,7 @@ class Queues:
             figures = series[row.queue]
             figures["succeeded" if row.status == SUCCEEDED else "failed"][row.bucket] += row.count
             figures["waits"][row.bucket] += max(0.0, row.waited)
-        rows = []
+        rows: builtins.list[QueueOverview] = []
         for queue in queues:
             figures = series[queue]
             due = oldest.get(queue)
@@ -152,12 +158,12 @@ class Breakers:
     def __init__(self, core: ClientCore) -> None:
         self._core = core
 
-    def list(self) -> builtins.list[dict[str, Any]]:
+    def list(self) -> builtins.list[BreakerInfo]:
         """Every job type's breaker that has counted a failure: ``name``, ``state``
         (closed, open, half_open), consecutive ``failures``, ``opened_at``, ``reopen_at``
         (when an open one lets a probe through), ``probe_job_id``, ``changed_by``,
         ``changed_at``."""
-        return self._core.store.breakers.rows()
+        return cast(builtins.list[BreakerInfo], self._core.store.breakers.rows())  # its columns, by name
 
     def reset(self, name: str, *, actor: str | None = None) -> bool:
         """Close the circuit breaker of job type `name` at once, its failure count zeroed,
@@ -174,13 +180,13 @@ class Workers:
     def __init__(self, core: ClientCore) -> None:
         self._core = core
 
-    def list(self) -> builtins.list[dict[str, Any]]:
+    def list(self) -> builtins.list[ProcessInfo]:
         """Every registered supervisor and worker, with the job each worker holds."""
         held = self._core.store.reads.job_held_by()
         return [
             {
                 "id": row.id,
-                "kind": row.kind,
+                "kind": "supervisor" if row.kind == "supervisor" else "worker",
                 "host": row.host,
                 "pid": row.pid,
                 "queue": row.queue,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Mapping
 
 import click
 
@@ -45,7 +46,7 @@ def definitions_list(target: Target, as_json: bool) -> None:
     )
 
 
-def breaker_column(definition: Definition, states: dict[str, str]) -> str | None:
+def breaker_column(definition: Definition, states: Mapping[str, str]) -> str | None:
     """Its breaker's state; ``-`` for a type without a breaker policy (closed unless it failed)."""
     if not isinstance(definition.limits, dict) or "breaker" not in definition.limits:
         return states.get(definition.name, "-")

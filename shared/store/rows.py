@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,9 @@ class Attempt:
     progress: Any = None  # what it last reported (`ctx.set_progress`), decoded
 
 
+JobStatus = Literal["waiting", "pending", "running", "succeeded", "dead_lettered", "cancelled"]
+
+
 @dataclass(frozen=True)
 class Job:
     """A job as stored. `payload` is decoded; a corrupt payload is shown as its raw text."""
@@ -29,7 +32,7 @@ class Job:
     id: int
     name: str
     queue: str
-    status: str
+    status: JobStatus
     priority: int
     payload: Any
     attempts: int

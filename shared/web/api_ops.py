@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jobsup.client import Client
+from jobsup.client.shapes import BreakerInfo, QueueInfo, QueueOverview, QueueStats
 from jobsup.cron import next_slot
 from jobsup.errors import BadInput
 from jobsup.store.rows import RecurringSchedule
@@ -32,12 +33,12 @@ SLOTS = 5
     s.array(s.OVERVIEW_QUEUE),
     tag="queues",
 )
-def overview(client: Client, who: Identity) -> list[dict[str, Any]]:
+def overview(client: Client, who: Identity) -> list[QueueOverview]:
     return client.queues.overview()
 
 
 @operation("GET", "/queues", "Every known queue: depth and whether it is paused", s.array(s.QUEUE), tag="queues")
-def list_queues(client: Client, who: Identity) -> list[dict[str, Any]]:
+def list_queues(client: Client, who: Identity) -> list[QueueInfo]:
     return client.queues.list()
 
 
@@ -134,11 +135,11 @@ def remove_recurring(client: Client, who: Identity, name: str) -> dict[str, Any]
 )
 def list_workers(client: Client, who: Identity) -> list[dict[str, Any]]:
     now = datetime.now(UTC)
-    rows = client.workers.list()
-    for row in rows:
-        beat = row["heartbeat_at"]
-        row["heartbeat_age_seconds"] = None if beat is None else round((now - beat).total_seconds(), 1)
-    return rows
+    return [
+        {**row, "heartbeat_age_seconds": None if beat is None else round((now - beat).total_seconds(), 1)}
+        for row in client.workers.list()
+        for beat in [row["heartbeat_at"]]
+    ]
 
 
 @operation(
@@ -149,7 +150,7 @@ def list_workers(client: Client, who: Identity) -> list[dict[str, Any]]:
     params=(Param("window", description="A duration such as 5m or 1h."),),
     tag="workers",
 )
-def stats(client: Client, who: Identity, window: str = "5m") -> list[dict[str, Any]]:
+def stats(client: Client, who: Identity, window: str = "5m") -> list[QueueStats]:
     return client.queues.stats(window=window)
 
 
@@ -213,7 +214,7 @@ def list_calendars(client: Client, who: Identity) -> list[dict[str, Any]]:
 
 
 @operation("GET", "/breakers", "Circuit breakers that have counted a failure", s.array(s.LOOSE), tag="definitions")
-def list_breakers(client: Client, who: Identity) -> list[dict[str, Any]]:
+def list_breakers(client: Client, who: Identity) -> list[BreakerInfo]:
     return client.breakers.list()
 
 

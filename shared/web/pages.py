@@ -3,7 +3,7 @@ Each page reads through the client, as the CLI does."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -110,7 +110,7 @@ def _workers(client: Client, request: Request) -> dict[str, Any]:
 
 
 def _table(
-    title: str, read: Callable[[Client], list[dict[str, Any]]], columns: tuple[str, ...], link: str = ""
+    title: str, read: Callable[[Client], Sequence[Mapping[str, Any]]], columns: tuple[str, ...], link: str = ""
 ) -> PageFn:
     """A page listing `read`'s rows; with `link`, each row's id opens ``link/<id>``."""
 

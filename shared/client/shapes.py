@@ -1,0 +1,78 @@
+"""The shapes of what the client's parts return as mappings (`client.queues.list()`,
+`.stats()`, `.overview()`, `client.breakers.list()`, `client.workers.list()`): plain dicts
+at run time (so `--json` and the HTTP API print them as they are), typed for your checker."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal, TypedDict
+
+
+class QueueInfo(TypedDict):
+    """A queue (`client.queues.list()`): its live jobs, and whether an operator paused it."""
+
+    queue: str
+    pending: int
+    running: int
+    state: Literal["paused", "active"]
+    reason: str | None  # why it was paused or resumed, as the operator said
+    changed_by: str | None
+    since: datetime | None
+
+
+class QueueStats(TypedDict):
+    """A queue's figures (`client.queues.stats()`): jobs by status, the oldest due pending
+    job's age in seconds, and successes per minute over the window."""
+
+    queue: str
+    waiting: int
+    pending: int
+    running: int
+    succeeded: int
+    dead_lettered: int
+    cancelled: int
+    oldest_pending_seconds: float | None
+    per_minute: float
+
+
+class QueueOverview(TypedDict):
+    """A queue on the dashboard (`client.queues.overview()`): live counts, and the last hour
+    in twelve five-minute buckets, oldest first (latency: mean seconds from due to finished)."""
+
+    queue: str
+    paused: bool
+    pending: int
+    running: int
+    dead_lettered: int
+    oldest_pending_seconds: float | None
+    succeeded: list[int]
+    failed: list[int]
+    latency: list[float | None]
+
+
+class BreakerInfo(TypedDict):
+    """A job type's circuit breaker (`client.breakers.list()`)."""
+
+    name: str
+    state: Literal["closed", "open", "half_open"]
+    failures: int  # consecutive
+    opened_at: datetime | None
+    reopen_at: datetime | None  # when an open breaker lets one probe through
+    probe_job_id: int | None
+    changed_by: str | None
+    changed_at: datetime
+
+
+class ProcessInfo(TypedDict):
+    """A registered supervisor or worker (`client.workers.list()`)."""
+
+    id: str
+    kind: Literal["supervisor", "worker"]
+    host: str
+    pid: int
+    queue: str | None
+    supervisor_id: str | None
+    state: Literal["supervising", "running", "idle"]
+    job: int | None  # the job a worker holds
+    started_at: datetime | None
+    heartbeat_at: datetime | None
