@@ -39,6 +39,25 @@ def test_a_hook_runs_after_the_commit_with_the_event(client: jobsup.Client, seen
     assert got[0]["job"] == job_id and got[0]["type"] == "job.dead_lettered" and got[0]["error_type"] == "RuntimeError"
 
 
+def test_a_hook_of_a_failure_gets_the_exception_the_job_raised(client: jobsup.Client, seen: list[Any]) -> None:
+    got: list[dict[str, Any]] = []
+    jobsup.on("job.dead_lettered")(got.append)
+    jobsup.on("job.failed")(got.append)
+    try:
+        {}["missing"]
+    except KeyError as raised:
+        exc = raised
+    client.enqueue("work", {}, max_attempts=1)
+    client.store.transitions.fail(Outcome(claim_one(client).held, FAILED, "KeyError: 'missing'", 0.0, exc=exc))
+    wait_until(lambda: len(got) == 2, timeout=10, what="both hooks")
+    assert {event["type"] for event in got} == {"job.failed", "job.dead_lettered"}
+    assert all(event["exception"] is exc and exc.__traceback__ is not None for event in got)
+    got.clear()
+    _dead_letter(client)  # a failure whose exception this process does not have (a lost worker's, say)
+    wait_until(lambda: len(got) == 2, timeout=10, what="both hooks again")
+    assert all("exception" not in event for event in got)
+
+
 def test_a_hook_that_raises_or_hangs_is_counted_and_does_not_change_the_job(
     client: jobsup.Client, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:

@@ -72,8 +72,12 @@ def clear() -> None:
 def dispatch(events: list[dict[str, Any]]) -> None:
     """Queue each event for its hooks (called after the commit)."""
     for each in events:
+        plain = {key: value for key, value in each.items() if key != "exception"}
         for registered in _hooks.get(each["type"], ()):
-            _pool().submit(registered, copy.deepcopy(each))  # one hook's change is not the next one's
+            copied = copy.deepcopy(plain)  # one hook's change is not the next one's
+            if "exception" in each:  # the object itself, with its traceback (a copy has none)
+                copied["exception"] = each["exception"]
+            _pool().submit(registered, copied)
 
 
 @dataclass

@@ -84,11 +84,18 @@ def _update_wanted() -> None:
     _wanted = frozenset(t for t, types in TRANSITION_TYPES.items() if _publishing or types & _hooked)
 
 
+# A settle's parameters may carry the exception the job raised under this key (bound to no
+# statement): its failure events hand it to in-process hooks as ``exception``, never to the
+# outbox (a job with sensitive parameters has none: see `jobsup.worker.execute.Prepared`).
+HOOKS_EXCEPTION = "hooks_exception"
+_RAISED = frozenset({"job.failed", "job.timed_out", "job.dead_lettered", "job.retrying"})
+
+
 def publish_transition(conn: Connection, change: Change) -> None:
     """The step: this transition's events, into the outbox and, after commit, to hooks."""
     built = list(_events(change))
     if built:
-        _send(conn, built)
+        _send(conn, built, exception=change.params.get(HOOKS_EXCEPTION))
 
 
 def publish(conn: Connection, kind: str, /, *, subject: str | None = None, **fields: Any) -> None:
@@ -141,7 +148,13 @@ def job_fields(row: Any) -> dict[str, Any]:
     return {"job": row.id, "name": row.name, "queue": row.queue, "attempt": row.attempts, "actor": row.actor}
 
 
-def _send(conn: Connection, built: list[dict[str, Any]], *, subject: str | None = None) -> None:
+def _send(
+    conn: Connection,
+    built: list[dict[str, Any]],
+    *,
+    subject: str | None = None,
+    exception: BaseException | None = None,
+) -> None:
     if _publishing:
         at = host_clock()
         rows = [
@@ -155,7 +168,11 @@ def _send(conn: Connection, built: list[dict[str, Any]], *, subject: str | None 
             for e in built
         ]
         outbox.write(conn, rows)
-    hooked = [e for e in built if e["type"] in _hooked]
+    hooked = [
+        {**e, "exception": exception} if exception is not None and e["type"] in _RAISED else e
+        for e in built
+        if e["type"] in _hooked
+    ]
     if hooked and _dispatch is not None:
         dispatch = _dispatch
         after_commit(conn, lambda: dispatch(hooked))
