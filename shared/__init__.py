@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 # Where each public name lives. An `import jobsup` loads none of them: each is imported when
 # first used, so `jobsup --version`, `jobsup --help` and a process that only registers jobs
-# do not pay for SQLAlchemy and the store (`tests/test_install_extras.py` holds that).
+# do not pay for SQLAlchemy and the store (`tests/test_cli_imports.py` holds that).
 _WHERE = {
     "AsyncClient": "jobsup.asyncclient",
     "Client": "jobsup.client",
@@ -46,7 +46,9 @@ _WHERE = {
     "on": "jobsup.events.hooks",
     "Sensitive": "jobsup.params",
     **dict.fromkeys(("job", "on_worker_start", "workflow"), "jobsup.registry"),
-    **dict.fromkeys(("Attempt", "BatchInfo", "Definition", "Job", "StepInfo", "WorkflowInfo"), "jobsup.store.rows"),
+    **dict.fromkeys(
+        ("Attempt", "BatchInfo", "Definition", "Job", "JobStatus", "StepInfo", "WorkflowInfo"), "jobsup.store.rows"
+    ),
     **dict.fromkeys(("Trigger", "Workflow"), "jobsup.workflow_spec"),
 }
 
@@ -71,6 +73,7 @@ __all__ = [  # the names of `_WHERE`, spelt out for type checkers and linters
     "Job",
     "JobContext",
     "JobNotFound",
+    "JobStatus",
     "JobsupError",
     "Retry",
     "SchemaOutdated",
@@ -118,7 +121,7 @@ if TYPE_CHECKING:
     from jobsup.events.hooks import on
     from jobsup.params import Sensitive
     from jobsup.registry import job, on_worker_start, workflow
-    from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, StepInfo, WorkflowInfo
+    from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, JobStatus, StepInfo, WorkflowInfo
     from jobsup.workflow_spec import Trigger, Workflow
 
     __version__: str

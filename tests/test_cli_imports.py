@@ -37,3 +37,38 @@ def test_the_listed_lines_are_the_commands_own() -> None:
         assert command.name == name and command.get_short_help_str(limit=10**6) == line, name
         cli.add_command(command, name)
     assert cli.get_help(click.Context(cli, info_name="jobsup")) == lazy  # the same once every command is loaded
+
+
+def test_every_top_level_operator_command_is_listed() -> None:
+    import pkgutil
+    from importlib import import_module
+
+    import jobsup.ops
+
+    found = {}
+    for module in pkgutil.iter_modules(jobsup.ops.__path__):
+        loaded = import_module(f"jobsup.ops.{module.name}")
+        commands = {name: c for name, c in vars(loaded).items() if isinstance(c, click.Command)}
+        inner = {id(sub) for c in commands.values() if isinstance(c, click.Group) for sub in _all_below(c)}
+        found |= {c.name: (loaded.__name__, name) for name, c in commands.items() if id(c) not in inner}
+    assert found == {name: (module, attribute) for name, (module, attribute, _) in OPERATOR_COMMANDS.items()}
+
+
+def _all_below(group: click.Group) -> list[click.Command]:
+    below: list[click.Command] = []
+    for command in group.commands.values():
+        below.append(command)
+        if isinstance(command, click.Group):
+            below += _all_below(command)
+    return below
+
+
+def test_a_process_that_only_registers_jobs_loads_no_database_code() -> None:
+    code = (
+        "import json, sys, jobsup\n"
+        "@jobsup.job('x', queue='q', max_attempts=2)\n"
+        "def x(ctx: jobsup.JobContext, payload: object) -> None: ...\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert [m for m in json.loads(done.stdout) if m.startswith(HEAVY)] == []

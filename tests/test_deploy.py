@@ -219,5 +219,6 @@ def test_the_image_installs_the_web_extra_so_it_can_serve_the_dashboard() -> Non
     assert extras is not None, f"the image installs {targets[0]!r}, without the web extra that `jobsup dashboard` needs"
     project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]
     known = project["optional-dependencies"]
-    assert "web" in extras.group(1).split(",") and set(extras.group(1).split(",")) <= set(known)
+    installed = set(extras.group(1).split(","))
+    assert {"web", "postgresql", "calendars"} <= installed <= set(known)  # the dashboard, its database, holidays
     assert {"starlette", "uvicorn", "jinja2"} <= {re.split(r"[<>=\[ ]", r)[0] for r in known["web"]}

@@ -41,8 +41,10 @@ def test_a_hook_runs_after_the_commit_with_the_event(client: jobsup.Client, seen
 
 def test_a_hook_of_a_failure_gets_the_exception_the_job_raised(client: jobsup.Client, seen: list[Any]) -> None:
     got: list[dict[str, Any]] = []
-    jobsup.on("job.dead_lettered")(got.append)
-    jobsup.on("job.failed")(got.append)
+    plain: list[dict[str, Any]] = []
+    jobsup.on("job.dead_lettered", with_exception=True)(got.append)
+    jobsup.on("job.failed", with_exception=True)(got.append)
+    jobsup.on("job.failed")(plain.append)  # not asked: plain data, as it always was
     try:
         {}["missing"]
     except KeyError as raised:
@@ -52,6 +54,8 @@ def test_a_hook_of_a_failure_gets_the_exception_the_job_raised(client: jobsup.Cl
     wait_until(lambda: len(got) == 2, timeout=10, what="both hooks")
     assert {event["type"] for event in got} == {"job.failed", "job.dead_lettered"}
     assert all(event["exception"] is exc and exc.__traceback__ is not None for event in got)
+    wait_until(lambda: plain, timeout=10, what="the plain hook")
+    assert "exception" not in plain[0] and json.dumps(plain[0])
     got.clear()
     _dead_letter(client)  # a failure whose exception this process does not have (a lost worker's, say)
     wait_until(lambda: len(got) == 2, timeout=10, what="both hooks again")

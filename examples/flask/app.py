@@ -13,12 +13,13 @@ from typing import Any
 import jobs  # noqa: F401 - the job types, so that enqueue knows their queue and settings
 from flask import Flask, abort, request
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert
+from sqlalchemy.exc import IntegrityError
 
 import jobsup
 
 metadata = MetaData()
-requests_table = Table(
-    "report_request", metadata, Column("id", Integer, primary_key=True), Column("email", String(200))
+requests_table = Table(  # one open request per address
+    "report_request", metadata, Column("id", Integer, primary_key=True), Column("email", String(200), unique=True)
 )
 
 
@@ -33,9 +34,14 @@ def create_app(database_url: str | None = None) -> Flask:
         body = request.get_json(silent=True) or {}
         if not isinstance(body.get("email"), str) or body.get("period") not in ("weekly", "monthly"):
             abort(400, "give an email and a period (weekly or monthly)")
-        with engine.begin() as conn:  # one transaction: the request row and its job
-            conn.execute(insert(requests_table).values(email=body["email"]))
-            job_id = client.enqueue("send-report", {"email": body["email"], "period": body["period"]}, connection=conn)
+        try:
+            with engine.begin() as conn:  # one transaction: the request row and its job
+                job_id = client.enqueue(
+                    "send-report", {"email": body["email"], "period": body["period"]}, connection=conn
+                )
+                conn.execute(insert(requests_table).values(email=body["email"]))
+        except IntegrityError:  # already requested: the job enqueued above rolled back with it
+            abort(409, "a report for this address is already on its way")
         return {"job_id": job_id}, 202
 
     @app.get("/reports/<int:job_id>")

@@ -4,7 +4,7 @@ database (the jobsup_client fixture), its jobs run by jobsup.testing. `pytest` i
 from app import create_app
 
 import jobsup
-from jobsup.testing import drain, inline, refute_enqueued
+from jobsup.testing import assert_enqueued, drain, inline, refute_enqueued
 
 
 def test_a_report_request_runs_once_committed(jobsup_client: jobsup.Client) -> None:
@@ -25,3 +25,12 @@ def test_a_refused_request_enqueues_nothing(jobsup_client: jobsup.Client) -> Non
     assert http.post("/reports", json={"email": "ann@example.com", "period": "daily"}).status_code == 400
     refute_enqueued(jobsup_client, "send-report")
     assert drain(jobsup_client) == {}
+
+
+def test_the_job_commits_or_rolls_back_with_the_apps_own_row(jobsup_client: jobsup.Client) -> None:
+    http = create_app(str(jobsup_client.database.url)).test_client()
+    request = {"email": "bo@example.com", "period": "monthly"}
+    assert http.post("/reports", json=request).status_code == 202
+    assert http.post("/reports", json=request).status_code == 409  # its row is refused: so is its job
+    first = assert_enqueued(jobsup_client, "send-report", {"email": "bo@example.com"})
+    assert [job.id for job in jobsup_client.list_jobs()] == [first.id]

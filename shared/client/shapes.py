@@ -74,5 +74,5 @@ class ProcessInfo(TypedDict):
     supervisor_id: str | None
     state: Literal["supervising", "running", "idle"]
     job: int | None  # the job a worker holds
-    started_at: datetime | None
+    started_at: datetime | None  # (never None: NOT NULL columns, read through a type that allows it)
     heartbeat_at: datetime | None

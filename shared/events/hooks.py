@@ -41,6 +41,7 @@ MAX_QUEUED = 10_000  # hook calls waiting for a thread
 class Registered:
     hook: Hook
     timeout: float
+    with_exception: bool = False  # it is handed the job's exception object (not plain data)
 
     @property
     def name(self) -> str:
@@ -50,13 +51,15 @@ class Registered:
 _hooks: dict[str, list[Registered]] = {}
 
 
-def on(kind: str, *, timeout: float = DEFAULT_TIMEOUT) -> Callable[[Hook], Hook]:
+def on(kind: str, *, timeout: float = DEFAULT_TIMEOUT, with_exception: bool = False) -> Callable[[Hook], Hook]:
     """Register the decorated function to run with each `kind` event (a type of
-    `jobsup.events.catalogue.TYPES`; another name raises `BadInput` naming them)."""
+    `jobsup.events.catalogue.TYPES`; another name raises `BadInput` naming them). With
+    `with_exception`, a failure's event settled by the worker that ran the job also holds
+    ``exception``, the object the job raised; otherwise every event is plain JSON data."""
     check_type(kind)
 
     def register(hook: Hook) -> Hook:
-        _hooks.setdefault(kind, []).append(Registered(hook, timeout))
+        _hooks.setdefault(kind, []).append(Registered(hook, timeout, with_exception))
         publishing.want(kind, dispatch)
         return hook
 
@@ -75,7 +78,7 @@ def dispatch(events: list[dict[str, Any]]) -> None:
         plain = {key: value for key, value in each.items() if key != "exception"}
         for registered in _hooks.get(each["type"], ()):
             copied = copy.deepcopy(plain)  # one hook's change is not the next one's
-            if "exception" in each:  # the object itself, with its traceback (a copy has none)
+            if registered.with_exception and "exception" in each:  # itself, with its traceback
                 copied["exception"] = each["exception"]
             _pool().submit(registered, copied)
 

@@ -88,7 +88,7 @@ def _update_wanted() -> None:
 # statement): its failure events hand it to in-process hooks as ``exception``, never to the
 # outbox (a job with sensitive parameters has none: see `jobsup.worker.execute.Prepared`).
 HOOKS_EXCEPTION = "hooks_exception"
-_RAISED = frozenset({"job.failed", "job.timed_out", "job.dead_lettered", "job.retrying"})
+_RAISED = frozenset({"job.failed", "job.dead_lettered", "job.retrying"})  # (a timeout has no exception)
 
 
 def publish_transition(conn: Connection, change: Change) -> None:

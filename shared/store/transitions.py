@@ -23,7 +23,6 @@ from sqlalchemy.exc import IntegrityError
 from jobsup.calendars import Calendar
 from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.events import publishing
-from jobsup.events.publishing import HOOKS_EXCEPTION
 from jobsup.jobtypes import Resolver, RetryPolicy
 from jobsup.observe.events import emit
 from jobsup.observe.logs import id_ranges
@@ -226,8 +225,7 @@ class Transitions:
         }
         chain = self.sql.fail_expired if expired_only else self.sql.fail
         transition = "expire" if outcome.kind == LEASE_EXPIRED else "fail"
-        if outcome.exc is not None:  # not bound (no statement names it): for in-process hooks
-            params[HOOKS_EXCEPTION] = outcome.exc
+        params[publishing.HOOKS_EXCEPTION] = outcome.exc  # bound to no statement: for in-process hooks
         rows = self._run(transition, chain, params, operation, self._has_steps(held))
         status = str(rows[0].status) if rows else None
         kind = "failed" if outcome.kind == DISCARDED else outcome.kind
