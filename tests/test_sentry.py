@@ -42,7 +42,12 @@ def test_a_dead_letter_reaches_sentry_with_its_traceback_and_logging_is_shown(
         assert dead.status == "dead_lettered" and [a.outcome for a in dead.history] == ["failed", "failed"]
         client.wait(client.enqueue("sentry-logs", {"order": 7}), timeout=120)
         found = wait_until(lambda: events(sentry), timeout=30, what="the dead letter's Sentry event")
-        started = {int(pid) for pid in Path(f"{sentry}.started").read_text().split()}
+        booted = Path(f"{sentry}.started")
+        started = wait_until(
+            lambda: len(pids := {int(pid) for pid in booted.read_text().split()}) == 2 and pids,
+            timeout=60,
+            what="both workers' on_worker_start",
+        )
         shown = wait_until(
             lambda: "charged 7 through the application's own logger" in log.read_text(), timeout=30, what="app log"
         )
