@@ -114,10 +114,13 @@ def unsealed(job: ClaimedJob, payload: Any) -> Any:
     return found.unseal(payload, job_binding(job.id, job.name))  # bound to the type it runs as
 
 
-def execute(job: ClaimedJob, cancelled: threading.Event) -> Ran:
-    """Run a plain job function in this thread, from start to `Ran`."""
-    prepared = prepare(job, cancelled)
-    return prepared if isinstance(prepared, Ran) else call(job, prepared)
+def execute(job: ClaimedJob, cancelled: threading.Event, services: JobServices | None = None) -> Ran:
+    """Run a job function in this thread, from start to `Ran` (an ``async def`` on an event
+    loop of its own, not a worker's): the tests' and `jobsup.testing`'s way to run one."""
+    prepared = prepare(job, cancelled, services)
+    if isinstance(prepared, Ran):
+        return prepared
+    return asyncio.run(call_async(job, prepared)) if prepared.is_async else call(job, prepared)
 
 
 def call(job: ClaimedJob, prepared: Prepared) -> Ran:

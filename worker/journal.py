@@ -77,8 +77,7 @@ class Journal:
             tally.waiting += 1
             self.waiting.append((tally, row))
             self.held += 1
-            if self.thread is None:
-                thread = self.thread = threading.Thread(target=self._run, name="jobsup-joblog", daemon=True)
+            thread = self._new_thread()
             full = len(self.waiting) >= FLUSH_AT
         if thread is not None:
             thread.start()
@@ -88,16 +87,22 @@ class Journal:
     def report(self, logger: JobLogger, text: str) -> None:
         """Keep an attempt's latest progress report (`ctx.set_progress`) for the next flush
         (any thread); dropped once its call has returned (a thread the job left behind)."""
-        thread = None
         with self.lock:
             if logger.closed:
                 return
             logger.reported = True
             self.reported[(logger.job_id, logger.attempt)] = text
-            if self.thread is None:
-                thread = self.thread = threading.Thread(target=self._run, name="jobsup-joblog", daemon=True)
+            thread = self._new_thread()
         if thread is not None:
             thread.start()
+
+    def _new_thread(self) -> threading.Thread | None:
+        """The flusher thread, made with the first line or report (under the lock); the
+        caller starts it once the lock is released."""
+        if self.thread is not None:
+            return None
+        self.thread = threading.Thread(target=self._run, name="jobsup-joblog", daemon=True)
+        return self.thread
 
     def finished(self, job: ClaimedJob) -> None:
         """`job`'s call returned: write its lines, its summary and its progress now, before

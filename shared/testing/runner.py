@@ -5,7 +5,6 @@ renewal, no timeout, no cancellation). What `jobsup.testing.drain` and `inline` 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 import time
@@ -17,7 +16,7 @@ from jobsup.client import Client
 from jobsup.clock import host_clock
 from jobsup.store.rows import SUCCEEDED, ClaimedJob
 from jobsup.store.schema import DEAD_LETTERED
-from jobsup.worker.execute import Ran, call, call_async, outcome_of, prepare
+from jobsup.worker.execute import execute, outcome_of
 from jobsup.worker.services import JobServices
 
 LEASE = 3600.0  # seconds: a job run here is never renewed, and nothing else should take it
@@ -51,7 +50,7 @@ class Runner:
 
     def run(self, job: ClaimedJob, counts: Counter[str]) -> None:
         started = time.monotonic()
-        ran = self.call(job)
+        ran = execute(job, threading.Event(), self.services)
         self.services.finished(job)
         outcome = outcome_of(job, ran, None, None, seconds=time.monotonic() - started, worker=self.owner)
         counts[outcome.kind] += 1
@@ -59,11 +58,3 @@ class Runner:
             self.store.transitions.complete([outcome])
         elif self.store.transitions.fail(outcome) == DEAD_LETTERED:
             counts[DEAD_LETTERED] += 1
-
-    def call(self, job: ClaimedJob) -> Ran:
-        prepared = prepare(job, threading.Event(), self.services)
-        if isinstance(prepared, Ran):
-            return prepared
-        if prepared.is_async:
-            return asyncio.run(call_async(job, prepared))
-        return call(job, prepared)
