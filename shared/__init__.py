@@ -45,6 +45,7 @@ _WHERE = {
     ),
     "on": "jobsup.events.hooks",
     "Sensitive": "jobsup.params",
+    **dict.fromkeys(("Template", "template"), "jobsup.templates"),
     **dict.fromkeys(("job", "on_worker_start", "workflow"), "jobsup.registry"),
     **dict.fromkeys(
         ("Attempt", "BatchInfo", "Definition", "Job", "JobStatus", "StepInfo", "WorkflowInfo"), "jobsup.store.rows"
@@ -79,6 +80,7 @@ __all__ = [  # the names of `_WHERE`, spelt out for type checkers and linters
     "SchemaOutdated",
     "Sensitive",
     "StepInfo",
+    "Template",
     "Trigger",
     "UnknownJob",
     "UnknownQueue",
@@ -89,6 +91,7 @@ __all__ = [  # the names of `_WHERE`, spelt out for type checkers and linters
     "job",
     "on",
     "on_worker_start",
+    "template",
     "workflow",
 ]
 
@@ -122,6 +125,7 @@ if TYPE_CHECKING:
     from jobsup.params import Sensitive
     from jobsup.registry import job, on_worker_start, workflow
     from jobsup.store.rows import Attempt, BatchInfo, Definition, Job, JobStatus, StepInfo, WorkflowInfo
+    from jobsup.templates import Template, template
     from jobsup.workflow_spec import Trigger, Workflow
 
     __version__: str

@@ -4,7 +4,8 @@ writes, which a definition publishes), with defaults filled in.
 It runs where the job is enqueued, from the definition row alone, so a process that does
 not import the workers' code refuses a bad payload before anything is written. It reads
 only the part of JSON Schema that `jobsup.params` writes: type, properties, required,
-additionalProperties, items, enum, anyOf, default.
+additionalProperties, items, enum, anyOf, default, and jobsup's own
+keyword for a template default (`jobsup.templates.KEY`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jobsup.errors import InvalidPayload
+from jobsup.errors import BadInput, InvalidPayload
+from jobsup.templates import KEY, Moment, render
+from jobsup.templates import check as check_template
 
 _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "string": (lambda v: isinstance(v, str), "a string"),
@@ -26,12 +29,16 @@ _TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def check(schema: Mapping[str, Any], payload: Any, *, job: str, sealed_ok: bool = False) -> dict[str, Any]:
+def check(
+    schema: Mapping[str, Any], payload: Any, *, job: str, sealed_ok: bool = False, moment: Moment | None = None
+) -> dict[str, Any]:
     """`payload` with its defaults filled in, or `InvalidPayload` naming the field, what it
     should be and what it is. No payload (None) is an empty object. With `sealed_ok`, a
-    sealed value (`jobsup.secrets`) stands for any value of a sensitive field."""
+    sealed value (`jobsup.secrets`) stands for any value of a sensitive field. Template
+    defaults (`jobsup.templates`) are rendered from `moment`, the job being made; without
+    one they are left out (a recurring schedule's payload, rendered at each fire)."""
     value = {} if payload is None else payload
-    checked = _check(schema, value, "", _Where(job, sealed_ok))
+    checked = _check(schema, value, "", _Where(job, sealed_ok, moment))
     assert isinstance(checked, dict)
     return checked
 
@@ -84,8 +91,8 @@ def expected(schema: Mapping[str, Any]) -> str:
 
 
 class _Where:
-    def __init__(self, job: str, sealed_ok: bool) -> None:
-        self.job, self.sealed_ok = job, sealed_ok
+    def __init__(self, job: str, sealed_ok: bool, moment: Moment | None = None) -> None:
+        self.job, self.sealed_ok, self.moment = job, sealed_ok, moment
 
     def fail(self, path: str, message: str) -> InvalidPayload:
         field = f"field {path!r}" if path else "the payload"
@@ -147,7 +154,21 @@ def _object(schema: Mapping[str, Any], value: dict[str, Any], path: str, where: 
         if key not in checked and "default" in inner:
             default = inner["default"]
             checked[key] = copy.deepcopy(default) if isinstance(default, list | dict) else default
+        elif key not in checked and KEY in inner and where.moment is not None:
+            checked[key] = _rendered(inner[KEY], where, _join(path, key))
     return checked
+
+
+def _rendered(text: object, where: _Where, path: str) -> str:
+    # The template comes from a definition row, which any process may have written: checked
+    # again here, so a row cannot make this render anything but the fixed fields.
+    assert where.moment is not None
+    try:
+        check_template(text)
+    except BadInput as exc:
+        raise where.fail(path, f"has a template default that cannot be used: {exc}") from None
+    assert isinstance(text, str)
+    return render(text, where.moment)
 
 
 def _of_kind(schema: Mapping[str, Any], value: Any) -> bool:

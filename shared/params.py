@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobsup.errors import BadInput
+from jobsup.paramcheck import check
 from jobsup.payload import encode_payload
+from jobsup.templates import KEY, Moment, Template, render
 
 
 class Sensitive:
@@ -76,7 +78,9 @@ def params_of(spec: object, *, job: str, sensitive: Iterable[str] = ()) -> Param
                 f"job {job!r}: sensitive parameter {f.name!r} has a default, which would be published in "
                 "clear with the job's definition; give it no default (or None)"
             )
-        if f.default is not _MISSING:
+        if isinstance(f.default, Template):
+            schema[KEY] = _templated(f.default, schema, job, f.name)
+        elif f.default is not _MISSING:
             schema["default"] = _default(f.default, job, f.name)
         elif f.required:
             required.append(f.name)
@@ -224,6 +228,19 @@ def _default(value: object, job: str, name: str) -> object:
     except BadInput as exc:
         raise BadInput(f"job {job!r}: the default of {name!r} cannot be stored ({exc})") from None
     return value
+
+
+def _templated(default: Template, schema: dict[str, Any], job: str, name: str) -> str:
+    """A template default's text, once its field is known to take the string it renders."""
+    try:
+        sample = render(default.text, Moment.of(job, "queue"))
+        check({"type": "object", "properties": {name: schema}}, {name: sample}, job=job)
+    except BadInput:
+        raise BadInput(
+            f"job {job!r}: parameter {name!r} has a template default, which makes a string, but it takes "
+            "something else; make its type str"
+        ) from None
+    return default.text
 
 
 def _required(hint: Any) -> bool:

@@ -30,6 +30,7 @@ from jobsup.scrub import Secrets, error_text, scrub, secrets_of, validation_text
 from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyring, sealed_fields
 from jobsup.store.rows import CANCELLED as CANCELLED_OUTCOME
 from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
+from jobsup.templates import Moment
 from jobsup.worker.services import JobServices
 
 RESULT_CAP = 64 * 1024  # characters of JSON a job's return value may take in the database
@@ -88,7 +89,9 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     secrets = Secrets.deferred(lambda: secrets_of(unsealed(job, decode_payload(job.payload)), sensitive))
     if registered.params is not None:
         try:
-            payload = registered.params.make(check(registered.params.schema, payload, job=job.name))
+            # A job enqueued before its type had a template default is given one now, as of when it was due.
+            moment = Moment.of(job.name, job.queue, now=job.due_at)
+            payload = registered.params.make(check(registered.params.schema, payload, job=job.name, moment=moment))
         except Exception as exc:
             # Retried, not discarded: a deploy may bring parameters this payload fits
             # (`jobsup start` warns about pending jobs a new schema does not fit).

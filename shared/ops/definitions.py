@@ -15,6 +15,7 @@ from jobsup.ops.options import NotFound, Target, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
 from jobsup.paramcheck import expected
 from jobsup.store.rows import Definition
+from jobsup.templates import KEY as TEMPLATE
 
 
 @click.group()
@@ -96,7 +97,7 @@ def definitions_show(target: Target, name: str, as_json: bool) -> None:
                 field,
                 expected(schema),
                 "yes" if field in required else "no",
-                json.dumps(schema["default"]) if "default" in schema else None,
+                default_column(schema),
                 "yes" if schema.get("writeOnly") else None,
                 schema.get("description"),
             )
@@ -104,6 +105,15 @@ def definitions_show(target: Target, name: str, as_json: bool) -> None:
         ],
         empty="no parameters",
     )
+
+
+def default_column(schema: Mapping[str, object]) -> str | None:
+    """A literal default as JSON; a template default as the template, marked so."""
+    if "default" in schema:
+        return json.dumps(schema["default"])
+    if TEMPLATE in schema:
+        return f"template {schema[TEMPLATE]}"
+    return None
 
 
 @definitions.command("sync")

@@ -58,7 +58,8 @@ def fire(
     if run_at is not None and run_at > slot:
         options["run_at"] = run_at
     payload, sealed = fired_payload(schedule)
-    new = build(jobtype, payload, options, recurring=(schedule.name, slot), also_sealed=sealed)
+    fired = (schedule.name, slot)
+    new = build(jobtype, payload, options, recurring=fired, timezone=schedule.timezone, also_sealed=sealed)
     if schedule.overlap == QUEUE:  # behind the live run, under the schedule's own key (not its type's)
         new = replace(new, concurrency_key=f"recurring:{schedule.name}", concurrency_limit=1)
     reason = CALENDAR if blocked else None
