@@ -58,6 +58,11 @@ class DatabaseUnavailable(DatabaseError):
     """The database cannot be reached: check that it runs and that the URL's host and port are right."""
 
 
+class DatabaseMisconfigured(ConfigurationError, DatabaseError):
+    """The database server answers but will not let jobsup in: no such database, no such
+    user, a wrong password. A configuration error, not an outage: waiting will not mend it."""
+
+
 class DatabaseBusy(DatabaseUnavailable):
     """The database answers but takes no work for now (too many connections, read-only
     during a failover): jobsup's own loops wait and try again, as when it cannot reach it."""

@@ -13,6 +13,8 @@ rules:
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -23,7 +25,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from jobsup.errors import ConstraintViolation, DatabaseBusy, DatabaseError, DatabaseUnavailable
+from jobsup.errors import (
+    ConstraintViolation,
+    DatabaseBusy,
+    DatabaseError,
+    DatabaseMisconfigured,
+    DatabaseUnavailable,
+)
 from jobsup.settings import DEFAULT_URL
 from jobsup.store import faults
 from jobsup.store.dialects import Dialect, dialect_for, normalise_url
@@ -80,7 +88,7 @@ class Database:
 
     @property
     def safe_url(self) -> str:
-        return self.url.render_as_string(hide_password=True)
+        return shown(self.url)
 
     # Each takes the name of the operation, which fault injection and error counts use.
 
@@ -128,7 +136,7 @@ class Database:
                 f"no free connection to {self.safe_url} in jobsup's pool ({exc}); fewer calls at once, or a larger pool"
             ) from None
         except DBAPIError as exc:
-            kind = self.dialect.classify(exc)
+            kind = DatabaseMisconfigured if refused_login(exc) else self.dialect.classify(exc)
             raise kind(describe(exc, self.url, kind)) from None
 
     def dispose(self, close: bool = True) -> None:
@@ -257,13 +265,47 @@ def _rolled_back_to(conn: Connection, name: str, context: object) -> None:
     _after_commit[conn] = [(inside, callback) for inside, callback in _after_commit.get(conn, []) if name not in inside]
 
 
+def shown(url: URL) -> str:
+    """`url` as people see it: no password, and a relative SQLite file as its absolute path
+    (relative, it names another file in each working directory, and a user who follows an
+    error's advice from elsewhere makes a second, empty database)."""
+    name = url.database
+    if url.get_backend_name() == "sqlite" and name and name != ":memory:" and not name.startswith("file:"):
+        url = url.set(database=os.path.abspath(name))
+    return url.render_as_string(hide_password=True)
+
+
+# What the servers say when they answer but refuse the login: a wrong URL, not an outage.
+# PostgreSQL's come before a connection exists, so with no SQLSTATE: its (English) words.
+_REFUSED_LOGIN_WORDS = re.compile(
+    r"FATAL:\s+(database \"[^\"]*\" does not exist|role \"[^\"]*\" does not exist|password authentication failed)"
+)
+_REFUSED_LOGIN_NUMBERS = {1044, 1045, 1049, 1698}  # MariaDB: access denied (db, user), unknown database
+
+
+_DEFAULT_PORTS: dict[str, int | str] = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433}
+
+
+def refused_login(exc: DBAPIError) -> bool:
+    args = getattr(exc.orig, "args", ())
+    if args and isinstance(args[0], int):
+        return args[0] in _REFUSED_LOGIN_NUMBERS
+    return _REFUSED_LOGIN_WORDS.search(str(exc.orig)) is not None
+
+
 def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:
     reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc)
-    where = url.render_as_string(hide_password=True)
+    where = shown(url)
+    if kind is DatabaseMisconfigured:
+        return (
+            f"the database {where} refuses jobsup: {reason}; correct the URL's database name, user or password "
+            "(a database jobsup uses must exist first: createdb NAME, or CREATE DATABASE NAME)"
+        )
     if kind is DatabaseBusy:
         return f"the database {where} takes no work for now: {reason}"
     if kind is DatabaseUnavailable and url.host:
-        return f"cannot reach the database {where} (host {url.host}, port {url.port or 'default'}): {reason}"
+        port = url.port or _DEFAULT_PORTS.get(url.get_backend_name(), "default")
+        return f"cannot reach the database {where} (host {url.host}, port {port}): {reason}"
     if kind is DatabaseUnavailable:
         return f"cannot use the database {where}: {reason}"
     return f"{(kind.__doc__ or '').strip()} ({where}: {reason})"
