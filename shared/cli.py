@@ -151,19 +151,37 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
 
 @cli.command()
 @click.option("--app", "apps", multiple=True, help="Module that registers jobs (repeatable).")
-@click.option("--queue", "queues", multiple=True, help="NAME=WORKERS, e.g. default=2 (repeatable).")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    help="NAME=N[:C]: N worker processes, each running C jobs at once (default 1), "
+    "e.g. default=2 or mail=1:20 (repeatable).",
+)
 @click.option("--lease", help="How long a claim holds a job without renewal (default 5m).")
 @click.option("--heartbeat", help="How often a running job's lease is renewed (default 1m).")
 @click.option("--poll-interval", help="Idle wait between claims (default 1s; PostgreSQL 5s, woken by NOTIFY).")
 @click.option("--listen-url", help="PostgreSQL: where idle workers LISTEN (a direct server URL behind PgBouncer; off).")
 @click.option("--maintenance-interval", help="How often leases are swept and rows pruned (default 15s).")
 @click.option("--shutdown-grace", help="How long a running job may finish on shutdown (default 20s).")
-@click.option("--claim-batch", help="Jobs a worker claims at once, run one by one (default auto: 1 to 32).")
+@click.option(
+    "--claim-batch",
+    type=click.IntRange(min=1),
+    help="Jobs a worker claims at once, run one by one (default auto: 1 to 32).",
+)
 @click.option("--migrate/--no-migrate", default=None, help="Upgrade the schema on start (default on).")
 @click.option("--metrics-host", help="Address for /metrics and /healthz (default 127.0.0.1).")
-@click.option("--metrics-port", help="Port for /metrics and /healthz (default 9465; 0 any free port; -1 off).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(-1, 65535),
+    help="Port for /metrics and /healthz (default 9465; 0 any free port; -1 off).",
+)
 @click.option("--faults", help="Fault injection for drills and tests, e.g. worker:renew@2s+30s.")
-@click.option("--log-level", help="DEBUG, INFO (default), WARNING or ERROR.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    help="debug, info (default), warning or error.",
+)
 @click.option("--log-format", type=click.Choice(["text", "json"]), help="text (default) or json, one object per line.")
 @click.option("--log-root/--no-log-root", default=None, help="Show what jobs log through logging (default on).")
 @with_target

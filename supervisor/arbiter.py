@@ -204,7 +204,10 @@ class Arbiter:
             )
         except OSError as exc:
             where = f"{self.settings.metrics_host}:{self.settings.metrics_port}"
-            raise ConfigurationError(f"cannot serve /metrics on {where}: {exc.strerror or exc}") from None
+            raise ConfigurationError(
+                f"cannot serve /metrics on {where}: {exc.strerror or exc}; another jobsup may hold it: "
+                "give --metrics-port 0 (any free port) or -1 (none), or JOBSUP_METRICS_PORT"
+            ) from None
         endpoints.start()
         return endpoints
 
@@ -319,7 +322,9 @@ class Arbiter:
         if self.chores is not None:
             self.chores.wind_down()
         setproctitle(f"jobsup: supervisor {self.queue_summary()} stopping")
-        emit("supervisor.stopping", reason=reason, grace=self.settings.shutdown_grace)
+        # Said at once, so an operator at the terminal is not left waiting out the grace.
+        again = "; SIGINT again (Ctrl-C) releases running jobs now" if reason == "SIGINT" else ""
+        emit("supervisor.stopping", reason=reason, grace=self.settings.shutdown_grace, hint=f"jobs may finish{again}")
         self.children.signal_all(signal.SIGTERM)
 
     def stop_now(self) -> None:

@@ -253,6 +253,7 @@ def test_a_second_sigint_skips_the_grace(url: str, start, record: Path) -> None:
     started_by(record, job_id)
     supervisor.signal(signal.SIGINT)
     wait_until(lambda: "supervisor.stopping" in supervisor.output(), timeout=10, what="the first SIGINT")
+    assert "SIGINT again (Ctrl-C) releases running jobs now" in supervisor.output()  # said at once, not after 60 s
     supervisor.signal(signal.SIGINT)
     assert supervisor.wait(timeout=20) == 0  # far inside the 60 s grace
     stored = client.get(job_id)

@@ -12,11 +12,11 @@ from jobsup.ops.options import Target, with_target
 
 @click.group(invoke_without_command=True)
 @click.option("--host", help="Address to listen on (default 127.0.0.1; another needs credentials configured).")
-@click.option("--port", help="Port to listen on (default 9466).")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port to listen on (default 9466).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
 @with_target
 @click.pass_context
-def dashboard(ctx: click.Context, target: Target, host: str | None, port: str | None, log_level: str) -> None:
+def dashboard(ctx: click.Context, target: Target, host: str | None, port: int | None, log_level: str) -> None:
     """Serve the dashboard and the /api/v1 HTTP API until interrupted.
 
     Credentials: dashboard_tokens (ROLE:TOKEN) and dashboard_users (NAME:ROLE:HASH, see

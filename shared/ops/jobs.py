@@ -17,6 +17,7 @@ from jobsup.store.schema import FINISHED_STATUSES, STATUSES
 
 if TYPE_CHECKING:
     from jobsup.client import Client
+    from jobsup.store.rows import Job
 
 LOG_PAGE = 1000  # lines read at once
 FOLLOW_EVERY = 0.5  # seconds between looks for new lines
@@ -32,11 +33,11 @@ FOLLOW_EVERY = 0.5  # seconds between looks for new lines
     metavar="NAME=VALUE",
     help="One parameter, converted by the job type's schema (repeatable; over --payload's).",
 )
-@click.option("--queue")
-@click.option("--priority", type=int)
+@click.option("--queue", help="The queue to put it in (default: its job type's).")
+@click.option("--priority", type=int, help="Higher runs first among due jobs of a queue (default: its type's, 0).")
 @click.option("--delay", help="Run after this long (10s, 5m, 1h).")
 @click.option("--run-at", help="Run at this ISO 8601 time (with a time zone).")
-@click.option("--max-attempts", type=int)
+@click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before it is dead-lettered.")
 @click.option("--timeout", help="Stop the job after this long.")
 @click.option("--unique-key", help="Return the live job with this key instead of adding another.")
 @click.option("--start-within", help="SLA: it should start within this long of being due (5m).")
@@ -95,7 +96,7 @@ def jobs() -> None:
 
 @jobs.command("list")
 @click.option("--status", type=click.Choice(STATUSES))
-@click.option("--queue")
+@click.option("--queue", help="Only this queue's jobs.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--sla-breached", is_flag=True, help="Only jobs marked past an SLA deadline.")
 @json_option
@@ -115,7 +116,15 @@ def show_jobs(found: list[Any], as_json: bool) -> None:
     emit_table(
         ["id", "name", "queue", "status", "attempts", "run at", "last error"],
         [
-            (job.id, job.name, job.queue, job.status, f"{job.attempts}/{job.max_attempts}", job.run_at, job.last_error)
+            (
+                job.id,
+                job.name,
+                job.queue,
+                job.status,
+                f"{job.attempts}/{job.max_attempts}",
+                job.run_at,
+                shown_error(job),
+            )
             for job in found
         ],
         empty="no jobs",
@@ -136,8 +145,10 @@ def jobs_show(target: Target, job_id: int, as_json: bool) -> None:
         return
     fields = job.to_dict()
     history = fields.pop("history")
-    width = max(len(key) for key in fields)
-    for key, value in fields.items():
+    # Unset fields (no actor, no unique key, no SLA...) are left out: --json shows them all.
+    shown = {key: value for key, value in fields.items() if value is not None}
+    width = max(len(key) for key in shown)
+    for key, value in shown.items():
         click.echo(f"{key.ljust(width)}  {json.dumps(value) if isinstance(value, dict | list) else value}")
     click.echo("")
     emit_table(
@@ -148,6 +159,12 @@ def jobs_show(target: Target, job_id: int, as_json: bool) -> None:
         ],
         empty="no attempts yet",
     )
+
+
+def shown_error(job: Job) -> str | None:
+    """A job's last error, but not on a job that went on to succeed: in a list it would read
+    as a failure (`jobs show` keeps every attempt's error)."""
+    return None if job.status == "succeeded" else job.last_error
 
 
 @jobs.command("logs")
@@ -229,7 +246,7 @@ def dead() -> None:
 
 
 @dead.command("list")
-@click.option("--queue")
+@click.option("--queue", help="Only this queue's dead letters.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @json_option
 @with_target

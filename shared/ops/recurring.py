@@ -24,9 +24,9 @@ def recurring() -> None:
 @click.option("--job", required=True, help="The job name to enqueue at each slot.")
 @click.option("--cron", required=True, help="Five cron fields, e.g. '*/5 * * * *', or @hourly.")
 @click.option("--payload", help="The job's payload as JSON.")
-@click.option("--queue")
+@click.option("--queue", help="The queue its jobs go to (default: the job type's).")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA time zone of the cron times.")
-@click.option("--priority", type=int)
+@click.option("--priority", type=int, help="Its jobs' priority: higher runs first among due jobs of a queue.")
 @click.option(
     "--overlap",
     type=click.Choice(["allow", "skip", "queue"]),
