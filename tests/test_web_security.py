@@ -294,11 +294,14 @@ def test_a_short_dashboard_secret_is_refused() -> None:
 
 def test_password_hashes_carry_their_cost_and_the_first_format_still_checks() -> None:
     stored = hash_password("pw", salt=b"0" * 16)
-    assert stored.startswith("scrypt$131072$8$1$")  # OWASP's minimum for scrypt
+    assert stored.startswith("scrypt.131072.8.1.")  # OWASP's minimum for scrypt; no "$" for a shell to expand
     assert check_password("pw", stored) and not check_password("other", stored)
+    dollars = stored.replace(".", "$")  # the "$" form hashes were made in before
+    assert check_password("pw", dollars) and not check_password("other", dollars)
+    assert Auth.parse(users=f"ann:read:{dollars},bob:read:{stored}").users.keys() == {"ann", "bob"}
     legacy = "scrypt$" + (b"0" * 16).hex() + "$" + hashlib.scrypt(b"pw", salt=b"0" * 16, n=2**14, r=8, p=1).hex()
     assert check_password("pw", legacy) and not check_password("other", legacy)
-    assert not check_password("pw", stored.replace("$131072$", "$4194304$"))  # a cost past the bound
+    assert not check_password("pw", stored.replace(".131072.", ".4194304."))  # a cost past the bound
 
 
 @pytest.mark.parametrize("cost", ["legacy", "2**15"])
@@ -317,7 +320,7 @@ def test_a_login_with_an_older_hash_rehashes_it_and_says_where_to_put_it(
     assert auth.password("erin", "pw-words", "session") is not None
     assert auth.password("erin", "pw-words", "session") is not None
     [said] = [r.getMessage() for r in caplog.records if "erin" in r.getMessage()]  # once
-    new = re.search(r"scrypt\$131072\$\S+", said).group(0)  # type: ignore[union-attr]
+    new = re.search(r"scrypt\.131072\.\S+", said).group(0)  # type: ignore[union-attr]
     assert check_password("pw-words", new) and new != old
 
 

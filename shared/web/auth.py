@@ -58,15 +58,25 @@ class Identity:
 
 def hash_password(password: str, *, salt: bytes | None = None) -> str:
     """A password as the ``dashboard_users`` setting stores it:
-    ``scrypt$N$R$P$SALT$DIGEST`` (salted, its cost in it)."""
+    ``scrypt.N.R.P.SALT.DIGEST`` (salted, its cost in it). Dots, not the ``$`` of the
+    older ``scrypt$...`` form (still read): a shell's double quotes, a ``.env`` file and
+    Compose interpolate ``$32768``, so a pasted hash came out changed."""
     salt = salt or secrets.token_bytes(16)
     digest = _scrypt(password, salt, _SCRYPT)
-    return f"scrypt${_SCRYPT['n']}${_SCRYPT['r']}${_SCRYPT['p']}${salt.hex()}${digest.hex()}"
+    return ".".join(("scrypt", *(str(_SCRYPT[key]) for key in "nrp"), salt.hex(), digest.hex()))
+
+
+def _parts(stored: str) -> list[str]:
+    return stored.split("." if stored.startswith("scrypt.") else "$")
+
+
+def is_hash(stored: str) -> bool:
+    return stored.startswith(("scrypt.", "scrypt$"))
 
 
 def check_password(password: str, stored: str) -> bool:
     try:
-        kind, *cost, salt, digest = stored.split("$")
+        kind, *cost, salt, digest = _parts(stored)
         if kind != "scrypt" or len(cost) not in (0, 3):
             return False
         params = dict(zip("nrp", map(int, cost), strict=True)) if cost else _LEGACY_SCRYPT
@@ -80,7 +90,7 @@ def check_password(password: str, stored: str) -> bool:
 
 def below_cost(stored: str) -> bool:
     """Whether a stored hash was made at less than today's cost (or in the first format)."""
-    cost = stored.split("$")[1:4]
+    cost = _parts(stored)[1:4]
     try:
         return len(cost) < 3 or [int(c) for c in cost] < [_SCRYPT["n"], _SCRYPT["r"], _SCRYPT["p"]]
     except ValueError:
@@ -121,7 +131,7 @@ class Auth:
             auth.tokens[token] = role
         for item in _items(users):
             name, role, stored = [*item.split(":", 2), "", ""][:3]
-            if not name or role not in ROLES or not stored.startswith("scrypt$"):
+            if not name or role not in ROLES or not is_hash(stored):
                 raise ConfigurationError(
                     "dashboard_users: each is NAME:ROLE:HASH with ROLE read or operator and HASH from "
                     "`jobsup dashboard hash-password`"
