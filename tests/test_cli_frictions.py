@@ -82,3 +82,12 @@ def test_jobs_show_leaves_out_unset_fields_and_jobs_list_shows_a_retried_success
     listed = run_jobsup("--database-url", url, "jobs", "list").stdout
     row = next(line for line in listed.splitlines() if line.split()[0] == str(job_id))
     assert "succeeded" in row and "RuntimeError" not in row
+
+
+def test_shell_completion_completes_commands() -> None:
+    """As the docs say to set it up: ``eval "$(_JOBSUP_COMPLETE=bash_source jobsup)"``."""
+    env = {"COMP_WORDS": "jobsup jo", "COMP_CWORD": "1", "_JOBSUP_COMPLETE": "bash_complete"}
+    done = run_jobsup(env=env)
+    assert done.returncode == 0 and "plain,jobs" in done.stdout.splitlines(), done.stdout + done.stderr
+    source = run_jobsup(env={"_JOBSUP_COMPLETE": "bash_source"})
+    assert "complete -o nosort -F _jobsup_completion jobsup" in source.stdout, source.stdout
