@@ -18,6 +18,7 @@ import jobsup
 from jobsup.store import migrate
 from jobsup.store.database import Database
 from jobsup.store.dialects import mariadb_schema
+from jobsup.store.dialects.mariadb import migration_lock_name
 from jobsup.store.schema import SCHEMA_REVISION, VERSION_TABLE, metadata
 
 from helpers import (
@@ -116,8 +117,10 @@ def test_concurrent_upgrades_of_a_fresh_mariadb_database(mariadb_server: str, tm
         assert _drift(db) == []
         with db.read() as conn:
             assert conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all() == [SCHEMA_REVISION]
-            # The migration lock went with the connection back to the pool: it is free.
-            assert conn.execute(text("SELECT IS_FREE_LOCK('jobsup_migrate')")).scalar() == 1
+            # The migration lock went with the connection back to the pool: it is free. (Its
+            # own database's: another test may be upgrading another database on the server.)
+            lock = migration_lock_name(name)
+            assert conn.execute(text("SELECT IS_FREE_LOCK(:lock)"), {"lock": lock}).scalar() == 1
         db.dispose()
     finally:
         drop_mariadb_database(name)

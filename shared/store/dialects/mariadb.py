@@ -36,6 +36,7 @@ Quirks and limits:
 
 from __future__ import annotations
 
+import hashlib
 import re
 import socket
 from collections.abc import Iterator, Mapping, Sequence
@@ -88,7 +89,7 @@ from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.schema import job
 
 MINIMUM_MARIADB = (10, 8)  # SKIP LOCKED (10.6) and a descending claim index (10.8)
-MIGRATION_LOCK = "jobsup_migrate"
+MIGRATION_LOCK = "jobsup_migrate"  # and the database's name: a server's named locks span its databases
 MIGRATION_LOCK_WAIT = 600  # seconds: longer than any jobsup upgrade has taken
 _LOCK_HELD = "jobsup_migration_lock"  # in a pooled connection's info while it holds the lock
 # A dead server or a half-open connection must surface in seconds (the lease threads and
@@ -161,12 +162,22 @@ def _configure(engine: Engine) -> Engine:
 
     @event.listens_for(engine, "checkin")
     def checkin(dbapi_connection: Any, record: Any) -> None:
-        if dbapi_connection is not None and record.info.pop(_LOCK_HELD, False):
+        held = record.info.pop(_LOCK_HELD, None) if dbapi_connection is not None else None
+        if held:
             cursor = dbapi_connection.cursor()
-            cursor.execute("SELECT RELEASE_LOCK(%s)", (MIGRATION_LOCK,))
+            cursor.execute("SELECT RELEASE_LOCK(%s)", (held,))
             cursor.close()
 
     return engine
+
+
+def migration_lock_name(database: object) -> str:
+    """The migration lock of one database: two databases on a server upgrade side by side.
+    A lock name is at most 64 characters; a long database name is hashed into it."""
+    name = f"{MIGRATION_LOCK}.{database}"
+    if len(name) <= 64:
+        return name
+    return f"{MIGRATION_LOCK}.{hashlib.sha256(str(database).encode()).hexdigest()[:40]}"
 
 
 class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerLocks, RowByRowInsert, Polling):
@@ -289,16 +300,15 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
         return stmt.with_for_update(read=True)  # LOCK IN SHARE MODE: waits for a writer to end
 
     def migration_lock(self, conn: Connection) -> None:
-        got = conn.execute(
-            text("SELECT GET_LOCK(:name, :wait)"), {"name": MIGRATION_LOCK, "wait": MIGRATION_LOCK_WAIT}
-        ).scalar()
+        name = migration_lock_name(conn.execute(text("SELECT DATABASE()")).scalar())
+        got = conn.execute(text("SELECT GET_LOCK(:name, :wait)"), {"name": name, "wait": MIGRATION_LOCK_WAIT}).scalar()
         if got != 1:
             raise DatabaseError(
-                f"another process held jobsup's migration lock ({MIGRATION_LOCK}) for {MIGRATION_LOCK_WAIT} s: "
+                f"another process held jobsup's migration lock ({name}) for {MIGRATION_LOCK_WAIT} s: "
                 "look for a stuck `jobsup db upgrade`"
             )
         # A session lock outlives the DDL's implicit commits; it goes when the connection is checked in.
-        conn.connection.info[_LOCK_HELD] = True
+        conn.connection.info[_LOCK_HELD] = name
 
     def classify(self, error: DBAPIError) -> type[DatabaseError]:
         args = getattr(error.orig, "args", ())
