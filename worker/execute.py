@@ -31,6 +31,7 @@ from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyrin
 from jobsup.store.rows import CANCELLED as CANCELLED_OUTCOME
 from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
 from jobsup.templates import Moment
+from jobsup.worker.frames import stored_frames
 from jobsup.worker.services import JobServices
 
 RESULT_CAP = 64 * 1024  # characters of JSON a job's return value may take in the database
@@ -48,6 +49,7 @@ class Ran:
     retry_in: float | None = None  # a `Retry(after=)` delay; None: the retry policy
     result: str | None = None
     exc: BaseException | None = field(default=None, compare=False, repr=False)  # what it raised, unscrubbed
+    traceback: str | None = None  # its frames as stored (`jobsup.worker.frames`)
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ def _explained(job: ClaimedJob, exc: BaseException, secrets: Secrets, kept: Base
         return Ran(FAILED, error_text(exc if isinstance(exc, Cancelled) else Cancelled(), secrets))
     text = scrub("".join(traceback.format_exception(exc)), secrets)
     emit("job.traceback", job=job.id, name=job.name, attempt=job.attempt, traceback=text)
-    return Ran(FAILED, error_text(exc, secrets), exc=kept)
+    return Ran(FAILED, error_text(exc, secrets), exc=kept, traceback=stored_frames(exc, secrets))
 
 
 def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome:
@@ -201,7 +203,9 @@ def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | N
     if reason == TIMEOUT:
         then = "it returned" if ran.kind == SUCCEEDED else ran.error
         return Outcome(job.held, TIMED_OUT, f"timed out after {timeout:g}s; then {then}", **fields)
-    return Outcome(job.held, ran.kind, ran.error, ran.retry_in, ran.result, exc=ran.exc, **fields)
+    return Outcome(
+        job.held, ran.kind, ran.error, ran.retry_in, ran.result, exc=ran.exc, traceback=ran.traceback, **fields
+    )
 
 
 def _result(job: ClaimedJob, value: Any) -> str | None:

@@ -133,10 +133,11 @@ def show_jobs(found: list[Any], as_json: bool) -> None:
 
 @jobs.command("show")
 @click.argument("job_id", type=int)
+@click.option("--traceback", "with_traceback", is_flag=True, help="Print where each failed attempt was raised.")
 @json_option
 @with_target
-def jobs_show(target: Target, job_id: int, as_json: bool) -> None:
-    """One job with its result and its attempt history."""
+def jobs_show(target: Target, job_id: int, as_json: bool, with_traceback: bool) -> None:
+    """One job with its result and its attempt history (--traceback: where each failure was raised)."""
     job = target.client().get(job_id)
     if job is None:
         raise NotFound(f"no job with id {job_id}")
@@ -159,6 +160,11 @@ def jobs_show(target: Target, job_id: int, as_json: bool) -> None:
         ],
         empty="no attempts yet",
     )
+    for attempt in history if with_traceback else ():
+        if attempt["traceback"]:
+            click.echo(f"\nattempt {attempt['attempt']}: traceback, innermost last")
+            for frame in attempt["traceback"]:
+                click.echo(f'  File "{frame["file"]}", line {frame["line"]}, in {frame["function"]}')
 
 
 def shown_error(job: Job) -> str | None:

@@ -13,7 +13,7 @@ from jobsup.secrets import mask
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.definitions import sensitive_fields
-from jobsup.store.rows import Attempt, Job, decode_stored
+from jobsup.store.rows import Attempt, Job, decode_stored, frames_of
 from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
 BATCH = 1000
@@ -33,7 +33,11 @@ class Reads:
             ).all()
             sensitive = sensitive_fields(conn, {row.name})
         history = tuple(
-            Attempt(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error, decode_stored(a.progress))
+            Attempt(
+                *(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error),
+                decode_stored(a.progress),
+                frames_of(a.traceback),
+            )
             for a in attempts
         )
         return _job(row, history, sensitive.get(row.name, frozenset()))

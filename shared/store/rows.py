@@ -8,7 +8,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
+
+
+class Frame(TypedDict):
+    """One frame of a failed attempt's traceback: where, never what (no source, no values)."""
+
+    file: str
+    line: int | None
+    function: str
 
 
 @dataclass(frozen=True)
@@ -20,6 +28,7 @@ class Attempt:
     finished_at: datetime | None
     error: str | None
     progress: Any = None  # what it last reported (`ctx.set_progress`), decoded
+    traceback: list[Frame] | None = None  # where a failure was raised, innermost last
 
 
 JobStatus = Literal["waiting", "pending", "running", "succeeded", "dead_lettered", "cancelled"]
@@ -192,6 +201,7 @@ class Outcome:
     # What the job raised, in the worker's process only (never written: `error` is the
     # scrubbed text): its final failure's log record carries it for Sentry and the like.
     exc: BaseException | None = field(default=None, compare=False, repr=False)
+    traceback: str | None = None  # a failure's frames, JSON (`jobsup.worker.frames`)
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs a bulk enqueue 2 us a job
@@ -259,6 +269,21 @@ class RecurringSchedule:
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items() if key != "seal_id"}
+
+
+def frames_of(text: str | None) -> list[Frame] | None:
+    """A stored traceback's frames; None for none, or for a text that is not a list of them."""
+    found = decode_stored(text)
+    if not isinstance(found, list) or not all(isinstance(frame, dict) for frame in found):
+        return None
+    return [
+        Frame(
+            file=str(f.get("file")),
+            line=f.get("line") if isinstance(f.get("line"), int) else None,
+            function=str(f.get("function")),
+        )
+        for f in found
+    ]
 
 
 def decode_stored(text: str | None) -> Any:

@@ -35,7 +35,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0013"
+SCHEMA_REVISION = "0014"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -111,6 +111,7 @@ job_attempt = Table(
     Column("outcome", Name(20)),
     Column("error", LongText),
     Column("progress", LongText),  # JSON: what the attempt last reported (`ctx.set_progress`)
+    Column("traceback", LongText),  # JSON: a failure's frames (`jobsup.worker.frames`)
 )
 
 recurring_job = Table(

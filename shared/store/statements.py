@@ -94,7 +94,12 @@ class Statements(StepStatements):
         return (
             update(job_attempt)
             .where(job_attempt.c.job_id.in_(job_ids), job_attempt.c.finished_at.is_(None))
-            .values(finished_at=self.dialect.clock(), outcome=bindparam("p_outcome"), error=bindparam("p_error"))
+            .values(
+                finished_at=self.dialect.clock(),
+                outcome=bindparam("p_outcome"),
+                error=bindparam("p_error"),
+                traceback=bindparam("p_traceback", None),  # given by `fail` only: the others keep none
+            )
         )
 
     # -- enqueue -----------------------------------------------------------------------------

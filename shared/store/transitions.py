@@ -5,9 +5,9 @@ One method per arrow: enqueue, claim, complete, fail, release, cancel, expire, r
 (and renew, which extends a lease and changes no state). Each is one transaction and a
 compare-and-set: the statement names the state it expects and the rows it returns say
 whether it happened. Inside the transaction, after the compare-and-set has matched, run the
-in-transaction steps `jobsup.store.steps.STEPS` lists for it; after the commit, the
-events (`jobsup.observe.events`), never before the write they announce. Every
-time-dependent transition takes an optional `now`; without it the reference clock is used.
+in-transaction steps `jobsup.store.steps.STEPS` lists for it; after the commit, the events
+(`jobsup.observe.events`), never before the write they announce. Every time-dependent
+transition takes an optional `now`; without it the reference clock is used.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ class Transitions:
             **self.dialect.clock_params(now, retry=delay),
             **self.sql.fence_params([held.lease]),
             "p_discard": outcome.kind == DISCARDED,
-            "p_error": outcome.error,
+            **{"p_error": outcome.error, "p_traceback": outcome.traceback},
             "p_outcome": "failed" if outcome.kind == DISCARDED else outcome.kind,
         }
         chain = self.sql.fail_expired if expired_only else self.sql.fail
