@@ -39,7 +39,7 @@ MAX_RULES = 100
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _KEYS = {"weekdays", "time", "dates", "days_of_month", "holidays", "subdivision"}
 _CLOCK = re.compile(r"([01]\d|2[0-4]):([0-5]\d)")
-_HELP = "see 'Calendars and blackout windows' in the README"
+_HELP = "see docs/how-to/calendars.md"
 
 
 @dataclass(frozen=True)

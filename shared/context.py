@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 class JobLog(Protocol):
     """`ctx.log`: `logging`'s calls and %-formatting; in a worker each line is stored with the
-    job's attempt (README, "Per-job logs") and mirrored to the ``jobsup.job.<name>`` logger."""
+    job's attempt (docs/how-to/job-logs.md) and mirrored to the ``jobsup.job.<name>`` logger."""
 
     def debug(self, msg: object, *args: object) -> None: ...
     def info(self, msg: object, *args: object) -> None: ...

@@ -28,7 +28,7 @@ def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: 
         flaky = client.enqueue("work", {"fail": True}, max_attempts=2)  # fails twice: dead-lettered
 
         def counted() -> bool:
-            # A counter moves just after its commit: a kill in between would lose it (README).
+            # A counter moves just after its commit: a kill in between would lose it (docs/how-to/monitoring.md).
             text = scrape(port)[1]
             settled = sample(text, "jobsup_jobs_completed_total", job="work", outcome="succeeded") == 5
             return settled and sample(text, "jobsup_jobs_completed_total", job="work", outcome="failed") == 2

@@ -242,7 +242,7 @@ def test_every_command_says_in_one_line_that_the_schema_is_missing(command: list
 )
 def test_bad_input_to_any_command_is_one_line(sqlite_url: str, args: list[str], code: int, message: str) -> None:
     """Item 25: a wrong job id, a bad duration, a bad cron, bad JSON; exit 1 for what is not
-    there, 2 for input that is wrong (README, exit codes)."""
+    there, 2 for input that is wrong (docs/reference/cli.md, exit status)."""
     result = run_jobsup(*args, "--database-url", sqlite_url)
     one_line_without_traceback(result)
     assert message in result.stderr

@@ -506,7 +506,7 @@ def log_in_as(http: Any, password: str, headers: dict[str, str], user: str = "al
 
 @pytest.mark.postgres
 def test_a_password_on_the_command_line_is_not_shown_in_ps(postgres_url: str, tmp_path: Path) -> None:
-    """Security review, finding 8: `--database-url` with a password, as the README writes it,
+    """Security review, finding 8: `--database-url` with a password, as docs/reference/settings.md writes it,
     was readable in /proc/PID/cmdline by every local user for as long as the dashboard ran.
     (The server trusts local connections, so the password given here is not checked.)"""
     from webhelpers import start_dashboard

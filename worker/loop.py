@@ -84,7 +84,7 @@ class Worker:
         # A claim of one job on a database of many writers hands its outcome to the settler's
         # thread, so the next claim overlaps the write; a batch, or one writer at a time
         # (SQLite), writes here before the next claim: a second thread running Python beside
-        # this one costs more in GIL hand-offs than it saves (the README's performance section).
+        # this one costs more in GIL hand-offs than it saves (docs/explanation/performance.md).
         self.one_writer = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
         # The settler tells the keeper which leases it may forget (the keeper is made next).

@@ -16,7 +16,7 @@ def test_a_report_request_runs_once_committed(jobsup_client: jobsup.Client) -> N
         "status": "succeeded",
         "result": {"sent_to": "ann@example.com", "period": "weekly"},
     }
-    # What a job logs is scrubbed of its payload's long strings (README, "Logs"):
+    # What a job logs is scrubbed of its payload's long strings ("Logs" in docs/how-to/operating.md):
     assert [line.message for line in jobsup_client.logs(job_id)] == ["building the weekly report for ***"]
 
 

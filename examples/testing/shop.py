@@ -1,5 +1,5 @@
 """A small application with jobs, as the example test suite beside it tests it
-(`test_shop.py`; README, "Testing your jobs")."""
+(`test_shop.py`; docs/how-to/testing.md)."""
 
 from typing import Any
 

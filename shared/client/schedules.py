@@ -108,7 +108,7 @@ class Calendars:
 
     def add(self, name: str, rules: Any, *, timezone: str = "UTC", actor: str | None = None) -> dict[str, Any]:
         """Add or replace the calendar `name`: `rules` (a list of rules, or its JSON text;
-        see the README's "Calendars and blackout windows") read in `timezone`. Bad rules
+        see docs/how-to/calendars.md) read in `timezone`. Bad rules
         raise `BadInput` naming the rule, and nothing is written. Schedules see the change
         within `jobsup.supervisor.recurring.CALENDAR_TTL`; jobs already enqueued keep their
         run_at. Audited."""

@@ -55,7 +55,7 @@ KINDS: dict[str, Kind] = {
     # -- public: hooks and the outbox hear these too ----------------------------------------
     "job.enqueued": Kind(meaning="a job was stored (pending, or waiting on its dependencies)", made_by=("enqueue",)),
     # A start and a success are logged at DEBUG, one line per job; at INFO the successes of a
-    # settle are one `jobs.succeeded` line (the README's "Logs" says why).
+    # settle are one `jobs.succeeded` line ("Logs" in docs/how-to/operating.md says why).
     "job.started": Kind(DEBUG, "a worker claimed the job: an attempt began", ("claim",)),
     "job.succeeded": Kind(DEBUG, "the attempt succeeded; the job is finished", ("complete",)),
     "job.failed": Kind(WARNING, "the attempt raised (outcome failed)", ("fail",)),
@@ -66,7 +66,7 @@ KINDS: dict[str, Kind] = {
         made_by=("fail", "expire"),
     ),
     # At ERROR, with the job's exception on the record (not in jobsup's line): what an error
-    # tracker such as Sentry reports (README, "Logs").
+    # tracker such as Sentry reports (docs/how-to/sentry.md).
     "job.dead_lettered": Kind(ERROR, "the job will not run again: attempts used up, or discarded", ("fail", "expire")),
     # By an operator; or, for a running job, by the end its worker (or the sweep, or a release
     # of one held unstarted) writes once the job has stopped.

@@ -145,7 +145,7 @@ class RecurringStore:
             return [_schedule(row) for row in conn.execute(stmt)]
 
     def clock(self) -> datetime:
-        """The clock schedules are read by: the host's (see the README on skew)."""
+        """The clock schedules are read by: the host's (see docs/how-to/recurring.md on skew)."""
         return host_clock()
 
     def advance(

@@ -106,7 +106,7 @@ def key_limits(runs: list[Run]) -> list[Violation]:
 
 
 def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
-    """(c) A window counts a start at the claim (the README: it holds for the claims; a call
+    """(c) A window counts a start at the claim (docs/how-to/rate-limits.md: it holds for the claims; a call
     follows its claim by the claim's commit and the worker's scheduling delay). So: never
     more claims in any window of the period than the limit, read from the attempt rows, whose
     `started_at` is the instant the window recorded (the database's clock); and no call kept
