@@ -149,6 +149,23 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
     click.echo(f"jobsup schema is at revision {migrate.head_revision()} on {database.safe_url}")
 
 
+class ClaimBatch(click.ParamType):
+    """--claim-batch: a whole number from 1, or auto (the adaptive default, said again)."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int) or str(value).strip().lower() == "auto":
+            return value if isinstance(value, int) else "auto"
+        try:
+            number = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a whole number or auto", param, ctx)
+        if number < 1:
+            self.fail(f"{number} is less than 1: claim at least one job at once (or auto)", param, ctx)
+        return number
+
+
 @cli.command()
 @click.option("--app", "apps", multiple=True, help="Module that registers jobs (repeatable).")
 @click.option(
@@ -166,7 +183,7 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
 @click.option("--shutdown-grace", help="How long a running job may finish on shutdown (default 20s).")
 @click.option(
     "--claim-batch",
-    type=click.IntRange(min=1),
+    type=ClaimBatch(),
     help="Jobs a worker claims at once, run one by one (default auto: 1 to 32).",
 )
 @click.option("--migrate/--no-migrate", default=None, help="Upgrade the schema on start (default on).")
