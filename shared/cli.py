@@ -149,21 +149,17 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
     click.echo(f"jobsup schema is at revision {migrate.head_revision()} on {database.safe_url}")
 
 
-class ClaimBatch(click.ParamType):
+def claim_batch(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:
     """--claim-batch: a whole number from 1, or auto (the adaptive default, said again)."""
-
-    name = "N|auto"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        if isinstance(value, int) or str(value).strip().lower() == "auto":
-            return value if isinstance(value, int) else "auto"
-        try:
-            number = int(value)
-        except ValueError:
-            self.fail(f"{value!r} is not a whole number or auto", param, ctx)
-        if number < 1:
-            self.fail(f"{number} is less than 1: claim at least one job at once (or auto)", param, ctx)
-        return number
+    if value is None or value.strip().lower() == "auto":
+        return None if value is None else "auto"
+    try:
+        number = int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a whole number or auto") from None
+    if number < 1:
+        raise click.BadParameter(f"{number} is less than 1: claim at least one job at once (or auto)")
+    return number
 
 
 @cli.command()
@@ -183,7 +179,8 @@ class ClaimBatch(click.ParamType):
 @click.option("--shutdown-grace", help="How long a running job may finish on shutdown (default 20s).")
 @click.option(
     "--claim-batch",
-    type=ClaimBatch(),
+    metavar="N|auto",
+    callback=claim_batch,
     help="Jobs a worker claims at once, run one by one (default auto: 1 to 32).",
 )
 @click.option("--migrate/--no-migrate", default=None, help="Upgrade the schema on start (default on).")

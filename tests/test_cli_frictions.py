@@ -60,7 +60,7 @@ def test_a_metrics_port_in_use_suggests_any_free_port(tmp_path: Path) -> None:
 
 def test_help_says_how_queues_are_shaped_and_which_priority_runs_first() -> None:
     start = run_jobsup("start", "--help").stdout
-    assert "NAME=N[:C]" in start and "--claim-batch N|AUTO" in start and "--metrics-port INTEGER" in start
+    assert "NAME=N[:C]" in start and "--claim-batch N|auto" in start and "--metrics-port INTEGER" in start
     assert "[debug|info|warning|error]" in start
     enqueue = run_jobsup("enqueue", "--help").stdout
     assert "Higher runs first" in " ".join(enqueue.split())

@@ -14,7 +14,7 @@ import pytest
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
-@pytest.mark.parametrize(("folder", "tests"), [("testing", 5), ("fastapi", 2), ("flask", 3)])
+@pytest.mark.parametrize(("folder", "tests"), [("testing", 5), ("fastapi", 2), ("flask", 3), ("django", 2)])
 def test_an_examples_suite_passes_as_a_user_runs_it(folder: str, tests: int) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTEST_", "JOBSUP_"))}
     done = subprocess.run(

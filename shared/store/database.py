@@ -172,6 +172,20 @@ def after_commit(conn: Connection | None, callback: Callable[[], object]) -> Non
     waiting.append((_savepoints(conn), callback))
 
 
+@contextmanager
+def committed_elsewhere(conn: Connection) -> Iterator[list[Callable[[], object]]]:
+    """For a transaction on `conn` that its owner commits without SQLAlchemy (a framework's
+    own connection, lent to jobsup: `jobsup.contrib.django`): the `after_commit` callbacks
+    registered inside are collected in the list it yields instead of waiting for a commit
+    event that never comes, for the owner to run once its COMMIT has returned."""
+    deferred: list[Callable[[], object]] = []
+    _own[conn] = deferred
+    try:
+        yield deferred
+    finally:
+        del _own[conn]
+
+
 def now_or_after_commit(
     conn: Connection, dialect: Dialect, now: Callable[[], object], later: Callable[[], object]
 ) -> None:

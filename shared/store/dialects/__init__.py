@@ -260,6 +260,25 @@ def normalise_url(url: str | URL) -> URL:
     return parsed
 
 
+def same_database(a: str | URL, b: str | URL) -> bool:
+    """Whether two URLs name one database, whatever their drivers and credentials: the same
+    server (host and port as written: ``localhost`` and ``127.0.0.1`` differ) and database
+    name, or for SQLite the same file however it was reached. For a framework that hands
+    jobsup its own connection to that database (`jobsup.contrib.django`)."""
+    return _identity(a) == _identity(b)
+
+
+def _identity(url: str | URL) -> tuple[object, ...]:
+    parsed, backend, _ = _parse(url)
+    if backend == "sqlite":
+        from jobsup.store.dialects.sqlite import database_path
+
+        path = database_path(parsed)
+        # An in-memory database is each connection's own: never the same as another.
+        return (backend, str(path) if path is not None else object())
+    return (backend, parsed.host or None, parsed.port or None, parsed.database)
+
+
 def _parse(url: str | URL) -> tuple[URL, str, str]:
     """`url` parsed, with its database (aliases resolved; refused unless supported) and driver."""
     from sqlalchemy.engine import make_url
