@@ -18,6 +18,7 @@ from jobsup.worker.execute import execute, outcome_of
 from jobsup.worker.frames import MAX_FRAMES, stored_frames
 
 from helpers import claim_one, run_jobsup
+from webhelpers import READER, web
 
 CARD = "4111222233334444"  # a payload value: in the job's locals, its arguments and its source line below
 
@@ -98,3 +99,13 @@ def test_jobs_show_prints_the_frames_with_traceback_and_the_api_returns_them(url
     assert f'File "{__file__}", line' in shown.stdout and "in charge_card" in shown.stdout
     as_json = json.loads(run_jobsup("--database-url", url, "jobs", "show", str(job_id), "--json").stdout)
     assert as_json["history"][0]["traceback"][-1]["function"] == "charge_card"
+
+
+def test_the_api_returns_an_attempts_frames(url: str) -> None:
+    client = jobsup.Client(url)
+    job_id = client.enqueue("declined-charge", {"card": CARD})
+    fail_once(client)
+    with web(url) as http:
+        found = http.get(f"/api/v1/jobs/{job_id}", headers=READER).json()
+    assert [f["function"] for f in found["history"][0]["traceback"]] == ["declined_charge", "charge_card"]
+    assert CARD not in json.dumps(found["history"][0]["traceback"])

@@ -102,6 +102,11 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     page.locator(f'a[href="/jobs/{failed}"]').click()
     expect(page.locator("h1 .status")).to_have_text("dead_lettered")
     expect(page.locator("main")).to_contain_text("RuntimeError: the partner refused")
+    traceback = page.locator("details.traceback")
+    expect(traceback.locator("pre")).not_to_be_visible()  # folded under its attempt
+    traceback.locator("summary").click()
+    expect(traceback.locator("pre")).to_contain_text('jobapps.py", line')
+    expect(traceback.locator("pre")).to_contain_text("in sealed_app")
     assert SECRET not in page.content()
     shot(page, tmp_path, "failed-job")
     page.get_by_role("button", name="Retry").click()

@@ -35,6 +35,8 @@ ATTEMPT = obj(
     finished_at=TIME,
     error=maybe("string"),
     progress=ANY,
+    # Where a failure was raised, innermost last (file, line, function: no source, no values).
+    traceback={"type": ["array", "null"], "items": obj(file=STR, line=maybe("integer"), function=STR)},
 )
 JOB = obj(
     id=INT,
