@@ -17,7 +17,7 @@ import click
 from setproctitle import setproctitle
 
 from jobsup import __version__
-from jobsup.errors import BadInput, ConfigurationError, JobsupError
+from jobsup.errors import BadInput, ConfigurationError, DatabaseMisconfigured, JobsupError
 from jobsup.observe import subscribe_logs_and_metrics
 from jobsup.ops.options import Target, config_option, database_url_option, with_target
 
@@ -265,7 +265,7 @@ def run(command: Callable[..., Any], argv: list[str] | None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_USAGE)
-    except (BadInput, ConfigurationError) as exc:
+    except (BadInput, ConfigurationError, DatabaseMisconfigured) as exc:
         click.echo(f"jobsup: {exc}", err=True)
         sys.exit(EXIT_USAGE)
     except JobsupError as exc:

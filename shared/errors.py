@@ -58,9 +58,11 @@ class DatabaseUnavailable(DatabaseError):
     """The database cannot be reached: check that it runs and that the URL's host and port are right."""
 
 
-class DatabaseMisconfigured(ConfigurationError, DatabaseError):
+class DatabaseMisconfigured(DatabaseUnavailable):
     """The database server answers but will not let jobsup in: no such database, no such
-    user, a wrong password. A configuration error, not an outage: waiting will not mend it."""
+    user, a wrong password. Reported as a configuration error (the command line exits 2,
+    naming the fix); a running process's loops wait it out as they wait out an outage, since
+    a password being rotated heals without a restart."""
 
 
 class DatabaseBusy(DatabaseUnavailable):

@@ -213,5 +213,11 @@ class Resolver:
             for t in (*known, *self.published.values())
         )
 
-    def retry_in(self, name: str, attempt: int) -> float:
-        return self.settings_of(name).retry.delay(attempt)
+    def retry_in(self, name: str, attempt: int, *, job: int | None = None) -> float:
+        """Seconds before job `job` of type `name` runs again after failed attempt `attempt`:
+        its type's policy, or the default one when the type's own `retry_in` (user code) raises."""
+        try:
+            return self.settings_of(name).retry.delay(attempt)
+        except Exception as exc:
+            emit("job.retry_in_failed", job=job, name=name, error=f"{type(exc).__name__}: {exc}")
+            return RetryPolicy().delay(attempt)

@@ -19,15 +19,22 @@ registering one would; the value is stored with the job, like any default.
 
 from __future__ import annotations
 
+import re
 import string
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from jobsup.clock import host_clock
 from jobsup.errors import BadInput
 
 KEY = "x-jobsup-template"  # the JSON Schema keyword a templated parameter's default is published under
 FIELDS = ("now", "slot", "name", "queue")
+# A template may come from a definition row any process wrote: a spec like {name:>2000000000}
+# would make each enqueue allocate gigabytes. A field's width, and what it renders, are capped.
+MAX_WIDTH = 64
+MAX_RENDERED = 1000
+_WIDTH = re.compile(r"^(?:.?[<>=^])?[-+ ]?z?#?0?(\d+)")
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,7 @@ class Moment:
 
     @classmethod
     def of(cls, name: str, queue: str, *, now: datetime | None = None, slot: datetime | None = None) -> Moment:
-        now = now or datetime.now(UTC)
+        now = now or host_clock()
         return cls(now, slot or now, name, queue)
 
 
@@ -103,6 +110,12 @@ def render(text: str, moment: Moment) -> str:
         value = getattr(moment, field)
         if isinstance(value, datetime) and not spec:
             out.append(value.isoformat())
-        else:
-            out.append(format(value, spec or ""))
-    return "".join(out)
+            continue
+        width = _WIDTH.match(spec or "") if isinstance(value, str) else None
+        if width is not None and int(width.group(1)) > MAX_WIDTH:
+            raise BadInput(f"template {text!r}: a field is at most {MAX_WIDTH} characters wide")
+        out.append(format(value, spec or ""))
+    rendered = "".join(out)
+    if len(rendered) > MAX_RENDERED:
+        raise BadInput(f"template {text!r} renders {len(rendered)} characters; at most {MAX_RENDERED}")
+    return rendered

@@ -198,16 +198,7 @@ class Arbiter:
     def serve(self) -> Endpoints | None:
         if self.settings.metrics_port < 0:
             return None
-        try:
-            endpoints = Endpoints(
-                self.settings.metrics_host, self.settings.metrics_port, supervisor_routes(self.health)
-            )
-        except OSError as exc:
-            where = f"{self.settings.metrics_host}:{self.settings.metrics_port}"
-            raise ConfigurationError(
-                f"cannot serve /metrics on {where}: {exc.strerror or exc}; another jobsup may hold it: "
-                "give --metrics-port 0 (any free port) or -1 (none), or JOBSUP_METRICS_PORT"
-            ) from None
+        endpoints = Endpoints.bound(self.settings.metrics_host, self.settings.metrics_port, supervisor_routes(self.health))
         endpoints.start()
         return endpoints
 

@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from jobsup.observe import metrics_files
+from jobsup.errors import ConfigurationError
 from jobsup.observe.events import emit
 
 READ_TIMEOUT = 5.0
@@ -71,6 +72,17 @@ class Endpoints(ThreadingHTTPServer):
         self.router, self.max_connections = router, max_connections
         self.lock = threading.Lock()
         self.open: dict[socket.socket, float | None] = {}  # connection -> when it began waiting (None: served)
+
+    @classmethod
+    def bound(cls, host: str, port: int, router: Router) -> Endpoints:
+        """Listening on `host`:`port`, or a `ConfigurationError` saying what to do instead."""
+        try:
+            return cls(host, port, router)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve /metrics on {host}:{port}: {exc.strerror or exc}; another jobsup may hold it: "
+                "give --metrics-port 0 (any free port) or -1 (none), or JOBSUP_METRICS_PORT"
+            ) from None
 
     def start(self) -> None:
         threading.Thread(target=self.serve_forever, name="jobsup-http", daemon=True).start()

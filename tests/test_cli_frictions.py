@@ -15,7 +15,8 @@ import jobsup
 from helpers import claim_one, fail, mariadb_database_url, run_jobsup, succeed
 
 
-def test_a_database_that_does_not_exist_is_a_configuration_error_not_an_outage(tmp_path: Path) -> None:
+@pytest.mark.postgres
+def test_a_database_that_does_not_exist_is_a_configuration_error_not_an_outage(pg_server: str) -> None:
     result = run_jobsup("--database-url", "postgresql+psycopg://postgres@127.0.0.1/jobsup_nowhere", "jobs", "list")
     assert result.returncode == 2, result.stderr  # a usage error, as any wrong setting is
     assert 'database "jobsup_nowhere" does not exist' in result.stderr
@@ -23,13 +24,14 @@ def test_a_database_that_does_not_exist_is_a_configuration_error_not_an_outage(t
     assert "cannot reach" not in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_role_that_does_not_exist_is_a_configuration_error(tmp_path: Path) -> None:
+@pytest.mark.postgres
+def test_a_role_that_does_not_exist_is_a_configuration_error(pg_server: str) -> None:
     result = run_jobsup("--database-url", "postgresql+psycopg://jobsup_nobody@127.0.0.1/postgres", "stats")
     assert result.returncode == 2 and "refuses jobsup" in result.stderr and "jobsup_nobody" in result.stderr
 
 
 @pytest.mark.mariadb
-def test_mariadb_s_unknown_database_is_a_configuration_error_too() -> None:
+def test_mariadb_s_unknown_database_is_a_configuration_error_too(mariadb_server: str) -> None:
     result = run_jobsup("--database-url", mariadb_database_url("jobsup_nowhere"), "jobs", "list")
     assert result.returncode == 2 and "Unknown database 'jobsup_nowhere'" in result.stderr, result.stderr
 

@@ -172,6 +172,9 @@ def test_a_job_waiting_from_before_the_template_gets_it_when_it_runs(url: str) -
         ("{slot:{name}}", "a field takes a format spec only"),
         ("{name:%Y}", "cannot be rendered"),
         ("{slot", "cannot be read"),
+        ("{name:>2000000000}", "a field is at most 64 characters wide"),  # would allocate gigabytes
+        ("{queue:x>65}", "a field is at most 64 characters wide"),
+        ("{slot:%Y}" * 300, "at most 1000"),
         (5, "a template is a string"),
     ],
 )

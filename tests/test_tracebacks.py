@@ -109,3 +109,16 @@ def test_the_api_returns_an_attempts_frames(url: str) -> None:
         found = http.get(f"/api/v1/jobs/{job_id}", headers=READER).json()
     assert [f["function"] for f in found["history"][0]["traceback"]] == ["declined_charge", "charge_card"]
     assert CARD not in json.dumps(found["history"][0]["traceback"])
+
+
+def test_frames_with_long_file_names_keep_the_innermost_that_fit_in_16_kib() -> None:
+    source = "def dive(n):\n    if n == 0:\n        raise ValueError('deep')\n    dive(n - 1)\n"
+    space: dict[str, Any] = {}
+    exec(compile(source, "/" + "very-long-folder/" * 120 + "module.py", "exec"), space)  # ~2 KB a frame
+    try:
+        space["dive"](20)
+    except ValueError as exc:
+        text = stored_frames(exc, Secrets())
+    assert text is not None and len(text) <= 16 * 1024
+    frames = json.loads(text)
+    assert 1 < len(frames) < 21 and frames[-1]["line"] == 3  # the innermost, where it was raised

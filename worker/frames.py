@@ -11,18 +11,20 @@ stores a bounded row.
 from __future__ import annotations
 
 import json
+import os
 import traceback
 
 from jobsup.scrub import Secrets, scrub
 
 MAX_FRAMES = 50
 MAX_CHARS = 16 * 1024
+_EXECUTE = os.path.join(os.path.dirname(__file__), "execute.py")  # where the worker calls a job's function
 
 
 def stored_frames(exc: BaseException, secrets: Secrets) -> str | None:
     """The JSON text of `exc`'s frames, innermost last; None when it has none."""
     summary: list[traceback.FrameSummary] = list(traceback.extract_tb(exc.__traceback__))
-    if summary and summary[0].filename == __file__.replace("frames.py", "execute.py"):
+    if summary and summary[0].filename == _EXECUTE:
         summary = summary[1:]  # the worker's own call of the job's function: the same in every traceback
     if not summary:
         return None

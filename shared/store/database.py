@@ -34,7 +34,7 @@ from jobsup.errors import (
 )
 from jobsup.settings import DEFAULT_URL
 from jobsup.store import faults
-from jobsup.store.dialects import Dialect, dialect_for, normalise_url
+from jobsup.store.dialects import DEFAULT_PORTS, Dialect, dialect_for, normalise_url, shown
 from jobsup.store.dialects.pooler import check_listen_with
 from jobsup.store.faults import OPERATION, OPERATIONS
 from jobsup.store.forkguard import ForkGuard
@@ -279,25 +279,12 @@ def _rolled_back_to(conn: Connection, name: str, context: object) -> None:
     _after_commit[conn] = [(inside, callback) for inside, callback in _after_commit.get(conn, []) if name not in inside]
 
 
-def shown(url: URL) -> str:
-    """`url` as people see it: no password, and a relative SQLite file as its absolute path
-    (relative, it names another file in each working directory, and a user who follows an
-    error's advice from elsewhere makes a second, empty database)."""
-    name = url.database
-    if url.get_backend_name() == "sqlite" and name and name != ":memory:" and not name.startswith("file:"):
-        url = url.set(database=os.path.abspath(name))
-    return url.render_as_string(hide_password=True)
-
-
 # What the servers say when they answer but refuse the login: a wrong URL, not an outage.
 # PostgreSQL's come before a connection exists, so with no SQLSTATE: its (English) words.
 _REFUSED_LOGIN_WORDS = re.compile(
     r"FATAL:\s+(database \"[^\"]*\" does not exist|role \"[^\"]*\" does not exist|password authentication failed)"
 )
 _REFUSED_LOGIN_NUMBERS = {1044, 1045, 1049, 1698}  # MariaDB: access denied (db, user), unknown database
-
-
-_DEFAULT_PORTS: dict[str, int | str] = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433}
 
 
 def refused_login(exc: DBAPIError) -> bool:
@@ -318,7 +305,7 @@ def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:
     if kind is DatabaseBusy:
         return f"the database {where} takes no work for now: {reason}"
     if kind is DatabaseUnavailable and url.host:
-        port = url.port or _DEFAULT_PORTS.get(url.get_backend_name(), "default")
+        port = url.port or DEFAULT_PORTS.get(url.get_backend_name(), "default")
         return f"cannot reach the database {where} (host {url.host}, port {port}): {reason}"
     if kind is DatabaseUnavailable:
         return f"cannot use the database {where}: {reason}"

@@ -215,12 +215,15 @@ class Transitions:
         requires the lease to have lapsed (the sweep's compare-and-set). Returns the new
         status, or None when the lease was no longer held (nothing changed)."""
         held = outcome.held
-        delay = outcome.retry_in if outcome.retry_in is not None else self._retry_delay(held)
+        delay = outcome.retry_in
+        if delay is None:
+            delay = self.resolver.retry_in(held.name, held.lease.attempt, job=held.id)
         params = {
             **self.dialect.clock_params(now, retry=delay),
             **self.sql.fence_params([held.lease]),
             "p_discard": outcome.kind == DISCARDED,
-            **{"p_error": outcome.error, "p_traceback": outcome.traceback},
+            "p_error": outcome.error,
+            "p_traceback": outcome.traceback,
             "p_outcome": "failed" if outcome.kind == DISCARDED else outcome.kind,
         }
         chain = self.sql.fail_expired if expired_only else self.sql.fail
@@ -245,13 +248,6 @@ class Transitions:
     def _has_steps(self, held: Held) -> bool:
         """Its end sets off steps, or its type's breaker counts its settles (`jobsup.store.breakers`)."""
         return held.needs_steps or self.resolver.breaker_of(held.name) is not None
-
-    def _retry_delay(self, held: Held) -> float:
-        try:
-            return self.resolver.retry_in(held.name, held.lease.attempt)
-        except Exception as exc:  # a job type's own retry_in is user code
-            emit("job.retry_in_failed", job=held.id, name=held.name, error=f"{type(exc).__name__}: {exc}")
-            return RetryPolicy().delay(held.lease.attempt)
 
     def release(
         self,

@@ -10,6 +10,7 @@ lock, and how driver errors read. Every other statement is written once, dialect
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -276,7 +277,24 @@ def _identity(url: str | URL) -> tuple[object, ...]:
         path = database_path(parsed)
         # An in-memory database is each connection's own: never the same as another.
         return (backend, str(path) if path is not None else object())
-    return (backend, parsed.host or None, parsed.port or None, parsed.database)
+    return (backend, parsed.host or None, parsed.port or DEFAULT_PORTS.get(backend), parsed.database)
+
+
+# The port a server URL means when it names none (its driver's default).
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433}
+# The databases whose connection a framework may lend jobsup for a transactional enqueue
+# (`jobsup.contrib.django`): the ones tested with a lent connection.
+LENDABLE = frozenset({"sqlite", "postgresql"})
+
+
+def shown(url: URL) -> str:
+    """`url` as people see it: no password, and a relative SQLite file as its absolute path
+    (relative, it names another file in each working directory, and a user who follows an
+    error's advice from elsewhere makes a second, empty database)."""
+    name = url.database
+    if url.get_backend_name() == "sqlite" and name and name != ":memory:" and not name.startswith("file:"):
+        url = url.set(database=os.path.abspath(name))
+    return url.render_as_string(hide_password=True)
 
 
 def _parse(url: str | URL) -> tuple[URL, str, str]:
