@@ -41,7 +41,7 @@ from jobsup.contrib.django.framework import (
 )
 from jobsup.contrib.django.results import JOB_NAME, aware, payload_of, result_of
 from jobsup.errors import BadInput, JobsupError
-from jobsup.store.dialects import normalise_url, same_database
+from jobsup.store.dialects import LENDABLE, normalise_url, same_database
 
 OPTIONS = ("DATABASE_URL", "DATABASE", "MAX_ATTEMPTS")
 
@@ -154,6 +154,13 @@ def _check_same(where: str, alias: str, url: Any) -> None:
         raise ImproperlyConfigured(f"{where}['DATABASE'] is {alias!r}, which is not in DATABASES")
     settings: Mapping[str, Any] = connections.settings[alias]
     vendor = connections[alias].vendor
+    if vendor not in LENDABLE:
+        # Lent to SQLAlchemy's dialect of another driver (Django's mysqlclient under jobsup's
+        # PyMySQL dialect) and without jobsup's session settings: not tested, so not offered.
+        raise ImproperlyConfigured(
+            f"{where}['DATABASE']: the transactional enqueue is for SQLite and PostgreSQL; on {vendor} "
+            "leave DATABASE out and enqueue in transaction.on_commit"
+        )
     from sqlalchemy.engine import URL
 
     try:

@@ -24,8 +24,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
+from jobsup.errors import DatabaseError
 from jobsup.store.database import committed_elsewhere
 
 
@@ -73,9 +75,15 @@ class Lender:
         (Django autocommits: jobsup's own connection commits the job at once, which is the
         same thing)."""
         from django.db import connections, transaction
+        from django.db.transaction import TransactionManagementError
 
         django = connections[self.alias]
         if not django.in_atomic_block:
+            if not django.get_autocommit():
+                raise TransactionManagementError(
+                    f"an enqueue on Django's database {self.alias!r} with autocommit off and no atomic block: "
+                    "jobsup cannot tell when that transaction commits; enqueue inside transaction.atomic()"
+                )
             yield None
             return
         django.ensure_connection()
@@ -83,6 +91,11 @@ class Lender:
         try:
             with committed_elsewhere(conn) as callbacks:
                 yield conn
+        except (DatabaseError, SQLAlchemyError):
+            # PostgreSQL aborts the whole transaction on an error: the atomic block must not
+            # go on (or commit) as if jobsup's statement had not failed in it.
+            transaction.set_rollback(True, using=self.alias)
+            raise
         finally:
             conn.close()  # its "rollback" reaches `Lent.rollback`: Django's transaction goes on
         for callback in callbacks:

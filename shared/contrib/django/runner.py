@@ -22,7 +22,6 @@ from jobsup.contrib.django.results import ERROR_MARK, JOB_NAME
 
 @jobsup.job(JOB_NAME, max_attempts=1)
 def run_task(ctx: jobsup.JobContext, payload: dict[str, Any]) -> Any:
-    from django.db import close_old_connections
     from django.utils import timezone
     from django.utils.module_loading import import_string
 
@@ -40,7 +39,7 @@ def run_task(ctx: jobsup.JobContext, payload: dict[str, Any]) -> Any:
         raise jobsup.Discard(f"{payload['task']} is not a task (decorate it with @task)")
     backend = task_backends[payload.get("backend") or task.backend]
     # As a request does: a connection past its CONN_MAX_AGE, or broken, is not reused.
-    close_old_connections()
+    _close_old_connections()
     try:
         # The result as stored now (RUNNING, this attempt counted): the context's, and the signals'.
         result = backend.get_result(str(ctx.job_id))
@@ -60,6 +59,17 @@ def run_task(ctx: jobsup.JobContext, payload: dict[str, Any]) -> Any:
         _finished(task_finished, backend, result, TaskResultStatus.SUCCESSFUL, timezone.now(), value)
         return value
     finally:
+        _close_old_connections()
+
+
+def _close_old_connections() -> None:
+    """Django's `close_old_connections`, except in a transaction: `jobsup.testing.drain` in a
+    test runs tasks in the test's own thread, where Django would take the test's open
+    transaction for an unusable connection and close it (its test client turns the same
+    handler off for that reason)."""
+    from django.db import close_old_connections, connections
+
+    if not any(conn.in_atomic_block for conn in connections.all(initialized_only=True)):
         close_old_connections()
 
 
