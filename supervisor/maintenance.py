@@ -15,7 +15,8 @@ from jobsup.observe.events import emit
 from jobsup.store import concurrency_keys
 from jobsup.store.outbox import Outbox
 from jobsup.store.processes import stale_age
-from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING
+from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, WAITING
+from jobsup.store.states import RETRYING, SCHEDULED
 from jobsup.store.store import Store
 from jobsup.supervisor.guard import report_errors
 
@@ -97,7 +98,9 @@ class QueueGauges:
     (an API caller's, or names made from input) would grow the scrape without end."""
 
     name = "queue_gauges"
-    STATUSES = (PENDING, RUNNING, DEAD_LETTERED)
+    # The statuses, and the states of `jobsup.store.states` (retrying and scheduled are parts
+    # of pending; waiting is held by a concurrency key), as `jobsup stats` counts them.
+    STATUSES = (PENDING, RUNNING, DEAD_LETTERED, WAITING, RETRYING, SCHEDULED)
 
     def __init__(self, store: Store, served: Iterable[str], others: int = MAX_QUEUE_LABELS) -> None:
         self.store = store
@@ -114,7 +117,8 @@ class QueueGauges:
         return OTHER_QUEUE
 
     def run_once(self, now: datetime | None = None) -> int:
-        counts, first_due = self.store.reads.job_counts(self.STATUSES, now=now)
+        counts, first_due = self.store.reads.job_counts((PENDING, RUNNING, DEAD_LETTERED), now=now)
+        counts = {**counts, **self.store.overview.state_counts(now=now)}
         states = self.store.pauses.states()
         # In name order, so which queues get a label of their own does not depend on the tick.
         for queue in sorted({queue for queue, _ in counts} | set(first_due) | set(states)):

@@ -109,6 +109,33 @@ def test_every_metric_the_alerts_and_dashboard_use_is_declared(running: tuple[jo
     assert used - declared == set()
 
 
+def test_the_grafana_dashboard_is_valid_and_charts_what_operators_look_for() -> None:
+    """Its panels parse, do not overlap, name only declared metrics, and cover the metrics
+    added for limits, events and hooks (a panel naming a metric jobsup does not export fails)."""
+    from jobsup.observe.metrics import declared_names
+
+    board = json.loads((DEPLOY / "grafana" / "jobsup-dashboard.json").read_text())
+    panels = board["panels"]
+    assert len({panel["id"] for panel in panels}) == len(panels)
+    cells = [
+        (x, y)
+        for panel in panels
+        for x in range(panel["gridPos"]["x"], panel["gridPos"]["x"] + panel["gridPos"]["w"])
+        for y in range(panel["gridPos"]["y"], panel["gridPos"]["y"] + panel["gridPos"]["h"])
+    ]
+    assert len(cells) == len(set(cells)), "two panels overlap"
+    exprs = " ".join(target["expr"] for panel in panels for target in panel["targets"])
+    used = set(re.findall(r"\bjobsup_[a-z_]+", exprs))
+    assert used - declared_names() == set()
+    for needed in (
+        *("jobsup_outbox_events", "jobsup_outbox_parked_events", "jobsup_breaker_state"),
+        *("jobsup_sla_breaches_total", "jobsup_queue_paused", "jobsup_recurring_skipped_total"),
+        *("jobsup_hook_failures_total", "jobsup_events_publish_failures_total"),
+    ):
+        assert needed in used, needed
+    assert 'status=~"retrying|scheduled|waiting"' in exprs
+
+
 @pytest.mark.slow  # a real `jobsup start` (the module's fixture)
 def test_a_real_prometheus_scrapes_jobsup_and_answers_promql(
     running: tuple[jobsup.Client, int], tmp_path: Path

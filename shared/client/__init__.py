@@ -29,7 +29,7 @@ from jobsup.observe import subscribe_logs_and_metrics
 from jobsup.store.builder import EnqueueOptions
 from jobsup.store.database import Database
 from jobsup.store.rows import Definition, Job, LogLine, RecurringSchedule
-from jobsup.store.schema import STATUSES
+from jobsup.store.states import FILTERS
 from jobsup.store.store import Store
 
 SCAN_IDS = 50_000  # the ids a filtered page of the job list looks through, at most
@@ -166,9 +166,10 @@ class Client:
         self, *, status: str | None = None, queue: str | None = None, limit: int = 100, sla_breached: bool = False
     ) -> list[Job]:
         """Jobs, newest first, without their history (use `get` for that); with
-        `sla_breached`, only those maintenance marked past an SLA deadline."""
-        if status is not None and status not in STATUSES:
-            raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
+        `sla_breached`, only those maintenance marked past an SLA deadline. `status` is a
+        status or ``retrying``/``scheduled`` (pending ones, `jobsup.store.states`)."""
+        if status is not None and status not in FILTERS:
+            raise BadInput(f"status {status!r} is not one of {', '.join(FILTERS)}")
         limit = check_limit(limit)
         return self.store.reads.job_list(status=status, queue=queue, limit=limit, sla_breached=bool(sla_breached))
 
@@ -188,8 +189,8 @@ class Client:
         query that made it: given with other filters, or not one made here, it raises
         `BadInput`. It is not signed: it carries nothing but the last id and the filters'
         fingerprint, and a hand-made one can only start a page at another id."""
-        if status is not None and status not in STATUSES:
-            raise BadInput(f"status {status!r} is not one of {', '.join(STATUSES)}")
+        if status is not None and status not in FILTERS:
+            raise BadInput(f"status {status!r} is not one of {', '.join(FILTERS)}")
         for value, what in ((queue, "queue"), (name, "job name")):
             if value is not None:
                 check_name(value, what)

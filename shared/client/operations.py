@@ -20,6 +20,7 @@ from jobsup.observe.events import emit
 from jobsup.store.audit import AuditEntry
 from jobsup.store.rows import Job
 from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, STATUSES, SUCCEEDED, WAITING
+from jobsup.store.states import RETRYING, SCHEDULED
 
 MAX_REASON = 1000  # characters of a pause's reason
 HOUR = 3600.0
@@ -85,6 +86,10 @@ class Queues:
         if seconds <= 0:
             raise BadInput("window must be longer than zero")
         counts, first_due = self._core.store.reads.job_counts(STATUSES)
+        # Waiting: held by a key, as the overview counts it (a workflow step waiting for its
+        # predecessors is its workflow's); retrying and scheduled: parts of pending.
+        counts = {key: n for key, n in counts.items() if key[1] != WAITING}
+        counts.update(self._core.store.overview.state_counts())
         recent = self._core.store.reads.job_finished_since(seconds)
         now = host_clock()
         queues = sorted({queue for queue, _ in counts} | set(first_due) | set(recent))
@@ -96,6 +101,8 @@ class Queues:
                     "queue": queue,
                     "waiting": counts.get((queue, WAITING), 0),
                     "pending": counts.get((queue, PENDING), 0),
+                    "retrying": counts.get((queue, RETRYING), 0),
+                    "scheduled": counts.get((queue, SCHEDULED), 0),
                     "running": counts.get((queue, RUNNING), 0),
                     "succeeded": counts.get((queue, SUCCEEDED), 0),
                     "dead_lettered": counts.get((queue, DEAD_LETTERED), 0),
@@ -114,7 +121,7 @@ class Queues:
         indexed query."""
         reads = self._core.store.overview
         clock = now or datetime.now(UTC)
-        counts = reads.queue_counts()
+        counts = reads.queue_counts() | reads.state_counts(now=now)
         oldest = reads.oldest_due(now=now)
         width = HOUR / BUCKETS
         finished = reads.finished_since([clock - timedelta(seconds=HOUR - i * width) for i in range(BUCKETS)])
@@ -137,7 +144,10 @@ class Queues:
                 {
                     "queue": queue,
                     "paused": queue in paused,
+                    "waiting": counts.get((queue, WAITING), 0),
                     "pending": counts.get((queue, PENDING), 0),
+                    "retrying": counts.get((queue, RETRYING), 0),
+                    "scheduled": counts.get((queue, SCHEDULED), 0),
                     "running": counts.get((queue, RUNNING), 0),
                     "dead_lettered": counts.get((queue, DEAD_LETTERED), 0),
                     "oldest_pending_seconds": None if due is None else max(0.0, (clock - due).total_seconds()),

@@ -25,8 +25,10 @@ class QueueStats(TypedDict):
     job's age in seconds, and successes per minute over the window."""
 
     queue: str
-    waiting: int
-    pending: int
+    waiting: int  # held back by a concurrency key
+    pending: int  # all of them, retrying and scheduled ones too
+    retrying: int  # pending after a failed attempt
+    scheduled: int  # pending, not yet tried, due later
     running: int
     succeeded: int
     dead_lettered: int
@@ -41,7 +43,10 @@ class QueueOverview(TypedDict):
 
     queue: str
     paused: bool
-    pending: int
+    waiting: int  # held back by a concurrency key
+    pending: int  # all of them, retrying and scheduled ones too
+    retrying: int  # pending after a failed attempt
+    scheduled: int  # pending, not yet tried, due later
     running: int
     dead_lettered: int
     oldest_pending_seconds: float | None

@@ -13,7 +13,8 @@ import click
 from jobsup.audit import actor_of
 from jobsup.ops.options import NotFound, Target, actor_option, json_option, parse_instant, parse_payload, with_target
 from jobsup.ops.tables import emit_json, emit_table
-from jobsup.store.schema import FINISHED_STATUSES, STATUSES
+from jobsup.store.schema import FINISHED_STATUSES
+from jobsup.store.states import FILTERS
 
 if TYPE_CHECKING:
     from jobsup.client import Client
@@ -95,7 +96,11 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@click.option("--status", type=click.Choice(STATUSES))
+@click.option(
+    "--status",
+    type=click.Choice(FILTERS),
+    help="Only jobs of this status; retrying and scheduled are the pending ones after a failure, and due later.",
+)
 @click.option("--queue", help="Only this queue's jobs.")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--sla-breached", is_flag=True, help="Only jobs marked past an SLA deadline.")

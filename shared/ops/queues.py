@@ -29,17 +29,24 @@ def workers(target: Target, as_json: bool) -> None:
 @json_option
 @with_target
 def stats(target: Target, window: str, as_json: bool) -> None:
-    """Per queue: pending, running, succeeded, dead-lettered, oldest pending age, throughput."""
+    """Per queue: jobs waiting for their key, pending (of which retrying and scheduled),
+    running, succeeded and dead-lettered; the oldest due pending job's age; throughput."""
     rows = target.client().queues.stats(window=window)
     if as_json:
         emit_json(rows)
         return
     emit_table(
-        ["queue", "pending", "running", "succeeded", "dead lettered", "oldest pending", "per minute"],
+        [
+            *("queue", "waiting", "pending", "retrying", "scheduled", "running"),
+            *("succeeded", "dead lettered", "oldest pending", "per minute"),
+        ],
         [
             (
                 r["queue"],
+                r["waiting"],
                 r["pending"],
+                r["retrying"],
+                r["scheduled"],
                 r["running"],
                 r["succeeded"],
                 r["dead_lettered"],

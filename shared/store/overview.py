@@ -16,7 +16,8 @@ from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.reads import jobs_of
 from jobsup.store.rows import Job
-from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, SUCCEEDED, job
+from jobsup.store import states
+from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, SUCCEEDED, WAITING, job
 
 # The predicate of the finished index (`jobsup_job_finished`), written as the index has it:
 # SQLite uses a partial index only when the query's WHERE carries the index's own term, and
@@ -51,6 +52,29 @@ class OverviewReads:
                 if status == DEAD_LETTERED:
                     stmt = stmt.where(IN_FINISHED_INDEX)
                 counts.update({(queue, status): int(n) for queue, n in conn.execute(stmt)})
+        return counts
+
+    def state_counts(self, *, now: datetime | None = None) -> dict[tuple[str, str], int]:
+        """Jobs per (queue, state) for the states of `jobsup.store.states`: retrying and
+        scheduled, in one pass over the claim index's rows (the pending ones), and waiting
+        (held by a concurrency key) through the key's waiting index."""
+        clock = self.dialect.clock()
+        parts = (
+            select(
+                job.c.queue,
+                func.sum(case((states.retrying(), 1), else_=0)),
+                func.sum(case((states.scheduled(clock), 1), else_=0)),
+            )
+            .where(status_is(PENDING))
+            .group_by(job.c.queue)
+        )
+        held = select(job.c.queue, func.count()).where(states.held_by_key()).group_by(job.c.queue)
+        counts: dict[tuple[str, str], int] = {}
+        with self.db.read("stats") as conn:
+            for queue, retrying, scheduled in conn.execute(parts, self.dialect.clock_params(now)):
+                counts[(queue, states.RETRYING)] = int(retrying or 0)
+                counts[(queue, states.SCHEDULED)] = int(scheduled or 0)
+            counts.update({(queue, WAITING): int(n) for queue, n in conn.execute(held)})
         return counts
 
     def oldest_due(self, *, now: datetime | None = None) -> dict[str, datetime]:
@@ -108,14 +132,14 @@ class OverviewReads:
             stmt = stmt.where(job.c.id < before)
         if lowest is not None:
             stmt = stmt.where(job.c.id >= lowest)
-        if status is not None:
-            stmt = stmt.where(status_is(status))
+        if status is not None:  # a status, or a state of `jobsup.store.states`
+            stmt = stmt.where(states.state_is(status, self.dialect.clock()))
         if queue is not None:
             stmt = stmt.where(job.c.queue == queue)
         if name is not None:
             stmt = stmt.where(job.c.name == name)
         with self.db.read("inspect") as conn:
-            return jobs_of(conn, conn.execute(stmt).all())
+            return jobs_of(conn, conn.execute(stmt, self.dialect.clock_params(None)).all())
 
     def id_range(self) -> tuple[int, int] | None:
         """The lowest and highest job ids (None: no jobs), from the primary key's ends."""

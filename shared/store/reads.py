@@ -14,6 +14,7 @@ from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.definitions import sensitive_fields
 from jobsup.store.rows import Attempt, Job, decode_stored, frames_of
+from jobsup.store import states
 from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
 BATCH = 1000
@@ -34,7 +35,12 @@ class Reads:
             sensitive = sensitive_fields(conn, {row.name})
         history = tuple(
             Attempt(
-                *(a.attempt, a.outcome, a.owner, a.started_at, a.finished_at, a.error),
+                a.attempt,
+                a.outcome,
+                a.owner,
+                a.started_at,
+                a.finished_at,
+                a.error,
                 decode_stored(a.progress),
                 frames_of(a.traceback),
             )
@@ -54,12 +60,12 @@ class Reads:
         stmt = select(job).order_by(*order_by).limit(limit)
         if sla_breached:  # newest first by id: it reads back from the newest job until `limit` match
             stmt = stmt.where(job.c.sla_breached_at.is_not(None))
-        if status is not None:
-            stmt = stmt.where(status_is(status))
+        if status is not None:  # a status, or a state of `jobsup.store.states`
+            stmt = stmt.where(states.state_is(status, self.dialect.clock()))
         if queue is not None:
             stmt = stmt.where(job.c.queue == queue)
         with self.db.read("inspect") as conn:
-            return jobs_of(conn, conn.execute(stmt).all())
+            return jobs_of(conn, conn.execute(stmt, self.dialect.clock_params(None)).all())
 
     def job_upstream(self, job_id: int) -> dict[str, Any]:
         """The stored results of a workflow step's dependencies, by step name."""

@@ -7,7 +7,7 @@ from typing import Any
 from jobsup.client import Client
 from jobsup.errors import JobNotFound
 from jobsup.store.rows import Job
-from jobsup.store.schema import STATUSES
+from jobsup.store.states import FILTERS
 from jobsup.web import schemas as s
 from jobsup.web.api import ApiError, Operations, Param
 from jobsup.web.auth import OPERATOR, Identity
@@ -35,7 +35,7 @@ def job_json(found: Job, *, detail: bool = False) -> dict[str, Any]:
     "hold fewer jobs than `limit`, or none, while `next_cursor` says older ones may follow)",
     s.JOB_PAGE,
     params=(
-        Param("status", enum=STATUSES),
+        Param("status", enum=FILTERS),
         QUEUE,
         Param("name", description="Only jobs of this type."),
         LIMIT,

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute, Route
 from jobsup.checks import INT64
 from jobsup.client import Client
 from jobsup.errors import BadInput
-from jobsup.store.schema import STATUSES
+from jobsup.store.states import FILTERS
 from jobsup.web import api_jobs, api_ops, sessions
 from jobsup.web.api import ApiError
 from jobsup.web.auth import Identity
@@ -59,10 +59,10 @@ def _overview(client: Client, request: Request) -> dict[str, Any]:
 def _jobs(client: Client, request: Request) -> dict[str, Any]:
     query = request.query_params
     filters = {key: query[key] for key in ("status", "queue", "name") if query.get(key)}
-    if filters.get("status") not in (None, *STATUSES):
-        raise ApiError(400, f"status {filters['status'][:50]!r} is not one of {', '.join(STATUSES)}")
+    if filters.get("status") not in (None, *FILTERS):
+        raise ApiError(400, f"status {filters['status'][:50]!r} is not one of {', '.join(FILTERS)}")
     found, cursor = client.jobs_page(**filters, limit=50, cursor=query.get("cursor") or None)
-    return {"jobs": found, "next_cursor": cursor, "filters": filters, "statuses": STATUSES}
+    return {"jobs": found, "next_cursor": cursor, "filters": filters, "statuses": FILTERS}
 
 
 def _id_of(request: Request, key: str, what: str) -> int:

@@ -76,7 +76,10 @@ SERIES = array({"type": ["number", "null"]})
 OVERVIEW_QUEUE = obj(
     queue=STR,
     paused=BOOL,
+    waiting=INT,
     pending=INT,
+    retrying=INT,
+    scheduled=INT,
     running=INT,
     dead_lettered=INT,
     oldest_pending_seconds=maybe("number"),
@@ -108,7 +111,13 @@ WORKER = obj(
     heartbeat_at=TIME,
     heartbeat_age_seconds=maybe("number"),
 )
-STATS = obj(queue=STR, oldest_pending_seconds=maybe("number"), per_minute=NUM)
+STATS = obj(
+    queue=STR,
+    **dict.fromkeys(("waiting", "pending", "retrying", "scheduled", "running", "succeeded"), INT),
+    **dict.fromkeys(("dead_lettered", "cancelled"), INT),
+    oldest_pending_seconds=maybe("number"),
+    per_minute=NUM,
+)
 AUDIT = obj(
     id=INT,
     at=STR,
