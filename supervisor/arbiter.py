@@ -24,7 +24,7 @@ from setproctitle import setproctitle
 from sqlalchemy import select
 
 from jobsup import exits
-from jobsup.errors import ConfigurationError, JobsupError
+from jobsup.errors import JobsupError
 from jobsup.events import publishing
 from jobsup.events.publishers import publisher_for
 from jobsup.observe import logs, metrics, metrics_files
@@ -198,7 +198,9 @@ class Arbiter:
     def serve(self) -> Endpoints | None:
         if self.settings.metrics_port < 0:
             return None
-        endpoints = Endpoints.bound(self.settings.metrics_host, self.settings.metrics_port, supervisor_routes(self.health))
+        endpoints = Endpoints.bound(
+            self.settings.metrics_host, self.settings.metrics_port, supervisor_routes(self.health)
+        )
         endpoints.start()
         return endpoints
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from jobsup.observe import metrics_files
 from jobsup.errors import ConfigurationError
+from jobsup.observe import metrics_files
 from jobsup.observe.events import emit
 
 READ_TIMEOUT = 5.0

@@ -42,6 +42,18 @@ def test_a_queue_that_drains_reports_zero(url: str) -> None:
     assert REGISTRY.get_sample_value("jobsup_oldest_pending_age_seconds", {"queue": queue}) == 0
 
 
+def test_the_queue_gauges_count_retrying_scheduled_and_key_held_jobs(url: str) -> None:
+    client = jobsup.Client(url)
+    queue = "states-" + url.split(":", 1)[0].split("+")[0]
+    client.enqueue("a", queue=queue, delay="1h")
+    client.enqueue("a", queue=queue, concurrency_key="k")
+    client.enqueue("a", queue=queue, concurrency_key="k")
+    gauges = QueueGauges(client.store, served=[queue])
+    gauges.run_once()
+    states = ("pending", "scheduled", "retrying", "waiting")
+    assert [gauge(queue, status) for status in states] == [2, 1, 0, 1]
+
+
 def test_names_nobody_defined_count_under_one_label(sqlite_url: str) -> None:
     """Item 18: only defined job names become label values."""
     client = jobsup.Client(sqlite_url)

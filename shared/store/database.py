@@ -13,7 +13,6 @@ rules:
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import weakref
@@ -305,7 +304,7 @@ def describe(exc: DBAPIError, url: URL, kind: type[DatabaseError]) -> str:
     if kind is DatabaseBusy:
         return f"the database {where} takes no work for now: {reason}"
     if kind is DatabaseUnavailable and url.host:
-        port = url.port or DEFAULT_PORTS.get(url.get_backend_name(), "default")
+        port = url.port or DEFAULT_PORTS.get(url.get_backend_name()) or "default"
         return f"cannot reach the database {where} (host {url.host}, port {port}): {reason}"
     if kind is DatabaseUnavailable:
         return f"cannot use the database {where}: {reason}"

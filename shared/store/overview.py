@@ -12,11 +12,11 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, bindparam, case, func, literal_column, null, select
 
+from jobsup.store import states
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.reads import jobs_of
 from jobsup.store.rows import Job
-from jobsup.store import states
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, SUCCEEDED, WAITING, job
 
 # The predicate of the finished index (`jobsup_job_finished`), written as the index has it:

@@ -10,11 +10,11 @@ from typing import Any
 from sqlalchemy import and_, func, select
 
 from jobsup.secrets import mask
+from jobsup.store import states
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.definitions import sensitive_fields
 from jobsup.store.rows import Attempt, Job, decode_stored, frames_of
-from jobsup.store import states
 from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
 BATCH = 1000

@@ -15,6 +15,8 @@ states (its rows are the pending ones), the key's waiting index for ``waiting``.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import ColumnElement, and_
 
 from jobsup.store.claim import status_is
@@ -29,7 +31,7 @@ def retrying() -> ColumnElement[bool]:
     return and_(status_is(PENDING), job.c.attempts > 0)
 
 
-def scheduled(now: ColumnElement[object]) -> ColumnElement[bool]:
+def scheduled(now: ColumnElement[datetime]) -> ColumnElement[bool]:
     """Not yet tried and due after `now` (the dialect's clock expression)."""
     return and_(status_is(PENDING), job.c.attempts == 0, job.c.run_at > now)
 
@@ -39,7 +41,7 @@ def held_by_key() -> ColumnElement[bool]:
     return and_(status_is(WAITING), job.c.concurrency_key.is_not(None))
 
 
-def state_is(state: str, now: ColumnElement[object]) -> ColumnElement[bool]:
+def state_is(state: str, now: ColumnElement[datetime]) -> ColumnElement[bool]:
     """The jobs in `state` (one of `FILTERS`): a status, or ``retrying``/``scheduled``."""
     if state == RETRYING:
         return retrying()

@@ -23,7 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from jobsup.calendars import Calendar
 from jobsup.errors import ConstraintViolation, DuplicateJob
 from jobsup.events import publishing
-from jobsup.jobtypes import Resolver, RetryPolicy
+from jobsup.jobtypes import Resolver
 from jobsup.observe.events import emit
 from jobsup.observe.logs import id_ranges
 from jobsup.store import concurrency_keys, firing, steps

@@ -113,8 +113,14 @@ WORKER = obj(
 )
 STATS = obj(
     queue=STR,
-    **dict.fromkeys(("waiting", "pending", "retrying", "scheduled", "running", "succeeded"), INT),
-    **dict.fromkeys(("dead_lettered", "cancelled"), INT),
+    waiting=INT,
+    pending=INT,
+    retrying=INT,
+    scheduled=INT,
+    running=INT,
+    succeeded=INT,
+    dead_lettered=INT,
+    cancelled=INT,
     oldest_pending_seconds=maybe("number"),
     per_minute=NUM,
 )
