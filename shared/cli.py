@@ -74,7 +74,7 @@ OPERATOR_COMMANDS = {
     "stats": (
         "jobsup.ops.queues",
         "stats",
-        "Per queue: pending, running, succeeded, dead-lettered, oldest pending age, throughput.",
+        "Per queue: waiting, pending (retrying, scheduled), running, finished jobs; throughput.",
     ),
     "workers": ("jobsup.ops.queues", "workers", "Supervisors and workers of every instance, with their current job."),
     "workflows": ("jobsup.ops.workflows", "workflows", "Workflows: jobs that run after the jobs they depend on."),

@@ -29,8 +29,11 @@ def workers(target: Target, as_json: bool) -> None:
 @json_option
 @with_target
 def stats(target: Target, window: str, as_json: bool) -> None:
-    """Per queue: jobs waiting for their key, pending (of which retrying and scheduled),
-    running, succeeded and dead-lettered; the oldest due pending job's age; throughput."""
+    """Per queue: waiting, pending (retrying, scheduled), running, finished jobs; throughput.
+
+    Waiting jobs are those held back by their concurrency key; retrying and scheduled are
+    parts of pending (after a failed attempt; not yet tried and due later). Then succeeded
+    and dead-lettered jobs, the oldest due pending job's age, and successes per minute."""
     rows = target.client().queues.stats(window=window)
     if as_json:
         emit_json(rows)
