@@ -54,7 +54,18 @@ def zone(name: object) -> ZoneInfo:
             raise ZoneInfoNotFoundError(name)
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise BadInput(f"time zone {name!r} is not known; use an IANA name like 'UTC' or 'Europe/Berlin'") from None
+        raise BadInput(
+            f"time zone {name!r} is not known{_near(name)}; use an IANA name like 'UTC' or 'Europe/Berlin'"
+        ) from None
+
+
+def _near(name: object) -> str:
+    """`` (did you mean 'Europe/Berlin'?)`` for a misspelt zone; read only on that error."""
+    import difflib
+    from zoneinfo import available_timezones
+
+    close = difflib.get_close_matches(str(name), sorted(available_timezones()), n=2, cutoff=0.8)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def next_slot(cron: str, timezone: str, after: datetime) -> datetime:

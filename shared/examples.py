@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import jobsup
@@ -52,4 +54,6 @@ if __name__ == "__main__":
     url = load().database_url
     migrate.upgrade(Database(url))
     ids = enqueue_demo(jobsup.Client(url))
-    print(f"enqueued demo jobs {ids} in {url}; now run: jobsup start --app jobsup.examples")
+    # The command as this interpreter's own `jobsup` (a virtualenv's bin/ need not be on PATH).
+    command = Path(sys.executable).with_name("jobsup")
+    print(f"enqueued demo jobs {ids} in {url}; now run: {command} start --app jobsup.examples")

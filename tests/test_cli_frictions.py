@@ -13,6 +13,7 @@ import pytest
 import jobsup
 
 from helpers import claim_one, fail, mariadb_database_url, run_jobsup, succeed
+from webhelpers import PASSWORD, web
 
 
 @pytest.mark.postgres
@@ -93,3 +94,39 @@ def test_shell_completion_completes_commands() -> None:
     assert done.returncode == 0 and "plain,jobs" in done.stdout.splitlines(), done.stdout + done.stderr
     source = run_jobsup(env={"_JOBSUP_COMPLETE": "bash_source"})
     assert "complete -o nosort -F _jobsup_completion jobsup" in source.stdout, source.stdout
+
+
+def test_a_misspelt_time_zone_gets_a_did_you_mean(url: str) -> None:
+    adding = ("recurring", "add", "nightly", "--job", "x", "--allow-unknown", "--cron", "@daily")
+    result = run_jobsup("--database-url", url, *adding, "--timezone", "Europe/Berln")
+    assert result.returncode == 2
+    assert "time zone 'Europe/Berln' is not known (did you mean 'Europe/Berlin'?)" in result.stderr
+
+
+def test_a_taken_dashboard_port_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_jobsup("dashboard", "--port", str(port), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"cannot serve the dashboard on 127.0.0.1:{port}" in result.stderr and "--port" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_script_posting_with_a_password_is_told_to_use_a_bearer_token(url: str) -> None:
+    with web(url) as http:
+        refused = http.post("/api/v1/queues/mail/pause", auth=("alice", PASSWORD))
+    assert refused.status_code == 403
+    assert "'Authorization: Bearer TOKEN'" in refused.json()["error"]["message"]
+
+
+def test_log_lines_round_seconds_to_the_millisecond() -> None:
+    from jobsup.observe.logs import _value
+
+    assert (_value(2.474195), _value(0.022662), _value(3), _value("two words")) == (
+        "2.474",
+        "0.023",
+        "3",
+        "'two words'",
+    )

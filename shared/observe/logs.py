@@ -56,7 +56,9 @@ class TextFormatter(logging.Formatter):
 
 
 def _value(value: Any) -> str:
-    text = str(value)
+    # Seconds and rates to the millisecond: 2.474195 reads as noise in a line meant for people
+    # (the JSON format keeps them whole).
+    text = str(round(value, 3)) if isinstance(value, float) else str(value)
     return repr(text) if (" " in text or not text) else text
 
 

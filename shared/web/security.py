@@ -171,7 +171,11 @@ def check_csrf(request: Request, who: Identity | None, submitted: str | None) ->
         raise ApiError(403, "cross-origin request refused")
     auth: Auth = request.app.state.auth
     if not auth.csrf_ok(request.cookies.get(CSRF_COOKIE), submitted or request.headers.get(CSRF_HEADER)):
-        raise ApiError(403, "missing or wrong CSRF token: reload the page and try again")
+        raise ApiError(
+            403,
+            "missing or wrong CSRF token: reload the page and try again; a script sends its token as "
+            "'Authorization: Bearer TOKEN' instead (dashboard_tokens), which needs no CSRF token",
+        )
 
 
 def _origin_host(origin: str) -> str:

@@ -45,9 +45,23 @@ def check_bind(host: str, auth: Auth) -> None:
         )
 
 
+def check_port(host: str, port: int) -> None:
+    """A taken port as one line saying what to do, before uvicorn logs its own error and
+    exits. (Another process may still take it in between: uvicorn then says so itself.)"""
+    try:
+        with socket.create_server((host.strip("[]"), port)):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}; another jobsup dashboard may "
+            "hold it: give another with --port or JOBSUP_DASHBOARD_PORT"
+        ) from None
+
+
 def serve(settings: Settings, *, log_level: str = "info") -> None:
     auth = Auth.parse(settings.dashboard_tokens, settings.dashboard_users, settings.dashboard_secret)
     check_bind(settings.dashboard_host, auth)  # so open credentials serve loopback only
+    check_port(settings.dashboard_host, settings.dashboard_port)
     token = auth.one_time_token() if auth.open else None
     app = build(
         Client(settings.database_url),
