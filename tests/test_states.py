@@ -82,3 +82,22 @@ def test_a_workflow_step_waiting_for_its_predecessors_is_not_counted_as_waiting_
     client.workflows.enqueue(flow, allow_unknown=True)
     [row] = [r for r in client.queues.stats() if r["queue"] == "ops"]
     assert (row["waiting"], row["pending"]) == (0, 1)
+
+
+def test_recent_failures_group_by_job_type_and_error_with_an_example(url: str) -> None:
+    client = jobsup.Client(url)
+    for error in ("RuntimeError: bank down", "RuntimeError: bank down again", "KeyError: 'sku'"):
+        client.enqueue("charge", queue="pay", allow_unknown=True, max_attempts=1)
+        fail(client, claim_one(client, queue="pay"), error=error)
+    retrying = client.enqueue("charge", queue="pay", allow_unknown=True)
+    fail(client, claim_one(client, queue="pay"), error="RuntimeError: bank down", retry_in=3600)
+    groups = client.queues.recent_failures()
+    assert [(g["name"], g["error_type"], g["count"], g["dead_lettered"]) for g in groups] == [
+        ("charge", "RuntimeError", 3, 2),
+        ("charge", "KeyError", 1, 1),
+    ]
+    assert groups[0]["example_job"] == retrying  # the newest
+    with web(url) as http:
+        assert http.get("/api/v1/failures", headers=READER).json() == json.loads(json.dumps(groups))
+        page = http.get("/", headers=READER).text
+    assert "Recent failures" in page and f'href="/jobs/{retrying}"' in page

@@ -13,7 +13,7 @@ from typing import Any, cast
 from jobsup.audit import actor_of
 from jobsup.checks import INT64, check_limit, check_name, check_text
 from jobsup.client.core import ClientCore, found, row_id
-from jobsup.client.shapes import BreakerInfo, ProcessInfo, QueueInfo, QueueOverview, QueueStats
+from jobsup.client.shapes import BreakerInfo, FailureGroup, ProcessInfo, QueueInfo, QueueOverview, QueueStats
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
 from jobsup.observe.events import emit
@@ -112,6 +112,34 @@ class Queues:
                 }
             )
         return rows
+
+    def recent_failures(
+        self, *, window: object = "1h", limit: int = 500, now: datetime | None = None
+    ) -> builtins.list[FailureGroup]:
+        """What is failing: the jobs dead-lettered over the last `window` and those retrying
+        now (at most `limit` of each, newest dead letters first), grouped by job type and
+        error type (the error's leading exception name), most first, each with its newest
+        job as an example."""
+        seconds = parse_duration(window, what="window")
+        if seconds <= 0:
+            raise BadInput("window must be longer than zero")
+        rows = self._core.store.overview.recent_failures(since=seconds, limit=check_limit(limit), now=now)
+        groups: dict[tuple[str, str], FailureGroup] = {}
+        for row in sorted(rows, key=lambda r: -int(r.id)):
+            key = (row.name, error_type(row.last_error))
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = {
+                    "name": row.name,
+                    "error_type": key[1],
+                    "count": 0,
+                    "dead_lettered": 0,
+                    "example_job": int(row.id),
+                    "example_error": None if row.last_error is None else row.last_error[:200],
+                }
+            group["count"] += 1
+            group["dead_lettered"] += row.status == DEAD_LETTERED
+        return sorted(groups.values(), key=lambda g: (-g["count"], g["name"], g["error_type"]))
 
     def overview(self, *, now: datetime | None = None) -> builtins.list[QueueOverview]:
         """The dashboard's figures per queue: ``pending``, ``running``, ``dead_lettered``,
@@ -335,3 +363,14 @@ def _event_ids(ids: Sequence[int] | None) -> list[int] | None:
     if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i <= INT64 for i in chosen):
         raise BadInput(f"event ids must be positive whole numbers (or None for every parked event), not {ids!r}")
     return chosen
+
+
+def error_type(error: str | None) -> str:
+    """The exception name an error text starts with (``RuntimeError: ...``), else how it ended
+    (``timed out after 30s``: ``timed out``); ``-`` for none."""
+    if not error:
+        return "-"
+    head = error.split(":", 1)[0].strip()
+    if head.replace(".", "").replace("_", "").isalnum() and " " not in head:
+        return head
+    return " ".join(error.split()[:2])

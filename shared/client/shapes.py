@@ -81,3 +81,15 @@ class ProcessInfo(TypedDict):
     job: int | None  # the job a worker holds
     started_at: datetime | None  # (never None: NOT NULL columns, read through a type that allows it)
     heartbeat_at: datetime | None
+
+
+class FailureGroup(TypedDict):
+    """Jobs failing alike (`client.queues.recent_failures()`): one job type and one error type,
+    how many, and the newest of them as an example."""
+
+    name: str
+    error_type: str
+    count: int
+    dead_lettered: int  # of `count`: the rest are retrying
+    example_job: int
+    example_error: str | None

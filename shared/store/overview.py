@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, case, func, literal_column, null, select
+from sqlalchemy import ColumnElement, Row, bindparam, case, func, literal_column, null, select
 
 from jobsup.store import states
 from jobsup.store.claim import status_is
@@ -76,6 +76,22 @@ class OverviewReads:
                 counts[(queue, states.SCHEDULED)] = int(scheduled or 0)
             counts.update({(queue, WAITING): int(n) for queue, n in conn.execute(held)})
         return counts
+
+    def recent_failures(self, *, since: float, limit: int, now: datetime | None = None) -> list[Row[Any]]:
+        """The newest jobs dead-lettered in the last `since` seconds (the finished index's
+        range) and some jobs retrying now (the claim index's rows, read until `limit` match):
+        each's id, name, queue, status and last error."""
+        columns = (job.c.id, job.c.name, job.c.queue, job.c.status, job.c.last_error)
+        dead = (
+            select(*columns)
+            .where(IN_FINISHED_INDEX, status_is(DEAD_LETTERED), job.c.finished_at >= self.dialect.clock("since"))
+            .order_by(job.c.finished_at.desc())
+            .limit(limit)
+        )
+        retrying = select(*columns).where(states.retrying()).limit(limit)
+        with self.db.read("stats") as conn:
+            found = list(conn.execute(dead, self.dialect.clock_params(now, since=-since)))
+            return found + list(conn.execute(retrying))
 
     def oldest_due(self, *, now: datetime | None = None) -> dict[str, datetime]:
         """Each queue's oldest due pending run_at (the claim index's leading columns)."""

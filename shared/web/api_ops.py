@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jobsup.client import Client
-from jobsup.client.shapes import BreakerInfo, QueueInfo, QueueOverview, QueueStats
+from jobsup.client.shapes import BreakerInfo, FailureGroup, QueueInfo, QueueOverview, QueueStats
 from jobsup.cron import next_slot
 from jobsup.errors import BadInput
 from jobsup.store.rows import RecurringSchedule
@@ -35,6 +35,17 @@ SLOTS = 5
 )
 def overview(client: Client, who: Identity) -> list[QueueOverview]:
     return client.queues.overview()
+
+
+@operation(
+    "GET",
+    "/failures",
+    "What is failing: the last hour's dead letters and the jobs retrying now, by job type and error type",
+    s.array(s.FAILURE_GROUP),
+    tag="queues",
+)
+def recent_failures(client: Client, who: Identity) -> list[FailureGroup]:
+    return client.queues.recent_failures()
 
 
 @operation("GET", "/queues", "Every known queue: depth and whether it is paused", s.array(s.QUEUE), tag="queues")

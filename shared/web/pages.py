@@ -53,7 +53,7 @@ def view(template: str, read: PageFn) -> Callable[[Request], Awaitable[Response]
 
 
 def _overview(client: Client, request: Request) -> dict[str, Any]:
-    return {"queues": client.queues.overview()}
+    return {"queues": client.queues.overview(), "failures": client.queues.recent_failures()[:10]}
 
 
 def _jobs(client: Client, request: Request) -> dict[str, Any]:
@@ -159,8 +159,10 @@ def routes() -> list[BaseRoute]:
         Route("/fragments/overview", view("overview_live.html", _overview)),
         Route("/jobs", view("jobs.html", _jobs)),
         Route("/jobs/{job_id}", view("job.html", _job)),
+        Route("/fragments/jobs/{job_id}", view("job_live.html", _job)),
         Route("/dead", view("dead.html", _dead)),
         Route("/queues", view("queues.html", _queues)),
+        Route("/fragments/queues", view("queues_live.html", _queues)),
         Route("/recurring", view("recurring.html", _recurring)),
         Route("/workers", view("workers.html", _workers)),
         Route("/breakers", view("breakers.html", _table("Breakers", lambda c: c.breakers.list(), ()))),

@@ -87,6 +87,14 @@ OVERVIEW_QUEUE = obj(
     failed=array(INT),
     latency=SERIES,
 )
+FAILURE_GROUP = obj(
+    name=STR,
+    error_type=STR,
+    count=INT,
+    dead_lettered=INT,
+    example_job=INT,
+    example_error=maybe("string"),
+)
 SCHEDULE = obj(
     name=STR,
     job=STR,
