@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import jobsup
 from jobsup.secrets import ENV
 from jobsup.web.auth import token_name
 
-from helpers import wait_until
+from helpers import claim_one, fail, succeed, wait_until
 from webhelpers import Dashboard, start_dashboard
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -92,6 +93,8 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     expect(default.locator(".n-failed")).to_have_text("1")
     expect(later.locator(".n-pending")).to_have_text("1")
     expect(default.locator("svg.chart").first).to_be_visible()
+    expect(default.locator("svg.chart text.unit").first).to_have_text("jobs / 5 min")  # axes, with units
+    expect(default.locator("svg.chart rect.ok title").last).to_contain_text("succeeded")  # the figure under the cursor
     shot(page, tmp_path, "overview")
 
     client.enqueue("work", queue="later")  # the page refreshes itself, without a reload
@@ -128,7 +131,47 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     token_user = token_name(dashboard.login_url().rsplit("token=", 1)[1])
     actors = {(entry.action, entry.actor) for entry in client.audit.list(action="queue.")}
     assert actors == {("queue.pause", f"web:{token_user}"), ("queue.resume", f"web:{token_user}")}
+
+    running = three_states["running"]  # its page follows it live, until it has finished
+    page.goto(f"{dashboard.base}/jobs/{running}")
+    expect(page.locator("h1 .status")).to_have_text("running")
+    toggle = page.locator("[data-live-toggle]")
+    expect(toggle).to_have_text("Pause live updates")
+    client.cancel(running)
+    ended = re.compile("cancelled|succeeded")  # a job that returns once asked to stop may end either way
+    expect(page.locator("h1 .status")).to_have_text(ended, timeout=20_000)  # without a reload
+    expect(page.locator("#live h1[data-final]")).to_have_count(1)
+    toggle.click()
+    expect(toggle).to_have_text("Resume live updates")
     assert errors == []  # no script blocked by the CSP, no failed refresh
+
+
+def test_a_failed_workflow_is_drawn_as_its_graph(
+    browser: Browser, dashboard: Dashboard, client: jobsup.Client, tmp_path: Path
+) -> None:
+    flow = jobsup.Workflow("nightly-etl")
+    extract = flow.add("work", step="extract", queue="etl")
+    transform = flow.add("work", step="transform", deps=extract, queue="etl", max_attempts=1)
+    flow.add("work", step="load", deps=transform, queue="etl")
+    flow.add("work", step="notify", deps=extract, queue="etl")
+    workflow_id = client.workflows.enqueue(flow)
+    succeed(client, [claim_one(client, queue="etl")])  # extract
+    ran = [claim_one(client, queue="etl") for _ in range(2)]  # transform and notify, now due
+    steps = {client.get(job.id).step: job for job in ran}  # type: ignore[union-attr]
+    failing = steps["transform"]
+    fail(client, failing, error="ValueError: 3 rows without an amount")
+    succeed(client, [steps["notify"]])
+    page = browser.new_page(viewport={"width": 1280, "height": 700})
+    page.goto(dashboard.login_url())
+    page.goto(f"{dashboard.base}/workflows/{workflow_id}")
+    graph = page.locator("svg.dag")
+    expect(graph).to_be_visible()
+    expect(graph.locator('a[data-step="transform"] rect.s-dead_lettered')).to_have_count(1)
+    expect(graph.locator('a[data-step="load"] rect.s-cancelled')).to_have_count(1)
+    expect(graph.locator("path.edge.failed")).to_have_count(1)
+    shot(page, tmp_path, "failed-workflow")
+    graph.locator('a[data-step="transform"]').click()
+    expect(page.locator("h1")).to_contain_text(f"Job {failing.id}")
 
 
 def test_the_phone_width_layout_fits_the_screen(
