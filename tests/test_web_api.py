@@ -232,6 +232,7 @@ def test_workflow_batch_and_calendar_pages_show_their_objects(url: str, client: 
         assert f'href="/batches/{batch_id}"' in http.get("/batches").text
         shown = http.get(f"/batches/{batch_id}").text
         assert "import" in shown and "on_complete" in shown and "<dd>3</dd>" in shown
+        assert 'svg class="progress"' in shown and f"batch {batch_id}: 0 of 3 finished" in shown  # its bar
         assert "closures" in http.get("/calendars").text and "Europe/Berlin" in http.get("/calendars").text
         for path, code in (("/workflows/999999", 404), ("/batches/x1", 400), ("/workflows/99999999999999999999", 400)):
             answer = http.get(path)

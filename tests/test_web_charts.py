@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from jobsup.web.charts import bars, line, nice_top
+from jobsup.web.charts import bars, line, nice_top, progress
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,14 @@ def test_the_latency_line_says_seconds_and_each_points_mean() -> None:
         "the last 5 min: 1.5 s mean",
     ]
     assert "nothing finished" in str(line([None] * 12, label="idle"))
+
+
+def test_a_batch_s_progress_is_a_bar_with_its_counts() -> None:
+    drawn = str(progress({"succeeded": 6, "dead_lettered": 1, "running": 1, "pending": 2}, 10, label="batch 3"))
+    assert re.findall(r'<rect class="(\w+)" x="[\d.]+" y="0" width="([\d.]+)"', drawn) == [
+        ("rest", "320"),  # the background: pending and waiting children
+        ("ok", "192.0"),
+        ("bad", "32.0"),
+        ("run", "32.0"),
+    ]
+    assert "batch 3: 7 of 10 finished (6 succeeded, 1 dead-lettered, 1 running)" in drawn

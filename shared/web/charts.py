@@ -55,6 +55,36 @@ def line(values: Sequence[float | None], *, label: str) -> Markup:
     return _svg(_axes(top, "seconds", _seconds) + shape + dots, summary)
 
 
+# A batch's children by how far they got, in the bar's order, and the class that colours each.
+PROGRESS = (("succeeded", "ok"), ("dead_lettered", "bad"), ("cancelled", "warn"), ("running", "run"))
+
+
+def progress(counts: dict[str, int], total: int, *, label: str) -> Markup:
+    """A batch's progress: one bar, a segment per end state and running (the rest, pending or
+    waiting, is the bar's background), each segment's count as its title, and the counts in
+    words under it."""
+    whole = max(total, sum(counts.values()), 1)
+    x, parts, words = 0.0, [], []
+    for status, kind in PROGRESS:
+        count = counts.get(status, 0)
+        if count:
+            width = WIDTH * count / whole
+            title = f"{count} {status.replace('_', '-')}"
+            parts.append(
+                f'<rect class="{kind}" x="{x:.1f}" y="0" width="{width:.1f}" height="14"><title>{title}</title></rect>'
+            )
+            words.append(title)
+            x += width
+    done = sum(counts.get(status, 0) for status in ("succeeded", "dead_lettered", "cancelled"))
+    summary = f"{label}: {done} of {total} finished" + (f" ({', '.join(words)})" if words else "")
+    text = escape(summary)
+    return Markup(
+        f'<svg class="progress" viewBox="0 0 {WIDTH} 14" role="img" aria-label="{text}"><title>{text}</title>'
+        f'<rect class="rest" x="0" y="0" width="{WIDTH}" height="14"/>{"".join(parts)}</svg>'
+        f'<p class="progress-words">{text}</p>'
+    )
+
+
 def nice_top(value: float) -> float:
     """The axis's top: the first of 1, 2, 2.5, 5 times a power of ten at or above `value`
     (so the half-way gridline falls on a round figure too); 1 for nothing at all."""

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from jobsup.web.auth import Identity
-from jobsup.web.charts import bars, line
+from jobsup.web.charts import bars, line, progress
 from jobsup.web.graph import workflow_graph
 from jobsup.web.security import csrf_nonce
 
@@ -70,7 +70,7 @@ env = Environment(
     lstrip_blocks=True,
 )
 env.filters.update(age=_age, seconds=_seconds, when=_when, pretty=_pretty)
-env.globals.update(bars=bars, line=line, nav=NAV, workflow_graph=workflow_graph)
+env.globals.update(bars=bars, line=line, nav=NAV, progress=progress, workflow_graph=workflow_graph)
 
 
 def page(request: Request, template: str, who: Identity | None, status: int = 200, **context: Any) -> HTMLResponse:
