@@ -3,6 +3,8 @@ bad input answered with a clear 4xx JSON error."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import jobsup
@@ -237,3 +239,30 @@ def test_workflow_batch_and_calendar_pages_show_their_objects(url: str, client: 
         for path, code in (("/workflows/999999", 404), ("/batches/x1", 400), ("/workflows/99999999999999999999", 400)):
             answer = http.get(path)
             assert answer.status_code == code and "Traceback" not in answer.text, path
+
+
+def test_the_dead_letters_page_purges_by_age_audited_as_the_user(url: str, client: jobsup.Client) -> None:
+    """Issue 30 item 5: the form the API's purge already had."""
+    from webhelpers import csrf_of, log_in
+
+    client.enqueue("work", max_attempts=1)
+    fail(client, claim(client, limit=1)[0], error="boom")
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        token = csrf_of(http, "/dead")
+        assert 'action="/actions/dead/purge"' in http.get("/dead").text
+
+        def purge(older_than: str) -> Any:
+            form = {"csrf": token, "older_than": older_than, "back": "/dead"}
+            return http.post("/actions/dead/purge", data=form, follow_redirects=False)
+
+        kept = purge("1h")
+        assert kept.status_code == 303 and "0%20dead%20letters%20older%20than%201h%20purged" in kept.headers["location"]
+        assert purge("a while").status_code == 400  # a bad duration: the page says why, nothing purged
+        assert len(client.dead_letters.list()) == 1
+        assert purge("0s").status_code == 303
+        assert client.dead_letters.list() == []
+        refused = http.post("/actions/dead/purge", data={"csrf": "x", "older_than": "0s"}, follow_redirects=False)
+        assert refused.status_code == 403
+    [entry] = client.audit.list(action="dead.purge", limit=5)[:1]
+    assert entry.actor == "web:alice" and entry.outcome == "ok"

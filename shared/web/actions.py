@@ -104,6 +104,15 @@ def _retry_dead(client: Client, who: Identity, form: dict[str, list[str]], param
     return f"{sum(client.dead_letters.retry(int(v), actor=who.actor) for v in raw)} dead letters retried"
 
 
+def _purge_dead(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    """What `POST /api/v1/dead-letters/purge` does, from the dead letters page: audited alike."""
+    older_than = (_first(form, "older_than") or "").strip()
+    if not older_than:
+        raise ApiError(400, "give how old a dead letter must be to go, like 30d")
+    count = client.dead_letters.purge(older_than=older_than, actor=who.actor)
+    return f"{count} dead letters older than {older_than} purged"
+
+
 def _pause(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     queue = params["queue"]
     done = client.queues.pause(queue, reason=_first(form, "reason") or None, actor=who.actor)
@@ -168,6 +177,7 @@ def routes() -> list[BaseRoute]:
         Route("/actions/jobs/{job_id}/retry", action(_retry), methods=post),
         Route("/actions/jobs/{job_id}/cancel", action(_cancel), methods=post),
         Route("/actions/dead/retry", action(_retry_dead), methods=post),
+        Route("/actions/dead/purge", action(_purge_dead), methods=post),
         Route("/actions/queues/{queue}/pause", action(_pause), methods=post),
         Route("/actions/queues/{queue}/resume", action(_resume), methods=post),
         Route("/actions/recurring/{name}/enable", action(_schedule(True)), methods=post),
