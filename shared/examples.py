@@ -54,6 +54,7 @@ if __name__ == "__main__":
     url = load().database_url
     migrate.upgrade(Database(url))
     ids = enqueue_demo(jobsup.Client(url))
-    # The command as this interpreter's own `jobsup` (a virtualenv's bin/ need not be on PATH).
-    command = Path(sys.executable).with_name("jobsup")
+    # This interpreter's own `jobsup` (a virtualenv's bin/ need not be on PATH), else the module.
+    script = Path(sys.executable).with_name("jobsup")
+    command = str(script) if script.exists() else f"{sys.executable} -m jobsup"
     print(f"enqueued demo jobs {ids} in {url}; now run: {command} start --app jobsup.examples")

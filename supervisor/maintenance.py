@@ -117,8 +117,9 @@ class QueueGauges:
         return OTHER_QUEUE
 
     def run_once(self, now: datetime | None = None) -> int:
-        counts, first_due = self.store.reads.job_counts((PENDING, RUNNING, DEAD_LETTERED), now=now)
-        counts = {**counts, **self.store.overview.state_counts(now=now)}
+        # Each count through its index (a scan of every row retention keeps, each tick, is not).
+        counts = {**self.store.overview.queue_counts(), **self.store.overview.state_counts(now=now)}
+        first_due = self.store.overview.oldest_due(now=now)
         states = self.store.pauses.states()
         # In name order, so which queues get a label of their own does not depend on the tick.
         for queue in sorted({queue for queue, _ in counts} | set(first_due) | set(states)):
@@ -130,9 +131,8 @@ class QueueGauges:
         at = now or host_clock()
         oldest = {label: 0.0 for label in labels}
         for queue, first in first_due.items():
-            if first is not None:
-                label = self.label(queue)
-                oldest[label] = max(oldest[label], (at - first).total_seconds())
+            label = self.label(queue)
+            oldest[label] = max(oldest[label], (at - first).total_seconds())
         paused = {label: False for label in labels}
         for queue, state in states.items():
             paused[self.label(queue)] |= bool(state.paused)

@@ -121,6 +121,7 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     shot(page, tmp_path, "retried-job")
 
     page.goto(f"{dashboard.base}/queues")
+    page.locator("[data-live-toggle]").click()  # no fragment swap between pressing a button and releasing it
     row = page.locator('tr[data-queue="default"]')
     row.get_by_role("button", name="Pause").click()
     expect(row.locator(".status")).to_have_text("paused")
@@ -132,17 +133,29 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     actors = {(entry.action, entry.actor) for entry in client.audit.list(action="queue.")}
     assert actors == {("queue.pause", f"web:{token_user}"), ("queue.resume", f"web:{token_user}")}
 
-    running = three_states["running"]  # its page follows it live, until it has finished
-    page.goto(f"{dashboard.base}/jobs/{running}")
+    # A running job's page follows it live until it has finished; paused, it holds still.
+    live = client.enqueue("work", {"seconds": 120, "return_on_cancel": True})
+    wait_until(lambda: status_of(client, live) == "running", timeout=30, what=f"job {live} to start")
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url) if "/fragments/" in request.url else None)
+    page.goto(f"{dashboard.base}/jobs/{live}")
     expect(page.locator("h1 .status")).to_have_text("running")
+    expect(page.locator("#live")).to_have_attribute("data-refreshed", re.compile("."), timeout=10_000)  # it refreshes
     toggle = page.locator("[data-live-toggle]")
-    expect(toggle).to_have_text("Pause live updates")
-    client.cancel(running)
+    toggle.click()
+    expect(toggle).to_have_text("Resume live updates")
+    fetched.clear()
+    client.cancel(live)
+    wait_until(lambda: status_of(client, live) not in ("running", ""), timeout=30, what=f"job {live} to end")
+    page.wait_for_timeout(4_500)  # two refresh intervals of nothing: what is checked is that none came
+    assert fetched == [] and page.locator("h1 .status").inner_text() == "running"
+    toggle.click()
     ended = re.compile("cancelled|succeeded")  # a job that returns once asked to stop may end either way
     expect(page.locator("h1 .status")).to_have_text(ended, timeout=20_000)  # without a reload
     expect(page.locator("#live h1[data-final]")).to_have_count(1)
-    toggle.click()
-    expect(toggle).to_have_text("Resume live updates")
+    settled = len(fetched)
+    page.wait_for_timeout(4_500)  # final: no more fetches
+    assert len(fetched) == settled
     assert errors == []  # no script blocked by the CSP, no failed refresh
 
 

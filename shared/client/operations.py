@@ -16,6 +16,7 @@ from jobsup.client.core import ClientCore, found, row_id
 from jobsup.client.shapes import BreakerInfo, FailureGroup, ProcessInfo, QueueInfo, QueueOverview, QueueStats
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
+from jobsup.events.catalogue import error_type
 from jobsup.observe.events import emit
 from jobsup.store.audit import AuditEntry
 from jobsup.store.rows import Job
@@ -37,7 +38,7 @@ class Queues:
         """Every queue a job, job definition, schedule or pause names, by name: pending and
         running jobs, ``state`` (``paused`` or ``active``), and for a queue an operator
         paused or resumed, the reason, who changed it (``changed_by``) and when (``since``)."""
-        counts, _ = self._core.store.reads.job_counts((PENDING, RUNNING))
+        counts = self._core.store.overview.queue_counts()  # each status through its index: a live page reads it
         states = self._core.store.pauses.states()
         rows: builtins.list[QueueInfo] = []
         for queue in self._core.store.pauses.known():
@@ -126,7 +127,8 @@ class Queues:
         rows = self._core.store.overview.recent_failures(since=seconds, limit=check_limit(limit), now=now)
         groups: dict[tuple[str, str], FailureGroup] = {}
         for row in sorted(rows, key=lambda r: -int(r.id)):
-            key = (row.name, error_type(row.last_error))
+            # The events' error_type (the exception's name); else how it ended ("timed out after 30s").
+            key = (row.name, error_type(row.last_error) or " ".join((row.last_error or "-").split()[:2]))
             group = groups.get(key)
             if group is None:
                 group = groups[key] = {
@@ -363,14 +365,3 @@ def _event_ids(ids: Sequence[int] | None) -> list[int] | None:
     if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) and 0 < i <= INT64 for i in chosen):
         raise BadInput(f"event ids must be positive whole numbers (or None for every parked event), not {ids!r}")
     return chosen
-
-
-def error_type(error: str | None) -> str:
-    """The exception name an error text starts with (``RuntimeError: ...``), else how it ended
-    (``timed out after 30s``: ``timed out``); ``-`` for none."""
-    if not error:
-        return "-"
-    head = error.split(":", 1)[0].strip()
-    if head.replace(".", "").replace("_", "").isalnum() and " " not in head:
-        return head
-    return " ".join(error.split()[:2])

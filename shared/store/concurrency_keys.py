@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Integer, bindparam, delete, func, or_, select, update
 
 from jobsup.store.claim import status_is
-from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, WAITING, concurrency, job
+from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, concurrency, job
+from jobsup.store.states import held_by_key
 
 if TYPE_CHECKING:
     from jobsup.store.dialects import Dialect
@@ -161,7 +162,7 @@ def hand_over(conn: Connection, t: StepContext, keys: Sequence[str], clock: dict
 # Keys with jobs waiting for room, in key order (served by the waiting index, key first).
 _keys_waiting = (
     select(job.c.concurrency_key)
-    .where(status_is(WAITING), job.c.concurrency_key.is_not(None), job.c.waiting_on == 0)
+    .where(held_by_key())
     .group_by(job.c.concurrency_key)
     .order_by(job.c.concurrency_key)
     .limit(bindparam("p_batch", type_=Integer))

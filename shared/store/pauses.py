@@ -25,8 +25,9 @@ from jobsup.events import publishing
 from jobsup.store.audit import Audit
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
+from jobsup.store.schema import PENDING, RUNNING, job, job_definition, queue_state, recurring_job
 from jobsup.store.schema import UNFINISHED_STATUSES as UNFINISHED
-from jobsup.store.schema import job, job_definition, queue_state, recurring_job
+from jobsup.store.states import held_by_key
 
 KNOWN_SHOWN = 20  # known queues named in the error about an unknown one
 
@@ -126,11 +127,15 @@ class Pauses:
             return any(conn.execute(check).first() is not None for check in checks)
 
     def known(self) -> list[str]:
-        """Every queue named by an unfinished job, a job definition, a recurring schedule or
-        a queue state, sorted. Finished jobs are left out: they would make this read every
-        row retention keeps (the unfinished ones are found through their own indexes)."""
+        """Every queue named by a pending or running job, a job held by its concurrency key, a
+        job definition, a recurring schedule or a queue state, sorted. Each through an index:
+        finished jobs would make this read every row retention keeps, and a workflow step
+        waiting for the steps before it has no index by status (its queue is known once it is
+        pending, or by its job type's definition)."""
         stmt = union(
-            *(select(job.c.queue).where(status_is(s)).distinct() for s in UNFINISHED),
+            select(job.c.queue).where(status_is(PENDING)).distinct(),
+            select(job.c.queue).where(status_is(RUNNING)).distinct(),
+            select(job.c.queue).where(held_by_key()).distinct(),
             select(job_definition.c.queue),
             select(recurring_job.c.queue),
             select(queue_state.c.queue),

@@ -37,8 +37,10 @@ def scheduled(now: ColumnElement[datetime]) -> ColumnElement[bool]:
 
 
 def held_by_key() -> ColumnElement[bool]:
-    # The waiting index's own terms: SQLite uses a partial index only when the query says them.
-    return and_(status_is(WAITING), job.c.concurrency_key.is_not(None))
+    """Waiting for room under its key, and for nothing else (`waiting_on` counts the steps
+    a workflow step still waits for). The waiting index's own terms first: SQLite uses a
+    partial index only when the query says them."""
+    return and_(status_is(WAITING), job.c.concurrency_key.is_not(None), job.c.waiting_on == 0)
 
 
 def state_is(state: str, now: ColumnElement[datetime]) -> ColumnElement[bool]:

@@ -9,7 +9,7 @@ reads."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from markupsafe import Markup, escape
 
@@ -94,8 +94,7 @@ def nice_top(value: float) -> float:
     return next(power * factor for factor in (1, 2, 2.5, 5, 10) if power * factor >= value)
 
 
-def _axes(top: float, unit: str, shown: object) -> str:
-    assert callable(shown)
+def _axes(top: float, unit: str, shown: Callable[[float], str]) -> str:
     bottom_y, middle_y = TOP + PLOT_H, TOP + PLOT_H / 2
     parts = [
         f'<line class="axis" x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom_y}"/>',

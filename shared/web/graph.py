@@ -21,28 +21,32 @@ FAILED = frozenset({"dead_lettered", "cancelled"})
 
 
 def layers_of(steps: Sequence[StepInfo]) -> list[list[StepInfo]]:
-    """The steps by layer: layer 0 waits for nothing, layer n for a step of layer n - 1."""
-    by_name = {step.name: step for step in steps}
+    """The steps by layer: layer 0 waits for nothing, layer n for a step of layer n - 1.
+    Worked out in rounds (a step's layer once all it waits for have theirs), not by recursion,
+    so a long chain in any order draws."""
+    names = {step.name for step in steps}
     depth: dict[str, int] = {}
-
-    def layer(name: str, seen: frozenset[str] = frozenset()) -> int:
-        if name not in depth:
-            after = [dep for dep in by_name[name].depends_on if dep in by_name and dep not in seen]
-            depth[name] = 1 + max((layer(dep, seen | {name}) for dep in after), default=-1)
-        return depth[name]
-
-    found: list[list[StepInfo]] = []
+    left = list(steps)
+    while left:
+        waiting = []
+        for step in left:
+            after = [dep for dep in step.depends_on if dep in names]
+            if all(dep in depth for dep in after):
+                depth[step.name] = 1 + max((depth[dep] for dep in after), default=-1)
+            else:
+                waiting.append(step)
+        if len(waiting) == len(left):  # a cycle (enqueue refuses one): drawn after the rest all the same
+            last = 1 + max(depth.values(), default=-1)
+            depth.update({step.name: last for step in waiting})
+            break
+        left = waiting
+    found: list[list[StepInfo]] = [[] for _ in range(1 + max(depth.values(), default=-1))]
     for step in steps:
-        at = layer(step.name)
-        while len(found) <= at:
-            found.append([])
-        found[at].append(step)
+        found[depth[step.name]].append(step)
     row: dict[str, float] = {}
     for index, column in enumerate(found):
         if index:  # the barycentre of what each step waits for
-            column.sort(
-                key=lambda s: (sum(row[d] for d in s.depends_on if d in row) / max(len(s.depends_on), 1), s.name)
-            )
+            column.sort(key=lambda s: (_mean(row[d] for d in s.depends_on if d in row), s.name))
         row.update({step.name: position for position, step in enumerate(column)})
     return found
 

@@ -52,8 +52,13 @@ def view(template: str, read: PageFn) -> Callable[[Request], Awaitable[Response]
     return render
 
 
+FAILURES_READ = 100  # dead letters, and retrying jobs, the overview's recent failures group at most
+
+
 def _overview(client: Client, request: Request) -> dict[str, Any]:
-    return {"queues": client.queues.overview(), "failures": client.queues.recent_failures()[:10]}
+    # A live page reads this every 5 s: a hundred of each kind are enough to group.
+    failures = client.queues.recent_failures(limit=FAILURES_READ)[:10]
+    return {"queues": client.queues.overview(), "failures": failures, "failures_read": FAILURES_READ}
 
 
 def _jobs(client: Client, request: Request) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from jobsup.store.schema import UNFINISHED_STATUSES
 from jobsup.web.auth import Identity
 from jobsup.web.charts import bars, line, progress
 from jobsup.web.graph import workflow_graph
@@ -70,7 +71,9 @@ env = Environment(
     lstrip_blocks=True,
 )
 env.filters.update(age=_age, seconds=_seconds, when=_when, pretty=_pretty)
-env.globals.update(bars=bars, line=line, nav=NAV, progress=progress, workflow_graph=workflow_graph)
+env.globals.update(
+    bars=bars, line=line, nav=NAV, progress=progress, unfinished=UNFINISHED_STATUSES, workflow_graph=workflow_graph
+)
 
 
 def page(request: Request, template: str, who: Identity | None, status: int = 200, **context: Any) -> HTMLResponse:

@@ -8,6 +8,7 @@ through the app), so the command's guarded import of it is what names a missing 
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 import sys
@@ -48,10 +49,14 @@ def check_bind(host: str, auth: Auth) -> None:
 def check_port(host: str, port: int) -> None:
     """A taken port as one line saying what to do, before uvicorn logs its own error and
     exits. (Another process may still take it in between: uvicorn then says so itself.)"""
+    address = host.strip("[]")
     try:
-        with socket.create_server((host.strip("[]"), port)):
+        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]  # ::1 is IPv6
+        with socket.create_server((address, port), family=family):
             pass
     except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            return  # not a taken port (a name that does not resolve, ...): uvicorn says what it is
         raise ConfigurationError(
             f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}; another jobsup dashboard may "
             "hold it: give another with --port or JOBSUP_DASHBOARD_PORT"
