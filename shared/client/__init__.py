@@ -162,6 +162,15 @@ class Client:
         self._core.audited(who, "job.cancel", job_ids=[job_id], job_count=int(cancelled), outcome=found(cancelled))
         return cancelled
 
+    def rerun(self, job_id: int, *, actor: str | None = None) -> int:
+        """A new job made from the finished job `job_id` (succeeded, dead-lettered or
+        cancelled), linked to it (`Job.rerun_of`, and the old one's `reruns`); its id.
+        Built from the stored row, so sealed values stay sealed (see `jobsup.client.reruns`).
+        `JobNotFound` for no such job, `BadInput` for one not finished. Audited (`job.rerun`)."""
+        from jobsup.client.reruns import rerun
+
+        return rerun(self._core, row_id(job_id), actor)
+
     def list_jobs(
         self, *, status: str | None = None, queue: str | None = None, limit: int = 100, sla_breached: bool = False
     ) -> list[Job]:

@@ -235,6 +235,25 @@ def log_line(line: Any) -> str:
     return f"{at}  {line.level.upper():<7}  #{line.attempt}  {line.message}"
 
 
+@jobs.command("rerun")
+@click.argument("job_id", type=int)
+@actor_option
+@json_option
+@with_target
+def jobs_rerun(target: Target, job_id: int, actor: str | None, as_json: bool) -> None:
+    """Make a new job from a finished one (succeeded, dead-lettered or cancelled), linked to it."""
+    from jobsup.errors import JobNotFound
+
+    try:
+        new_id = target.client().rerun(job_id, actor=actor)
+    except JobNotFound as exc:
+        raise NotFound(str(exc)) from None
+    if as_json:
+        emit_json({"id": new_id, "rerun_of": job_id})
+        return
+    click.echo(f"job {new_id} is a rerun of job {job_id}")
+
+
 @jobs.command("cancel")
 @click.argument("job_id", type=int)
 @actor_option

@@ -33,6 +33,7 @@ class Reads:
                 select(job_attempt).where(job_attempt.c.job_id == job_id).order_by(job_attempt.c.id)
             ).all()
             sensitive = sensitive_fields(conn, {row.name})
+            reruns = tuple(conn.execute(select(job.c.id).where(job.c.rerun_of == job_id).order_by(job.c.id)).scalars())
         history = tuple(
             Attempt(
                 a.attempt,
@@ -46,7 +47,7 @@ class Reads:
             )
             for a in attempts
         )
-        return _job(row, history, sensitive.get(row.name, frozenset()))
+        return _job(row, history, sensitive.get(row.name, frozenset()), reruns)
 
     def job_list(
         self,
@@ -183,7 +184,7 @@ def jobs_of(conn: Any, rows: Sequence[Any]) -> list[Job]:
     return [_job(row, (), sensitive.get(row.name, frozenset())) for row in rows]
 
 
-def _job(row: Any, history: tuple[Attempt, ...], sensitive: frozenset[str]) -> Job:
+def _job(row: Any, history: tuple[Attempt, ...], sensitive: frozenset[str], reruns: tuple[int, ...] = ()) -> Job:
     return Job(
         id=row.id,
         name=row.name,
@@ -215,4 +216,6 @@ def _job(row: Any, history: tuple[Attempt, ...], sensitive: frozenset[str]) -> J
         sla_breached_at=row.sla_breached_at,
         cancel_requested_at=row.cancel_requested_at,
         progress=history[-1].progress if history else None,
+        rerun_of=row.rerun_of,
+        reruns=reruns,
     )

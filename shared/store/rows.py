@@ -68,6 +68,8 @@ class Job:
     sla_breached_at: datetime | None = None  # when maintenance found it past one
     cancel_requested_at: datetime | None = None  # an operator cancelled it while it ran: it ends cancelled
     progress: Any = None  # what its latest attempt last reported (`ctx.set_progress`); `Client.get` only
+    rerun_of: int | None = None  # the finished job it was made again from (`Client.rerun`)
+    reruns: tuple[int, ...] = ()  # the jobs made again from it; `Client.get` only
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values, with the same field names (for `--json` and logs)."""

@@ -35,7 +35,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0015"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -93,6 +93,7 @@ job = Table(
     Column("traceparent", Name(55)),  # the enqueuer's W3C trace context (`jobsup.observe.tracing`)
     # An operator cancelled it while it ran: its end, when its worker writes it, is `cancelled`.
     Column("cancel_requested_at", UTCDateTime),
+    Column("rerun_of", BigInteger),  # the finished job it was made again from (`jobsup jobs rerun`)
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
@@ -360,6 +361,7 @@ Index(
     **_filtered("status IN ('succeeded', 'dead_lettered', 'cancelled')"),
 )
 Index("jobsup_job_workflow", job.c.workflow_id, **_filtered("workflow_id IS NOT NULL"))
+Index("jobsup_job_rerun_of", job.c.rerun_of, **_filtered("rerun_of IS NOT NULL"))
 # A batch's children: all of them (counts, retention), and the unfinished ones, newest first,
 # for the check "is any sibling left" that each child's settle makes.
 Index("jobsup_job_batch", job.c.batch_id, job.c.status, **_filtered("batch_id IS NOT NULL"))

@@ -110,6 +110,12 @@ class Statements(StepStatements):
         return values_statement(self.dialect.clock())
 
     @cached_property
+    def rerun_link(self) -> Update:
+        """A rerun's new job names the finished job it was made from (`Client.rerun`), in the
+        transaction that inserted it."""
+        return update(job).where(job.c.id == bindparam("p_job")).values(rerun_of=bindparam("p_rerun_of"))
+
+    @cached_property
     def seal(self) -> Update:
         """A new job's payload with its sensitive values sealed: they need its id."""
         return self._sealed(job.c.key_id.is_(None))

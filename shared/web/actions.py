@@ -13,7 +13,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from jobsup.client import Client
-from jobsup.errors import BadInput, DuplicateJob
+from jobsup.errors import BadInput, ConfigurationError, DuplicateJob, JobNotFound
+from jobsup.secrets import SealedParameterError
 from jobsup.web import sessions
 from jobsup.web.api import MAX_BODY, ApiError, log
 from jobsup.web.auth import Auth, Identity
@@ -65,6 +66,10 @@ def action(act: Act) -> Callable[[Request], Any]:
             return error_page(request, exc.status, exc.message, who)
         except (BadInput, DuplicateJob) as exc:
             return error_page(request, 400 if isinstance(exc, BadInput) else 409, str(exc), who)
+        except JobNotFound as exc:
+            return error_page(request, 404, str(exc), who)
+        except (ConfigurationError, SealedParameterError) as exc:  # a rerun of a sealed job no key opens
+            return error_page(request, 400, str(exc), who)
         return _back(request, form, message)
 
     return run
@@ -81,6 +86,11 @@ def _retry(client: Client, who: Identity, form: dict[str, list[str]], params: di
     job_id = _job_id(params)
     done = client.dead_letters.retry(job_id, actor=who.actor)
     return f"job {job_id} retried" if done else f"job {job_id} is not dead-lettered"
+
+
+def _rerun(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
+    job_id = _job_id(params)
+    return f"job {client.rerun(job_id, actor=who.actor)} is a rerun of job {job_id}"
 
 
 def _cancel(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
@@ -176,6 +186,7 @@ def routes() -> list[BaseRoute]:
         Route("/logout", logout, methods=post),
         Route("/actions/jobs/{job_id}/retry", action(_retry), methods=post),
         Route("/actions/jobs/{job_id}/cancel", action(_cancel), methods=post),
+        Route("/actions/jobs/{job_id}/rerun", action(_rerun), methods=post),
         Route("/actions/dead/retry", action(_retry_dead), methods=post),
         Route("/actions/dead/purge", action(_purge_dead), methods=post),
         Route("/actions/queues/{queue}/pause", action(_pause), methods=post),

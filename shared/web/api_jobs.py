@@ -90,6 +90,20 @@ def cancel_job(client: Client, who: Identity, job_id: int) -> dict[str, Any]:
 
 @operation(
     "POST",
+    "/jobs/{job_id}/rerun",
+    "Make a new job from a finished one, linked to it (rerun_of)",
+    s.RERUN,
+    role=OPERATOR,
+    params=(JOB_ID,),
+    errors=(400, 404),
+    tag="jobs",
+)
+def rerun_job(client: Client, who: Identity, job_id: int) -> dict[str, Any]:
+    return {"id": client.rerun(job_id, actor=who.actor), "rerun_of": job_id}
+
+
+@operation(
+    "POST",
     "/jobs/{job_id}/retry",
     "Retry a dead-lettered job",
     s.DONE,

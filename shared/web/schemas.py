@@ -55,11 +55,18 @@ JOB = obj(
     result=ANY,
     workflow_id=maybe("integer"),
     batch_id=maybe("integer"),
+    rerun_of=maybe("integer"),
 )
 LOG = obj(id=INT, job_id=INT, attempt=INT, logged_at=TIME, level=STR, message=STR)
 JOB_DETAIL = {
     **JOB,
-    "properties": {**JOB["properties"], "history": array(ATTEMPT), "logs": array(LOG), "progress": ANY},
+    "properties": {
+        **JOB["properties"],
+        "history": array(ATTEMPT),
+        "logs": array(LOG),
+        "progress": ANY,
+        "reruns": array(INT),
+    },
 }
 JOB_PAGE = obj(jobs=array(JOB), next_cursor=maybe("string"))
 DEAD_PAGE = obj(jobs=array(JOB))
@@ -147,6 +154,7 @@ LOOSE = {"type": "object"}  # rows whose columns the later issues grow (definiti
 DONE = obj(done=BOOL)
 CANCEL = obj(done=BOOL, stopping=BOOL)  # stopping: it was running, and ends once its worker stops it
 COUNT = obj(count=INT)
+RERUN = obj(id=INT, rerun_of=INT)
 NAME = {"type": "string", "minLength": 1, "maxLength": 200}
 ENQUEUE = {
     **obj(
