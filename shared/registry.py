@@ -105,7 +105,7 @@ def job(
 
 def workflow(name: str, *, queue: str = DEFAULT_QUEUE, **settings: Any) -> Callable[[Callable[[Any], Any]], Any]:
     """Register a workflow factory: ``factory(payload) -> jobsup.Workflow``. It becomes a job
-    named `name` that builds the workflow and enqueues it, once per job (a rerun finds the
+    named `name` that builds the workflow and enqueues it, once per job (a retried attempt finds the
     workflow its first attempt made): so a recurring schedule, or any enqueue of `name`,
     starts the workflow. The job's result is ``{"workflow_id": id}``."""
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 import jobsup
-from jobsup.secrets import ENV
+from jobsup.secrets import ENV, SealedParameterError, job_binding, required_keyring
 from jobsup.store.schema import job
 from jobsup.worker.execute import execute
 
@@ -62,7 +62,28 @@ def test_only_a_finished_job_is_rerun(url: str) -> None:
         client.rerun(waiting)
     with pytest.raises(jobsup.JobNotFound, match="no job with id 999999"):
         client.rerun(999999)
-    assert client.audit.list(action="job.rerun") == []
+    refusals = [(e.target, e.outcome) for e in client.audit.list(action="job.rerun")]
+    assert sorted(refusals) == sorted([(str(waiting), "refused"), ("999999", "not_found")])
+    assert len(client.list_jobs()) == 1  # nothing made
+
+
+@jobsup.job("rerun-keyed", concurrency={"key": "tenant", "limit": 2})
+def rerun_keyed(ctx: jobsup.JobContext, params: Any) -> None: ...
+
+
+def test_a_rerun_keeps_the_key_and_the_first_budget_of_attempts(url: str) -> None:
+    client = jobsup.Client(url)
+    first = client.enqueue("rerun-keyed", {"tenant": "t1"}, max_attempts=2)
+    for _ in range(2):
+        fail(client, claim_one(client), error="RuntimeError: no")
+    assert client.dead_letters.retry(first)  # its max_attempts is now 4: its used 2 and a budget of 2
+    fail(client, claim_one(client), error="RuntimeError: no")
+    fail(client, claim_one(client), error="RuntimeError: no")
+    old = client.get(first)
+    assert old is not None and (old.status, old.max_attempts) == ("dead_lettered", 4)
+    new = client.get(client.rerun(first))
+    assert new is not None
+    assert (new.max_attempts, new.concurrency_key) == (2, old.concurrency_key)  # counted under the same key
 
 
 def test_a_sealed_value_stays_sealed_and_opens_for_the_new_job_only(url: str) -> None:
@@ -72,7 +93,8 @@ def test_a_sealed_value_stays_sealed_and_opens_for_the_new_job_only(url: str) ->
     assert client.get(first).status == "dead_lettered"  # type: ignore[union-attr]
     again = client.rerun(first)
     assert TOKEN not in stored_payload(client, again)  # sealed at rest, to its own id
-    assert stored_payload(client, again) != stored_payload(client, first)
+    with pytest.raises(SealedParameterError):  # not the old job's ciphertext copied
+        required_keyring().unseal(json.loads(stored_payload(client, again)), job_binding(first, "rerun-charge"))
     assert client.get(again).payload == {"account": "a", "token": "***"}  # type: ignore[union-attr]
     ran.clear()
     outcome = execute(claim_one(client, queue="pay"), threading.Event())
@@ -101,3 +123,33 @@ def test_the_command_line_the_api_and_the_dashboard_rerun(url: str) -> None:
         assert answer.status_code == 200 and "is a rerun of job" in answer.text
     assert client.get(first).reruns == (by_cli, by_api["id"], by_api["id"] + 1)  # type: ignore[union-attr]
     assert next(e.actor for e in client.audit.list(action="job.rerun")) == "web:alice"
+
+
+def test_a_sealed_job_is_not_rerun_where_no_key_opens_it(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = jobsup.Client(url)
+    first = client.enqueue("rerun-charge", {"account": "a", "token": TOKEN})
+    client.cancel(first)
+    monkeypatch.delenv(ENV)
+    with pytest.raises(jobsup.ConfigurationError, match="JOBSUP_ENCRYPTION_KEYS"):
+        client.rerun(first)
+    assert len(client.list_jobs()) == 1
+
+
+def test_the_dashboard_refuses_a_reader_and_explains_a_missing_job(url: str) -> None:
+    from webhelpers import PASSWORD
+
+    client = jobsup.Client(url)
+    first = client.enqueue("rerun-plain", {}, allow_unknown=True)
+    client.cancel(first)
+    with web(url) as http:
+        assert log_in(http, "bob", PASSWORD).status_code == 303  # a reader
+        token = csrf_of(http, f"/jobs/{first}")
+        for action in (f"/actions/jobs/{first}/rerun", "/actions/dead/purge"):
+            refused = http.post(action, data={"csrf": token, "older_than": "0s"})
+            assert refused.status_code == 403 and "operator role" in refused.text, action
+        assert log_in(http).status_code == 303  # an operator
+        token = csrf_of(http, f"/jobs/{first}")
+        missing = http.post("/actions/jobs/999999/rerun", data={"csrf": token})
+        assert missing.status_code == 404 and "no job with id 999999" in missing.text
+        assert "Traceback" not in missing.text
+    assert client.get(first).reruns == ()  # type: ignore[union-attr]
