@@ -38,6 +38,7 @@ class Params:
     schema: dict[str, Any]  # JSON Schema of the payload, an object
     sensitive: frozenset[str]
     make: Callable[[dict[str, Any]], Any]  # the typed object from a checked payload
+    templated: bool = False  # a default (here or in a nested object) is a template: see `jobsup.templates`
 
     def describe(self) -> dict[str, Any]:
         return self.schema
@@ -86,7 +87,7 @@ def params_of(spec: object, *, job: str, sensitive: Iterable[str] = ()) -> Param
             required.append(f.name)
         properties[f.name] = schema
     schema = {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-    return Params(schema, frozenset(named), make)
+    return Params(schema, frozenset(named), make, _has_template(schema))
 
 
 _MISSING = object()
@@ -241,6 +242,14 @@ def _templated(default: Template, schema: dict[str, Any], job: str, name: str) -
             "something else; make its type str"
         ) from None
     return default.text
+
+
+def _has_template(schema: object) -> bool:
+    if isinstance(schema, dict):
+        return KEY in schema or any(_has_template(value) for value in schema.values())
+    if isinstance(schema, list):
+        return any(_has_template(value) for value in schema)
+    return False
 
 
 def _required(hint: Any) -> bool:

@@ -91,8 +91,9 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     secrets = Secrets.deferred(lambda: secrets_of(unsealed(job, decode_payload(job.payload)), sensitive))
     if registered.params is not None:
         try:
-            # A job enqueued before its type had a template default is given one now, as of when it was due.
-            moment = Moment.of(job.name, job.queue, now=job.due_at)
+            # A job enqueued before its type had a template default is given one now, as of
+            # when it was due (made only for a type with one: this is every typed job's path).
+            moment = Moment.of(job.name, job.queue, now=job.due_at) if registered.params.templated else None
             payload = registered.params.make(check(registered.params.schema, payload, job=job.name, moment=moment))
         except Exception as exc:
             # Retried, not discarded: a deploy may bring parameters this payload fits

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import builtins
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from jobsup.audit import actor_of
 from jobsup.checks import INT64, check_limit, check_name, check_text
 from jobsup.client.core import ClientCore, found, row_id
-from jobsup.client.shapes import BreakerInfo, FailureGroup, ProcessInfo, QueueInfo, QueueOverview, QueueStats
+from jobsup.client.shapes import (
+    BreakerInfo,
+    FailureGroup,
+    LiveCounts,
+    ProcessInfo,
+    QueueInfo,
+    QueueOverview,
+    QueueStats,
+)
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, DuplicateJob
 from jobsup.events.catalogue import error_type
@@ -86,10 +94,9 @@ class Queues:
         seconds = parse_duration(window, what="window")
         if seconds <= 0:
             raise BadInput("window must be longer than zero")
-        counts, first_due = self._core.store.reads.job_counts(STATUSES)
-        # Waiting: held by a key, as the overview counts it (a workflow step waiting for its
-        # predecessors is its workflow's); retrying and scheduled: parts of pending.
-        counts = {key: n for key, n in counts.items() if key[1] != WAITING}
+        # Waiting as the overview counts it, held by a key (a workflow step waiting for its
+        # predecessors is its workflow's), so not read here; retrying and scheduled: parts of pending.
+        counts, first_due = self._core.store.reads.job_counts([s for s in STATUSES if s != WAITING])
         counts.update(self._core.store.overview.state_counts())
         recent = self._core.store.reads.job_finished_since(seconds)
         now = host_clock()
@@ -100,11 +107,7 @@ class Queues:
             rows.append(
                 {
                     "queue": queue,
-                    "waiting": counts.get((queue, WAITING), 0),
-                    "pending": counts.get((queue, PENDING), 0),
-                    "retrying": counts.get((queue, RETRYING), 0),
-                    "scheduled": counts.get((queue, SCHEDULED), 0),
-                    "running": counts.get((queue, RUNNING), 0),
+                    **live_counts(counts, queue),
                     "succeeded": counts.get((queue, SUCCEEDED), 0),
                     "dead_lettered": counts.get((queue, DEAD_LETTERED), 0),
                     "cancelled": counts.get((queue, CANCELLED), 0),
@@ -174,11 +177,7 @@ class Queues:
                 {
                     "queue": queue,
                     "paused": queue in paused,
-                    "waiting": counts.get((queue, WAITING), 0),
-                    "pending": counts.get((queue, PENDING), 0),
-                    "retrying": counts.get((queue, RETRYING), 0),
-                    "scheduled": counts.get((queue, SCHEDULED), 0),
-                    "running": counts.get((queue, RUNNING), 0),
+                    **live_counts(counts, queue),
                     "dead_lettered": counts.get((queue, DEAD_LETTERED), 0),
                     "oldest_pending_seconds": None if due is None else max(0.0, (clock - due).total_seconds()),
                     "succeeded": [int(n) for n in figures["succeeded"]],
@@ -190,6 +189,17 @@ class Queues:
                 }
             )
         return rows
+
+
+def live_counts(counts: Mapping[tuple[str, str], int], queue: str) -> LiveCounts:
+    """`queue`'s unfinished jobs from counts by (queue, status or state)."""
+    return {
+        "waiting": counts.get((queue, WAITING), 0),
+        "pending": counts.get((queue, PENDING), 0),
+        "retrying": counts.get((queue, RETRYING), 0),
+        "scheduled": counts.get((queue, SCHEDULED), 0),
+        "running": counts.get((queue, RUNNING), 0),
+    }
 
 
 class Breakers:

@@ -20,16 +20,22 @@ class QueueInfo(TypedDict):
     since: datetime | None
 
 
-class QueueStats(TypedDict):
-    """A queue's figures (`client.queues.stats()`): jobs by status, the oldest due pending
-    job's age in seconds, and successes per minute over the window."""
+class LiveCounts(TypedDict):
+    """A queue's unfinished jobs, as `jobsup stats`, the overview and the gauges count them
+    (`jobsup.store.states`)."""
 
-    queue: str
     waiting: int  # held back by a concurrency key
     pending: int  # all of them, retrying and scheduled ones too
     retrying: int  # pending after a failed attempt
     scheduled: int  # pending, not yet tried, due later
     running: int
+
+
+class QueueStats(LiveCounts):
+    """A queue's figures (`client.queues.stats()`): jobs by status, the oldest due pending
+    job's age in seconds, and successes per minute over the window."""
+
+    queue: str
     succeeded: int
     dead_lettered: int
     cancelled: int
@@ -37,17 +43,12 @@ class QueueStats(TypedDict):
     per_minute: float
 
 
-class QueueOverview(TypedDict):
+class QueueOverview(LiveCounts):
     """A queue on the dashboard (`client.queues.overview()`): live counts, and the last hour
     in twelve five-minute buckets, oldest first (latency: mean seconds from due to finished)."""
 
     queue: str
     paused: bool
-    waiting: int  # held back by a concurrency key
-    pending: int  # all of them, retrying and scheduled ones too
-    retrying: int  # pending after a failed attempt
-    scheduled: int  # pending, not yet tried, due later
-    running: int
     dead_lettered: int
     oldest_pending_seconds: float | None
     succeeded: list[int]
