@@ -12,16 +12,18 @@ import json
 import time
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Unpack
+from typing import Any, Literal, Unpack
 
 from sqlalchemy import Connection
 
 from jobsup.audit import actor_of
 from jobsup.checks import INT64, check_limit, check_name
+from jobsup.client.activity import last_hour
 from jobsup.client.batches import Batches
 from jobsup.client.core import ClientCore, found, row_id
 from jobsup.client.operations import AuditTrail, Breakers, DeadLetters, ParkedEvents, Queues, Workers
 from jobsup.client.schedules import Calendars, Schedules, add_schedule
+from jobsup.client.shapes import Hourly
 from jobsup.client.waiting import Waiting, finished
 from jobsup.client.workflows import Workflows
 from jobsup.errors import BadInput
@@ -228,6 +230,13 @@ class Client:
     def definitions(self) -> list[Definition]:
         """Every published job type, with who declared it and any disagreement."""
         return self.store.definitions.list()
+
+    def last_hour(self, *, by: Literal["queue", "job"] = "queue") -> dict[str, Hourly]:
+        """Throughput and latency over the last hour, in twelve five-minute buckets, per
+        queue or per job type (`by="job"`); one with nothing finished in the hour is left out."""
+        if by not in ("queue", "job"):
+            raise BadInput(f"by must be 'queue' or 'job', not {by!r}")
+        return last_hour(self.store, by=by)
 
     def add_recurring(
         self,

@@ -5,13 +5,13 @@ audited operator action (see `jobsup.client.core`)."""
 from __future__ import annotations
 
 import builtins
-from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from jobsup.audit import actor_of
 from jobsup.checks import INT64, check_limit, check_name, check_text
+from jobsup.client.activity import empty, last_hour
 from jobsup.client.core import ClientCore, found, row_id
 from jobsup.client.shapes import (
     BreakerInfo,
@@ -32,8 +32,6 @@ from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, STAT
 from jobsup.store.states import RETRYING, SCHEDULED
 
 MAX_REASON = 1000  # characters of a pause's reason
-HOUR = 3600.0
-BUCKETS = 12  # the overview's last hour in five-minute buckets
 
 
 class Queues:
@@ -147,31 +145,20 @@ class Queues:
         return sorted(groups.values(), key=lambda g: (-g["count"], g["name"], g["error_type"]))
 
     def overview(self, *, now: datetime | None = None) -> builtins.list[QueueOverview]:
-        """The dashboard's figures per queue: ``pending``, ``running``, ``dead_lettered``,
-        ``oldest_pending_seconds``, and over the last hour in twelve five-minute buckets
-        (oldest first) ``succeeded``, ``failed`` (dead-lettered) and ``latency`` (mean
-        seconds from due to finished, None for an empty bucket). Every figure comes from an
-        indexed query."""
+        """The dashboard's figures per queue: the live counts, ``dead_lettered``,
+        ``oldest_pending_seconds``, and its last hour (`jobsup.client.activity`). Every
+        figure comes from an indexed query."""
         reads = self._core.store.overview
         clock = now or datetime.now(UTC)
         counts = reads.queue_counts() | reads.state_counts(now=now)
         oldest = reads.oldest_due(now=now)
-        width = HOUR / BUCKETS
-        finished = reads.finished_since([clock - timedelta(seconds=HOUR - i * width) for i in range(BUCKETS)])
+        hourly = last_hour(self._core.store, by="queue", now=clock)
         states = self._core.store.pauses.states()
         paused = {queue for queue, state in states.items() if state.paused}
         # Not `pauses.known()`: it reads waiting jobs, which no index covers.
-        queues = sorted(set(states) | {queue for queue, _ in counts} | {row.queue for row in finished})
-        series: dict[str, dict[str, builtins.list[float]]] = defaultdict(
-            lambda: {"succeeded": [0.0] * BUCKETS, "failed": [0.0] * BUCKETS, "waits": [0.0] * BUCKETS}
-        )
-        for row in finished:
-            figures = series[row.queue]
-            figures["succeeded" if row.status == SUCCEEDED else "failed"][row.bucket] += row.count
-            figures["waits"][row.bucket] += max(0.0, row.waited)
+        queues = sorted(set(states) | {queue for queue, _ in counts} | set(hourly))
         rows: builtins.list[QueueOverview] = []
         for queue in queues:
-            figures = series[queue]
             due = oldest.get(queue)
             rows.append(
                 {
@@ -180,12 +167,7 @@ class Queues:
                     **live_counts(counts, queue),
                     "dead_lettered": counts.get((queue, DEAD_LETTERED), 0),
                     "oldest_pending_seconds": None if due is None else max(0.0, (clock - due).total_seconds()),
-                    "succeeded": [int(n) for n in figures["succeeded"]],
-                    "failed": [int(n) for n in figures["failed"]],
-                    "latency": [
-                        round(wait / done, 3) if done else None
-                        for wait, done in zip(figures["waits"], figures["succeeded"], strict=True)
-                    ],
+                    **hourly.get(queue, empty()),
                 }
             )
         return rows

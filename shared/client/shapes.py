@@ -43,17 +43,23 @@ class QueueStats(LiveCounts):
     per_minute: float
 
 
-class QueueOverview(LiveCounts):
-    """A queue on the dashboard (`client.queues.overview()`): live counts, and the last hour
-    in twelve five-minute buckets, oldest first (latency: mean seconds from due to finished)."""
+class Hourly(TypedDict):
+    """The last hour of a queue or a job type (`client.last_hour()`) in twelve five-minute
+    buckets, oldest first: jobs succeeded, jobs dead-lettered, and the succeeded ones' mean
+    seconds from due to finished (None for a bucket with none)."""
+
+    succeeded: list[int]
+    failed: list[int]
+    latency: list[float | None]
+
+
+class QueueOverview(LiveCounts, Hourly):
+    """A queue on the dashboard (`client.queues.overview()`): live counts, and its last hour."""
 
     queue: str
     paused: bool
     dead_lettered: int
     oldest_pending_seconds: float | None
-    succeeded: list[int]
-    failed: list[int]
-    latency: list[float | None]
 
 
 class BreakerInfo(TypedDict):

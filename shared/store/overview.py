@@ -27,10 +27,11 @@ IN_FINISHED_INDEX: ColumnElement[bool] = literal_column("status IN ('succeeded',
 
 @dataclass(frozen=True)
 class Finished:
-    """The jobs of one queue that ended `status` in one bucket of the window: how many, and
-    their seconds from due to finished added up (succeeded ones only)."""
+    """The jobs of one queue (or job type: see `finished_since`) that ended `status` in one
+    bucket of the window: how many, and their seconds from due to finished added up
+    (succeeded ones only)."""
 
-    queue: str
+    key: str  # the queue, or the job type's name
     status: str
     bucket: int
     count: int
@@ -103,15 +104,17 @@ class OverviewReads:
         with self.db.read("stats") as conn:
             return {q: first for q, first in conn.execute(stmt, self.dialect.clock_params(now)) if first is not None}
 
-    def finished_since(self, edges: Sequence[datetime]) -> list[Finished]:
-        """The jobs that succeeded or were dead-lettered from `edges[0]` on, counted per queue,
-        status and bucket (bucket i: from `edges[i]`, before `edges[i + 1]`; the last is
-        open), added up by the database over the finished index's range, so a busy hour
-        costs one row per queue and bucket here, not one per job."""
+    def finished_since(self, edges: Sequence[datetime], *, by: str = "queue") -> list[Finished]:
+        """The jobs that succeeded or were dead-lettered from `edges[0]` on, counted per
+        queue (`by` ``"queue"``) or per job type (``"name"``), status and bucket (bucket i:
+        from `edges[i]`, before `edges[i + 1]`; the last is open), added up by the database
+        over the finished index's range, so a busy hour costs one row per queue and bucket
+        here, not one per job."""
         bucket: ColumnElement[int] = case(
             *((job.c.finished_at >= bindparam(f"p_edge_{i}"), i) for i in range(len(edges) - 1, 0, -1)), else_=0
         )
         waited = self.dialect.seconds_between(job.c.run_at, job.c.finished_at)
+        group = {"queue": job.c.queue, "name": job.c.name}[by]
         params = {f"p_edge_{i}": edge for i, edge in enumerate(edges)}
         found: list[Finished] = []
         with self.db.read("stats") as conn:
@@ -119,16 +122,16 @@ class OverviewReads:
                 # Bucketed in a subquery and grouped by its column: SQL Server refuses a GROUP
                 # BY repeating an expression with parameters (pyodbc binds each copy apart).
                 rows_of = (
-                    select(job.c.queue, bucket.label("bucket"), waited.label("waited"))
+                    select(group.label("grouped"), bucket.label("bucket"), waited.label("waited"))
                     .where(IN_FINISHED_INDEX, status_is(status), job.c.finished_at >= bindparam("p_edge_0"))
                     .subquery("finished")
                 )
                 total = func.sum(rows_of.c.waited) if status == SUCCEEDED else null()
-                stmt = select(rows_of.c.queue, rows_of.c.bucket, func.count(), total).group_by(
-                    rows_of.c.queue, rows_of.c.bucket
+                stmt = select(rows_of.c.grouped, rows_of.c.bucket, func.count(), total).group_by(
+                    rows_of.c.grouped, rows_of.c.bucket
                 )
                 rows = conn.execute(stmt, params)
-                found += [Finished(queue, status, int(b), int(n), float(w or 0)) for queue, b, n, w in rows]
+                found += [Finished(key, status, int(b), int(n), float(w or 0)) for key, b, n, w in rows]
         return found
 
     def job_page(

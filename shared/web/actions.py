@@ -18,7 +18,9 @@ from jobsup.secrets import SealedParameterError
 from jobsup.web import sessions
 from jobsup.web.api import MAX_BODY, ApiError, log
 from jobsup.web.auth import Auth, Identity
-from jobsup.web.pages import error_page, login_page
+from jobsup.web.forms import fields_of, kept, payload_of, untyped_payload
+from jobsup.web.pages import error_page, job_type, login_page
+from jobsup.web.render import page
 from jobsup.web.security import check_csrf, identify, login_keys
 
 Act = Callable[[Client, Identity, dict[str, list[str]], dict[str, str]], str]
@@ -123,6 +125,50 @@ def _purge_dead(client: Client, who: Identity, form: dict[str, list[str]], param
     return f"{count} dead letters older than {older_than} purged"
 
 
+def _enqueue(client: Client, who: Identity, name: str, form: dict[str, list[str]]) -> int:
+    """What `POST /api/v1/jobs` does, from a job type's form: the payload from its typed
+    fields (or its JSON box), the options left empty taken from the definition."""
+    definition = client.store.definitions.get(name)
+    if definition is None:
+        raise ApiError(404, f"no job type {name[:100]!r} is published")
+    fields = fields_of(definition.params)
+    payload = payload_of(fields, form) if definition.params else untyped_payload(form)
+    options: dict[str, Any] = {}
+    for key in ("queue", "delay", "unique_key"):
+        if value := (_first(form, key) or "").strip():
+            options[key] = value
+    if raw := (_first(form, "priority") or "").strip():
+        if not raw.lstrip("-").isdigit() or len(raw) > 6:
+            raise BadInput(f"priority {raw[:20]!r} is not a whole number from -1000 to 1000 (higher runs first)")
+        options["priority"] = int(raw)
+    return client.enqueue_as_operator(name, payload, actor=who.actor, **options)
+
+
+async def enqueue(request: Request) -> Response:
+    """A job type's enqueue form. Refused input shows the form again with the error and
+    every answer but the sensitive ones, so nothing typed is lost."""
+    who: Identity | None = None
+    client: Client = request.app.state.client
+    name = request.path_params["name"]
+    try:
+        who = await identify(request)
+        form = await read_form(request)
+        check_csrf(request, who, _first(form, "csrf"))
+        if not who.may_act:
+            raise ApiError(403, "this action needs the operator role")
+        try:
+            job_id = await run_in_threadpool(_enqueue, client, who, name, form)
+        except (BadInput, DuplicateJob) as exc:
+            context = await run_in_threadpool(job_type, client, name)
+            context["values"] = kept(context["fields"], form)
+            return page(request, "definition.html", who, status=400, error=str(exc), **context)
+    except ApiError as exc:
+        return error_page(request, exc.status, exc.message, who)
+    except ConfigurationError as exc:  # a sensitive parameter and no key to seal it with
+        return error_page(request, 400, str(exc), who)
+    return _back(request, {"back": [f"/jobs/{job_id}"]}, f"job {job_id} enqueued")
+
+
 def _pause(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     queue = params["queue"]
     done = client.queues.pause(queue, reason=_first(form, "reason") or None, actor=who.actor)
@@ -187,6 +233,7 @@ def routes() -> list[BaseRoute]:
         Route("/actions/jobs/{job_id}/retry", action(_retry), methods=post),
         Route("/actions/jobs/{job_id}/cancel", action(_cancel), methods=post),
         Route("/actions/jobs/{job_id}/rerun", action(_rerun), methods=post),
+        Route("/actions/definitions/{name}/enqueue", enqueue, methods=post),
         Route("/actions/dead/retry", action(_retry_dead), methods=post),
         Route("/actions/dead/purge", action(_purge_dead), methods=post),
         Route("/actions/queues/{queue}/pause", action(_pause), methods=post),

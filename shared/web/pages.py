@@ -13,11 +13,13 @@ from starlette.routing import BaseRoute, Route
 
 from jobsup.checks import INT64
 from jobsup.client import Client
+from jobsup.client.activity import empty
 from jobsup.errors import BadInput
 from jobsup.store.states import FILTERS
 from jobsup.web import api_jobs, api_ops, sessions
 from jobsup.web.api import ApiError
 from jobsup.web.auth import Identity
+from jobsup.web.forms import fields_of
 from jobsup.web.render import page
 from jobsup.web.security import identify
 
@@ -98,6 +100,24 @@ def _workflow_or_batch(kind: str) -> PageFn:
     return read
 
 
+def job_type(client: Client, name: str) -> dict[str, Any]:
+    """A job type's page: its definition, its parameters' form, its last hour."""
+    found = client.store.definitions.get(name)
+    if found is None:
+        raise ApiError(404, f"no job type {name[:100]!r} is published; the definitions page lists those there are")
+    hourly = client.last_hour(by="job").get(name, empty())
+    return {"definition": found.to_dict(), "fields": fields_of(found.params), "hourly": hourly, "values": {}}
+
+
+def _job_type(client: Client, request: Request) -> dict[str, Any]:
+    return job_type(client, request.path_params["name"])
+
+
+def _definitions(client: Client, request: Request) -> dict[str, Any]:
+    hourly = client.last_hour(by="job")
+    return {"definitions": [d.to_dict() for d in client.definitions()], "hourly": hourly}
+
+
 def _dead(client: Client, request: Request) -> dict[str, Any]:
     return {"jobs": client.dead_letters.list(limit=200)}
 
@@ -123,10 +143,6 @@ def _table(
         return {"title": title, "rows": read(client), "columns": columns, "link": link}
 
     return build
-
-
-def _definitions(client: Client) -> list[dict[str, Any]]:
-    return [d.to_dict() for d in client.definitions()]
 
 
 def _workflows(client: Client) -> list[dict[str, Any]]:
@@ -171,17 +187,8 @@ def routes() -> list[BaseRoute]:
         Route("/recurring", view("recurring.html", _recurring)),
         Route("/workers", view("workers.html", _workers)),
         Route("/breakers", view("breakers.html", _table("Breakers", lambda c: c.breakers.list(), ()))),
-        Route(
-            "/definitions",
-            view(
-                "table.html",
-                _table(
-                    "Definitions",
-                    _definitions,
-                    ("name", "queue", "priority", "max_attempts", "timeout", "declared_by", "declared_at"),
-                ),
-            ),
-        ),
+        Route("/definitions", view("definitions.html", _definitions)),
+        Route("/definitions/{name}", view("definition.html", _job_type)),
         Route(
             "/workflows",
             view(

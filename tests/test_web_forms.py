@@ -1,0 +1,163 @@
+"""The dashboard's forms (issue 30 item 5): a job type's page with its typed enqueue form,
+built from the JSON Schema the workers published, against a real database through the
+dashboard's app; a refused answer shows the form again with the error and what was typed
+(never a sensitive value)."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import re
+from typing import Annotated, Any, Literal
+
+import pytest
+
+import jobsup
+from jobsup.errors import BadInput
+from jobsup.jobtypes import JobType
+from jobsup.params import params_of
+from jobsup.secrets import ENV
+from jobsup.templates import template
+from jobsup.web.forms import CHECKBOX, CHOICE, INTEGER, JSON, NUMBER, TEXT, fields_of, payload_of
+
+from webhelpers import csrf_of, log_in, web
+
+KEY = "k1:" + base64.urlsafe_b64encode(bytes(range(32))).decode()
+TOKEN = "tok-Form-never-shown"
+
+
+@dataclasses.dataclass
+class Invoice:
+    to: str
+    amount: float
+    copies: int = 1
+    urgent: bool = False
+    currency: Literal["EUR", "USD"] = "EUR"
+    lines: list[str] = dataclasses.field(default_factory=list)
+    note: str | None = None
+    token: Annotated[str | None, jobsup.Sensitive] = None
+    subject: str = template("Invoice {now:%Y-%m-%d}")
+
+
+INVOICE = params_of(Invoice, job="invoice")
+
+
+def test_each_parameter_gets_the_input_of_its_type() -> None:
+    fields = {f.name: f for f in fields_of(INVOICE.schema)}
+    kinds = {name: f.kind for name, f in fields.items()}
+    assert kinds == {
+        "to": TEXT,
+        "amount": NUMBER,
+        "copies": INTEGER,
+        "urgent": CHECKBOX,
+        "currency": CHOICE,
+        "lines": JSON,
+        "note": TEXT,  # Optional[str]: a text box left empty leaves it out
+        "token": TEXT,
+        "subject": TEXT,
+    }
+    assert [name for name, f in fields.items() if f.required] == ["to", "amount"]
+    assert [name for name, f in fields.items() if f.sensitive] == ["token"]
+    assert fields["copies"].value == "1" and fields["currency"].value == '"EUR"' and fields["lines"].value == "[]"
+    assert fields["currency"].choices == (('"EUR"', "EUR"), ('"USD"', "USD"))
+    assert fields["subject"].value == "" and fields["subject"].placeholder == "template: Invoice {now:%Y-%m-%d}"
+
+
+def test_the_answers_make_the_payload_and_a_wrong_kind_is_named() -> None:
+    fields = fields_of(INVOICE.schema)
+    form = {
+        "p.to": ["a@example.com"],
+        "p.amount": ["12.50"],
+        "p.copies": ["3"],
+        "p.urgent": ["true"],
+        "p.currency": ['"USD"'],
+        "p.lines": ['["x", "y"]'],
+        "p.note": [""],
+        "p.subject": [""],
+    }
+    assert payload_of(fields, form) == {
+        "to": "a@example.com",
+        "amount": 12.5,
+        "copies": 3,
+        "urgent": True,
+        "currency": "USD",
+        "lines": ["x", "y"],
+    }
+    assert payload_of(fields, {"p.to": ["b"], "p.amount": ["7"]}) == {"to": "b", "amount": 7, "urgent": False}
+    with pytest.raises(BadInput, match=r"field 'copies': '2\.5' is not a whole number"):
+        payload_of(fields, {**form, "p.copies": ["2.5"]})
+    with pytest.raises(BadInput, match=r"field 'lines': '\[x' is not JSON"):
+        payload_of(fields, {**form, "p.lines": ["[x"]})
+    with pytest.raises(BadInput, match="field 'amount'"):
+        payload_of(fields, {**form, "p.amount": ["twelve"]})
+
+
+def _publish(url: str) -> None:
+    jobsup.Client(url).store.definitions.publish(
+        [JobType("invoice", queue="billing", params=INVOICE.schema), JobType("untyped")], instance="workers"
+    )
+
+
+def _enqueue(http: Any, name: str, form: dict[str, str]) -> Any:
+    token = csrf_of(http, f"/definitions/{name}")
+    return http.post(f"/actions/definitions/{name}/enqueue", data={"csrf": token, **form}, follow_redirects=False)
+
+
+def test_a_job_type_page_enqueues_from_its_typed_form_sealed_and_audited(
+    url: str, client: jobsup.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    _publish(url)
+    with web(url) as http:
+        assert log_in(http).status_code == 303
+        listed = http.get("/definitions").text
+        assert 'href="/definitions/invoice"' in listed and "typed" in listed
+        form = http.get("/definitions/invoice").text
+        assert re.search(r'<input type="password" name="p\.token"', form)
+        assert 'name="p.copies" value="1"' in form and 'placeholder="template: Invoice {now:%Y-%m-%d}"' in form
+
+        done = _enqueue(http, "invoice", {"p.to": "a@example.com", "p.amount": "9.5", "p.token": TOKEN, "priority": "5"})
+        assert done.status_code == 303
+        job_id = int(re.search(r"/jobs/(\d+)\?", done.headers["location"]).group(1))  # type: ignore[union-attr]
+        assert "enqueued" in http.get(done.headers["location"]).text
+    job = client.get(job_id)
+    assert job is not None and job.queue == "billing" and job.priority == 5
+    assert job.payload["to"] == "a@example.com" and job.payload["amount"] == 9.5 and job.payload["copies"] == 1
+    assert job.payload["token"] == "***" and job.payload["subject"].startswith("Invoice ")  # sealed; the template ran
+    [entry] = client.audit.list(action="job.enqueue")
+    assert (entry.actor, entry.target, entry.job_ids) == ("web:alice", "invoice", (job_id,))
+
+
+def test_a_refused_form_comes_back_with_the_error_and_what_was_typed_but_secrets(
+    url: str, client: jobsup.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    _publish(url)
+    with web(url) as http:
+        log_in(http)
+        wrong = _enqueue(http, "invoice", {"p.to": "kept@example.com", "p.amount": "lots", "p.token": TOKEN})
+        assert wrong.status_code == 400
+        assert "field &#39;amount&#39;: &#39;lots&#39; is not a number" in wrong.text
+        assert 'value="kept@example.com"' in wrong.text and TOKEN not in wrong.text
+        missing = _enqueue(http, "invoice", {"p.amount": "3"})
+        assert missing.status_code == 400 and "field &#39;to&#39; is required" in missing.text and "Traceback" not in missing.text
+        bad_delay = _enqueue(http, "invoice", {"p.to": "x", "p.amount": "3", "delay": "soonish"})
+        assert bad_delay.status_code == 400 and "soonish" in bad_delay.text
+        untyped = _enqueue(http, "untyped", {"payload": '{"n": 1}'})
+        assert untyped.status_code == 303
+        not_json = _enqueue(http, "untyped", {"payload": "{n: 1}"})
+        assert not_json.status_code == 400 and "not JSON" in not_json.text and "{n: 1}" in not_json.text
+    assert [j.name for j in client.jobs_page()[0]] == ["untyped"]  # nothing refused was written
+
+
+def test_enqueuing_needs_the_operator_role_and_a_published_type(url: str) -> None:
+    _publish(url)
+    with web(url) as http:
+        log_in(http, "bob")  # a reader
+        page = http.get("/definitions/invoice").text
+        assert "needs the operator role" in page and "/enqueue" not in page
+        token = csrf_of(http, "/definitions/invoice")
+        refused = http.post("/actions/definitions/invoice/enqueue", data={"csrf": token}, follow_redirects=False)
+        assert refused.status_code == 403
+        unknown = http.get("/definitions/nothing-here")
+        assert unknown.status_code == 404 and "no job type &#39;nothing-here&#39;" in unknown.text
