@@ -83,6 +83,17 @@ def next_slot(cron: str, timezone: str, after: datetime) -> datetime:
         raise BadInput(f"cron {cron!r} never matches a real date ({exc})") from None
 
 
+def next_slots(cron: str, timezone: str, after: datetime, count: int, *, first: datetime | None = None) -> list[datetime]:
+    """The `count` slots after `after` (from `first` if given: a schedule's due slot),
+    in order: what the recurring page and the schedule form preview."""
+    slots: list[datetime] = []
+    while len(slots) < count:
+        slot = first if first is not None and not slots else next_slot(cron, timezone, after)
+        slots.append(slot)
+        after = slot
+    return slots
+
+
 def latest_slot(cron: str, timezone: str, since: datetime, now: datetime) -> datetime:
     """The last slot at or before `now`, and not before the due slot `since` (missed slots
     collapse into this one). Searched backwards from now: its cost does not grow with the

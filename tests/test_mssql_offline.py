@@ -298,7 +298,7 @@ def test_the_dashboard_reads_compile_with_one_grouping_column_per_bucket(db: Off
     assert "datediff_big(millisecond, jobsup_job.run_at, jobsup_job.finished_at)" in sql
     # SQL Server refuses a GROUP BY that repeats an expression with parameters (pyodbc binds
     # each copy as its own): the buckets are grouped by a subquery's column instead.
-    assert "GROUP BY finished.queue, finished.bucket" in sql
+    assert "GROUP BY finished.grouped, finished.bucket" in sql
     assert "TOP 51" in sql
 
 

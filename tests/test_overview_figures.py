@@ -19,8 +19,10 @@ def ago(minutes: float) -> datetime:
     return NOW - timedelta(minutes=minutes)
 
 
-def finish(client: jobsup.Client, queue: str, *, due: float, ended: float, ok: bool = True) -> None:
-    client.enqueue("work", queue=queue, run_at=ago(due), max_attempts=1)
+def finish(
+    client: jobsup.Client, queue: str, *, due: float, ended: float, ok: bool = True, name: str = "work"
+) -> None:
+    client.enqueue(name, queue=queue, run_at=ago(due), max_attempts=1, allow_unknown=True)
     [job] = claim(client, queue=queue, now=ago(due))
     if ok:
         succeed(client, [job], now=ago(ended))
@@ -45,6 +47,22 @@ def test_the_last_hour_is_counted_per_bucket_with_its_mean_wait(client: jobsup.C
     assert row["oldest_pending_seconds"] == 300.0
     [other] = [q for q in client.queues.overview(now=NOW) if q["queue"] == "reports"]
     assert sum(other["succeeded"]) == 1 and other["latency"][6] == 60.0
+
+
+def test_the_last_hour_is_also_counted_per_job_type(client: jobsup.Client) -> None:
+    """Issue 30 item 3: the charts per job type as well as per queue."""
+    finish(client, "mail", due=51, ended=49, name="welcome")
+    finish(client, "mail", due=2, ended=1, name="digest")
+    finish(client, "mail", due=11, ended=10, ok=False, name="digest")
+    finish(client, "reports", due=30, ended=29, name="digest")
+    by_type = client.last_hour(by="job", now=NOW)
+    assert sorted(by_type) == ["digest", "welcome"]
+    assert by_type["welcome"]["succeeded"] == [0, 0, 1] + [0] * 9 and by_type["welcome"]["latency"][2] == 120.0
+    assert by_type["digest"]["succeeded"] == [0] * 6 + [1] + [0] * 4 + [1]
+    assert by_type["digest"]["failed"] == [0] * 10 + [1, 0]
+    assert sorted(client.last_hour(now=NOW)) == ["mail", "reports"]
+    with pytest.raises(jobsup.BadInput, match="by must be"):
+        client.last_hour(by="host")  # type: ignore[arg-type]
 
 
 def test_a_filtered_job_list_looks_through_a_bounded_stretch_per_page(

@@ -116,7 +116,9 @@ def test_a_job_type_page_enqueues_from_its_typed_form_sealed_and_audited(
         assert re.search(r'<input type="password" name="p\.token"', form)
         assert 'name="p.copies" value="1"' in form and 'placeholder="template: Invoice {now:%Y-%m-%d}"' in form
 
-        done = _enqueue(http, "invoice", {"p.to": "a@example.com", "p.amount": "9.5", "p.token": TOKEN, "priority": "5"})
+        done = _enqueue(
+            http, "invoice", {"p.to": "a@example.com", "p.amount": "9.5", "p.token": TOKEN, "priority": "5"}
+        )
         assert done.status_code == 303
         job_id = int(re.search(r"/jobs/(\d+)\?", done.headers["location"]).group(1))  # type: ignore[union-attr]
         assert "enqueued" in http.get(done.headers["location"]).text
@@ -140,7 +142,11 @@ def test_a_refused_form_comes_back_with_the_error_and_what_was_typed_but_secrets
         assert "field &#39;amount&#39;: &#39;lots&#39; is not a number" in wrong.text
         assert 'value="kept@example.com"' in wrong.text and TOKEN not in wrong.text
         missing = _enqueue(http, "invoice", {"p.amount": "3"})
-        assert missing.status_code == 400 and "field &#39;to&#39; is required" in missing.text and "Traceback" not in missing.text
+        assert (
+            missing.status_code == 400
+            and "field &#39;to&#39; is required" in missing.text
+            and "Traceback" not in missing.text
+        )
         bad_delay = _enqueue(http, "invoice", {"p.to": "x", "p.amount": "3", "delay": "soonish"})
         assert bad_delay.status_code == 400 and "soonish" in bad_delay.text
         untyped = _enqueue(http, "untyped", {"payload": '{"n": 1}'})
@@ -161,3 +167,79 @@ def test_enqueuing_needs_the_operator_role_and_a_published_type(url: str) -> Non
         assert refused.status_code == 403
         unknown = http.get("/definitions/nothing-here")
         assert unknown.status_code == 404 and "no job type &#39;nothing-here&#39;" in unknown.text
+
+
+def _schedule(http: Any, form: dict[str, str], page: str = "/recurring/new") -> Any:
+    token = csrf_of(http, page)
+    return http.post("/actions/recurring/save", data={"csrf": token, **form}, follow_redirects=False)
+
+
+def _slots(html: str) -> list[str]:
+    listed = re.search(r'<ol class="slots">(.*?)</ol>', html, re.S)
+    return [] if listed is None else re.findall(r"<li>(.*?)</li>", listed.group(1))
+
+
+def test_a_schedule_is_previewed_and_added_from_its_form(url: str, client: jobsup.Client) -> None:
+    _publish(url)
+    nightly = {"name": "nightly", "job": "untyped", "cron": "0 3 * * *", "timezone": "Europe/Berlin"}
+    with web(url) as http:
+        log_in(http)
+        assert 'href="/recurring/new"' in http.get("/recurring").text
+        preview = _schedule(http, {**nightly, "preview": "1"})
+        slots = _slots(preview.text)
+        assert preview.status_code == 200 and len(slots) == 5
+        assert all(" 03:00 CE" in slot for slot in slots), slots  # local times of its zone
+        assert client.schedules.list() == []  # a preview saves nothing
+        odd = _schedule(http, {**nightly, "cron": "0 3 * *", "preview": "1"})
+        assert odd.status_code == 200 and "is not a valid cron expression" in odd.text and _slots(odd.text) == []
+        misspelt = _schedule(http, {**nightly, "timezone": "Europe/Berln", "payload": '{"n": 1}'})
+        assert misspelt.status_code == 400 and "did you mean &#39;Europe/Berlin&#39;" in misspelt.text
+        assert "{&#34;n&#34;: 1}" in misspelt.text and 'value="0 3 * * *"' in misspelt.text  # nothing typed lost
+        saved = _schedule(http, {**nightly, "payload": '{"n": 1}'})
+        assert saved.status_code == 303 and "schedule%20nightly%20saved" in saved.headers["location"]
+    [schedule] = client.schedules.list()
+    assert (schedule.job, schedule.cron, schedule.timezone, schedule.payload) == (
+        "untyped",
+        "0 3 * * *",
+        "Europe/Berlin",
+        {"n": 1},
+    )
+    [entry] = client.audit.list(action="recurring.add")
+    assert (entry.actor, entry.target) == ("web:alice", "nightly")
+
+
+def test_editing_a_schedule_never_shows_nor_drops_its_sensitive_values(
+    url: str, client: jobsup.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    _publish(url)
+    client.add_recurring("billing", job="invoice", cron="0 3 * * *", payload={"to": "a", "amount": 1, "token": TOKEN})
+    edited = {"job": "invoice", "cron": "0 4 * * *", "timezone": "UTC", "editing": "billing"}
+    with web(url) as http:
+        log_in(http)
+        form = http.get("/recurring/billing/edit")
+        assert form.status_code == 200 and TOKEN not in form.text and "***" not in form.text
+        assert "Sensitive, so not shown: token" in form.text and _slots(form.text)
+        page = "/recurring/billing/edit"
+        dropped = _schedule(http, {**edited, "payload": '{"to": "a", "amount": 1}'}, page)
+        assert dropped.status_code == 400 and "token: sensitive" in dropped.text
+        masked = _schedule(http, {**edited, "payload": '{"to": "a", "amount": 1, "token": "***"}'}, page)
+        assert masked.status_code == 400 and "token: sensitive" in masked.text
+        assert [s.cron for s in client.schedules.list()] == ["0 3 * * *"]  # refused: unchanged
+        payload = '{"to": "b", "amount": 2, "token": "tok-new"}'
+        assert _schedule(http, {**edited, "payload": payload}, page).status_code == 303
+    [schedule] = client.schedules.list()
+    assert schedule.cron == "0 4 * * *" and schedule.payload["token"] == "***"  # sealed again, masked on read
+    assert (schedule.payload["to"], schedule.payload["amount"]) == ("b", 2)
+
+
+def test_changing_schedules_needs_the_operator_role(url: str, client: jobsup.Client) -> None:
+    _publish(url)
+    with web(url) as http:
+        log_in(http, "bob")
+        assert "needs the operator role" in http.get("/recurring/new").text
+        token = csrf_of(http, "/recurring")
+        form = {"csrf": token, "name": "x", "job": "untyped", "cron": "* * * * *"}
+        assert http.post("/actions/recurring/save", data=form, follow_redirects=False).status_code == 403
+        assert http.get("/recurring/missing/edit").status_code == 404
+    assert client.schedules.list() == []

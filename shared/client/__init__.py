@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, Unpack
 
 from sqlalchemy import Connection
@@ -231,12 +231,12 @@ class Client:
         """Every published job type, with who declared it and any disagreement."""
         return self.store.definitions.list()
 
-    def last_hour(self, *, by: Literal["queue", "job"] = "queue") -> dict[str, Hourly]:
+    def last_hour(self, *, by: Literal["queue", "job"] = "queue", now: datetime | None = None) -> dict[str, Hourly]:
         """Throughput and latency over the last hour, in twelve five-minute buckets, per
         queue or per job type (`by="job"`); one with nothing finished in the hour is left out."""
         if by not in ("queue", "job"):
             raise BadInput(f"by must be 'queue' or 'job', not {by!r}")
-        return last_hour(self.store, by=by)
+        return last_hour(self.store, by=by, now=now)
 
     def add_recurring(
         self,

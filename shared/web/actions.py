@@ -14,12 +14,12 @@ from starlette.routing import BaseRoute, Route
 
 from jobsup.client import Client
 from jobsup.errors import BadInput, ConfigurationError, DuplicateJob, JobNotFound
-from jobsup.secrets import SealedParameterError
+from jobsup.secrets import MASK, SealedParameterError
 from jobsup.web import sessions
 from jobsup.web.api import MAX_BODY, ApiError, log
 from jobsup.web.auth import Auth, Identity
 from jobsup.web.forms import fields_of, kept, payload_of, untyped_payload
-from jobsup.web.pages import error_page, job_type, login_page
+from jobsup.web.pages import SCHEDULE_FIELDS, error_page, job_type, login_page, schedule_form
 from jobsup.web.render import page
 from jobsup.web.security import check_csrf, identify, login_keys
 
@@ -137,11 +137,18 @@ def _enqueue(client: Client, who: Identity, name: str, form: dict[str, list[str]
     for key in ("queue", "delay", "unique_key"):
         if value := (_first(form, key) or "").strip():
             options[key] = value
-    if raw := (_first(form, "priority") or "").strip():
-        if not raw.lstrip("-").isdigit() or len(raw) > 6:
-            raise BadInput(f"priority {raw[:20]!r} is not a whole number from -1000 to 1000 (higher runs first)")
-        options["priority"] = int(raw)
+    if (priority := _priority(_first(form, "priority"))) is not None:
+        options["priority"] = priority
     return client.enqueue_as_operator(name, payload, actor=who.actor, **options)
+
+
+def _priority(given: str | None) -> int | None:
+    raw = (given or "").strip()
+    if not raw:
+        return None  # the job type's
+    if not raw.lstrip("-").isdigit() or len(raw) > 6:
+        raise BadInput(f"priority {raw[:20]!r} is not a whole number from -1000 to 1000 (higher runs first)")
+    return int(raw)
 
 
 async def enqueue(request: Request) -> Response:
@@ -167,6 +174,74 @@ async def enqueue(request: Request) -> Response:
     except ConfigurationError as exc:  # a sensitive parameter and no key to seal it with
         return error_page(request, 400, str(exc), who)
     return _back(request, {"back": [f"/jobs/{job_id}"]}, f"job {job_id} enqueued")
+
+
+def _save_schedule(client: Client, who: Identity, editing: str | None, answers: dict[str, str]) -> str:
+    """What `POST /api/v1/recurring` does, from the schedule form. An edit keeps the
+    schedule's calendar; its sensitive values, never shown, must be given again (a masked
+    ``***`` is refused rather than stored as the value)."""
+    name = editing or answers.get("name", "").strip()
+    job = answers.get("job", "").strip()
+    if not job:
+        raise BadInput("choose the job type the schedule runs")
+    payload = untyped_payload({"payload": [answers.get("payload", "")]})
+    stored = next((one for one in client.schedules.list() if one.name == name), None) if editing else None
+    definition = client.store.definitions.get(job)
+    sensitive = {field.name for field in fields_of(definition.params if definition else None) if field.sensitive}
+    withheld = set()  # what the edit form did not show
+    if stored is not None and isinstance(stored.payload, dict):
+        withheld = {key for key, value in stored.payload.items() if value == MASK}
+    given = payload if isinstance(payload, dict) else {}
+    unsent = sorted({key for key in sensitive | withheld if given.get(key) == MASK} | (withheld - set(given)))
+    if unsent:
+        raise BadInput(
+            f"{', '.join(unsent)}: sensitive, so shown as {MASK} and never sent back; give "
+            f"{'its value' if len(unsent) == 1 else 'their values'} again in the payload"
+        )
+    calendar = (stored.calendar, stored.calendar_mode, stored.calendar_policy) if stored else (None, "blackout", "skip")
+    client.add_recurring(
+        name,
+        job=job,
+        cron=answers.get("cron", "").strip(),
+        payload=payload,
+        queue=answers.get("queue", "").strip() or None,
+        timezone=answers.get("timezone", "").strip() or "UTC",
+        priority=_priority(answers.get("priority")),
+        overlap=answers.get("overlap", "allow"),
+        calendar=calendar[0],
+        calendar_mode=calendar[1],
+        calendar_policy=calendar[2],
+        actor=who.actor,
+    )
+    return name
+
+
+async def save_schedule(request: Request) -> Response:
+    """The schedule form: Preview shows the next five slots of what was typed, Save adds or
+    updates the schedule. Refused input shows the form again with the error and every answer."""
+    who: Identity | None = None
+    client: Client = request.app.state.client
+    try:
+        who = await identify(request)
+        form = await read_form(request)
+        check_csrf(request, who, _first(form, "csrf"))
+        if not who.may_act:
+            raise ApiError(403, "this action needs the operator role")
+        answers = {key: values[0] for key, values in form.items() if values and key in SCHEDULE_FIELDS}
+        editing = _first(form, "editing") or None
+        if _first(form, "preview"):
+            context = await run_in_threadpool(schedule_form, client, editing, answers)
+            return page(request, "schedule_form.html", who, **context)
+        try:
+            name = await run_in_threadpool(_save_schedule, client, who, editing, answers)
+        except BadInput as exc:
+            context = await run_in_threadpool(schedule_form, client, editing, answers)
+            return page(request, "schedule_form.html", who, status=400, error=str(exc), **context)
+    except ApiError as exc:
+        return error_page(request, exc.status, exc.message, who)
+    except ConfigurationError as exc:  # a sensitive parameter and no key to seal it with
+        return error_page(request, 400, str(exc), who)
+    return _back(request, {"back": ["/recurring"]}, f"schedule {name} saved")
 
 
 def _pause(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
@@ -238,6 +313,7 @@ def routes() -> list[BaseRoute]:
         Route("/actions/dead/purge", action(_purge_dead), methods=post),
         Route("/actions/queues/{queue}/pause", action(_pause), methods=post),
         Route("/actions/queues/{queue}/resume", action(_resume), methods=post),
+        Route("/actions/recurring/save", save_schedule, methods=post),
         Route("/actions/recurring/{name}/enable", action(_schedule(True)), methods=post),
         Route("/actions/recurring/{name}/disable", action(_schedule(False)), methods=post),
         Route("/actions/breakers/{name}/reset", action(_reset), methods=post),

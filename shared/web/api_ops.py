@@ -8,7 +8,7 @@ from typing import Any
 
 from jobsup.client import Client
 from jobsup.client.shapes import BreakerInfo, FailureGroup, QueueInfo, QueueOverview, QueueStats
-from jobsup.cron import next_slot
+from jobsup.cron import next_slots, zone
 from jobsup.errors import BadInput
 from jobsup.store.rows import RecurringSchedule
 from jobsup.web import schemas as s
@@ -77,18 +77,12 @@ def resume_queue(client: Client, who: Identity, queue: str) -> dict[str, Any]:
 def schedule_json(schedule: RecurringSchedule, *, now: datetime | None = None) -> dict[str, Any]:
     """A schedule (sensitive values already masked by the client) and its next five slots,
     as local times of its own time zone."""
-    slots: list[str] = []
-    after = schedule.next_run_at or now or datetime.now(UTC)
     try:
-        from zoneinfo import ZoneInfo
-
-        local = ZoneInfo(schedule.timezone)
-        first = schedule.next_run_at
-        while len(slots) < SLOTS:
-            slot = first if first is not None and not slots else next_slot(schedule.cron, schedule.timezone, after)
-            slots.append(slot.astimezone(local).isoformat())
-            after, first = slot, None
-    except (BadInput, ValueError, KeyError):
+        after = schedule.next_run_at or now or datetime.now(UTC)
+        found = next_slots(schedule.cron, schedule.timezone, after, SLOTS, first=schedule.next_run_at)
+        local = zone(schedule.timezone)
+        slots = [slot.astimezone(local).isoformat() for slot in found]
+    except BadInput:
         slots = []  # a row edited to a bad cron: shown, with no slots
     return {**schedule.to_dict(), "next_slots": slots}
 

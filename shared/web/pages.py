@@ -3,7 +3,9 @@ Each page reads through the client, as the CLI does."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -14,10 +16,13 @@ from starlette.routing import BaseRoute, Route
 from jobsup.checks import INT64
 from jobsup.client import Client
 from jobsup.client.activity import empty
+from jobsup.cron import next_slots, zone
 from jobsup.errors import BadInput
+from jobsup.secrets import MASK
 from jobsup.store.states import FILTERS
 from jobsup.web import api_jobs, api_ops, sessions
 from jobsup.web.api import ApiError
+from jobsup.web.api_ops import SLOTS
 from jobsup.web.auth import Identity
 from jobsup.web.forms import fields_of
 from jobsup.web.render import page
@@ -130,6 +135,46 @@ def _recurring(client: Client, request: Request) -> dict[str, Any]:
     return {"schedules": [api_ops.schedule_json(s) for s in client.schedules.list()]}
 
 
+SCHEDULE_FIELDS = ("name", "job", "cron", "timezone", "queue", "priority", "overlap", "payload")
+
+
+def schedule_form(client: Client, name: str | None, answers: Mapping[str, str]) -> dict[str, Any]:
+    """The add (`name` None) or edit form of a recurring schedule: the stored schedule's
+    values (its sensitive ones left out: never shown), overridden by `answers` (a preview's
+    or a refused save's), and the next five slots of the cron they give."""
+    values: dict[str, str] = {"timezone": "UTC", "overlap": "allow"}
+    hidden: list[str] = []
+    if name is not None:
+        found = next((one for one in client.schedules.list() if one.name == name), None)
+        if found is None:
+            raise ApiError(404, f"no schedule {name[:100]!r}; the recurring page lists those there are")
+        payload = found.payload
+        if isinstance(payload, dict):
+            hidden = sorted(key for key, value in payload.items() if value == MASK)
+            payload = {key: value for key, value in payload.items() if key not in hidden}
+        values.update(
+            name=found.name, job=found.job, cron=found.cron, timezone=found.timezone, queue=found.queue,
+            priority=str(found.priority), overlap=found.overlap,
+            payload="" if payload is None else json.dumps(payload, indent=2),
+        )  # fmt: skip
+    values.update({key: answers[key][:10_000] for key in SCHEDULE_FIELDS if key in answers})
+    if name is not None:
+        values["name"] = name
+    slots, why = [], ""
+    if values.get("cron"):
+        try:
+            tz = zone(values["timezone"])
+            slots = [slot.astimezone(tz) for slot in next_slots(values["cron"], tz.key, datetime.now(UTC), SLOTS)]
+        except BadInput as exc:
+            why = str(exc)
+    jobs = sorted(d.name for d in client.definitions())
+    return {"values": values, "editing": name, "hidden": hidden, "slots": slots, "slots_error": why, "jobs": jobs}
+
+
+def _schedule_form(client: Client, request: Request) -> dict[str, Any]:
+    return schedule_form(client, request.path_params.get("name"), request.query_params)
+
+
 def _workers(client: Client, request: Request) -> dict[str, Any]:
     return {"workers": client.workers.list()}
 
@@ -185,6 +230,8 @@ def routes() -> list[BaseRoute]:
         Route("/queues", view("queues.html", _queues)),
         Route("/fragments/queues", view("queues_live.html", _queues)),
         Route("/recurring", view("recurring.html", _recurring)),
+        Route("/recurring/new", view("schedule_form.html", _schedule_form)),
+        Route("/recurring/{name}/edit", view("schedule_form.html", _schedule_form)),
         Route("/workers", view("workers.html", _workers)),
         Route("/breakers", view("breakers.html", _table("Breakers", lambda c: c.breakers.list(), ()))),
         Route("/definitions", view("definitions.html", _definitions)),
