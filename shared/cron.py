@@ -83,7 +83,9 @@ def next_slot(cron: str, timezone: str, after: datetime) -> datetime:
         raise BadInput(f"cron {cron!r} never matches a real date ({exc})") from None
 
 
-def next_slots(cron: str, timezone: str, after: datetime, count: int, *, first: datetime | None = None) -> list[datetime]:
+def next_slots(
+    cron: str, timezone: str, after: datetime, count: int, *, first: datetime | None = None
+) -> list[datetime]:
     """The `count` slots after `after` (from `first` if given: a schedule's due slot),
     in order: what the recurring page and the schedule form preview."""
     slots: list[datetime] = []

@@ -19,9 +19,7 @@ def ago(minutes: float) -> datetime:
     return NOW - timedelta(minutes=minutes)
 
 
-def finish(
-    client: jobsup.Client, queue: str, *, due: float, ended: float, ok: bool = True, name: str = "work"
-) -> None:
+def finish(client: jobsup.Client, queue: str, *, due: float, ended: float, ok: bool = True, name: str = "work") -> None:
     client.enqueue(name, queue=queue, run_at=ago(due), max_attempts=1, allow_unknown=True)
     [job] = claim(client, queue=queue, now=ago(due))
     if ok:

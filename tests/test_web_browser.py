@@ -204,3 +204,86 @@ def test_the_phone_width_layout_fits_the_screen(
     assert all(box is not None and box["width"] <= 390 for box in boxes)
     assert len({box["x"] for box in boxes if box}) == 1  # one column
     phone.close()
+
+
+def test_the_overview_shows_every_state_an_operator_looks_for(
+    browser: Browser, dashboard: Dashboard, client: jobsup.Client, tmp_path: Path
+) -> None:
+    """Issue 30's screenshot of the overview with each state present: on queue `ops` a due
+    job, a scheduled one, one retrying, one running, one waiting for its key's slot, the
+    queue paused; and a dead letter."""
+    from test_states import EXPECTED, one_of_each
+
+    client.enqueue("ops-job", queue="ops", max_attempts=1, allow_unknown=True)
+    fail(client, claim_one(client, queue="ops"), error="ValueError: the ledger is closed")
+    one_of_each(client)
+    client.queues.pause("ops", reason="ledger migration")
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(dashboard.login_url())
+    card = page.locator('.card[data-queue="ops"]')
+    for state, count in EXPECTED.items():
+        expect(card.locator(f".n-{state}")).to_have_text(str(count))
+    expect(card.locator(".n-failed")).to_have_text("1")
+    expect(card.locator(".status.s-paused")).to_have_text("paused")
+    expect(page.locator(".totals .t-retrying")).to_have_text("1")
+    expect(page.locator('tr[data-failure="ops-job"]')).to_have_count(2)  # the retrying error and the dead letter's
+    shot(page, tmp_path, "overview-every-state")
+
+
+def test_a_typed_job_and_a_schedule_are_made_from_their_forms(
+    browser: Browser, url: str, client: jobsup.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV, KEY)
+    client.store.definitions.publish(
+        [jobsup.registry.lookup(name).type for name in ("sealed-app", "work")],  # type: ignore[union-attr]
+        instance="workers",
+    )
+    dashboard = start_dashboard(
+        url, tmp_path, env={"JOBSUP_DASHBOARD_TOKENS": "", "JOBSUP_DASHBOARD_USERS": "", ENV: KEY}
+    )
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(dashboard.login_url())
+        page.goto(f"{dashboard.base}/definitions")
+        page.get_by_role("link", name="sealed-app").click()
+        form = page.locator("form.enqueue")
+        expect(form.locator('input[name="p.token"]')).to_have_attribute("type", "password")
+        form.locator('input[name="p.to"]').fill("browser@example.com")
+        form.locator('input[name="p.token"]').fill(SECRET)
+        form.locator("summary").click()  # the options
+        form.locator('input[name="delay"]').fill("soonish")
+        form.get_by_role("button", name="Enqueue").click()
+        expect(page.locator(".msg.bad")).to_contain_text("soonish")
+        expect(form.locator('input[name="p.to"]')).to_have_value("browser@example.com")  # kept
+        expect(form.locator('input[name="p.token"]')).to_have_value("")  # a secret is never sent back
+        shot(page, tmp_path, "enqueue-refused")
+        form.locator('input[name="p.token"]').fill(SECRET)
+        form.locator('input[name="delay"]').fill("")
+        form.get_by_role("button", name="Enqueue").click()
+        expect(page.locator(".msg")).to_contain_text("enqueued")
+        job_id = int(page.url.split("/jobs/")[1].split("?")[0])
+        assert SECRET not in page.content()
+        found = client.get(job_id)
+        assert found is not None and found.payload == {"to": "browser@example.com", "token": "***"}
+
+        page.goto(f"{dashboard.base}/recurring")
+        page.get_by_role("link", name="New schedule").click()
+        schedule = page.locator("form.schedule")
+        schedule.locator('input[name="name"]').fill("browser-nightly")
+        schedule.locator('select[name="job"]').select_option("work")
+        schedule.locator('input[name="cron"]').fill("30 2 * * *")
+        schedule.locator('input[name="timezone"]').fill("Europe/Berlin")
+        schedule.get_by_role("button", name="Preview").click()
+        slots = page.locator("ol.slots li")
+        expect(slots).to_have_count(5)
+        expect(slots.first).to_contain_text("02:30")
+        shot(page, tmp_path, "schedule-preview")
+        page.locator("form.schedule").get_by_role("button", name="Save").click()
+        expect(page.locator(".msg")).to_contain_text("schedule browser-nightly saved")
+        page.get_by_role("link", name="Edit").click()
+        expect(page.locator('input[name="cron"]')).to_have_value("30 2 * * *")
+        assert [(s.name, s.cron, s.timezone) for s in client.schedules.list()] == [
+            ("browser-nightly", "30 2 * * *", "Europe/Berlin")
+        ]
+    finally:
+        dashboard.stop()

@@ -111,7 +111,7 @@ def job_type(client: Client, name: str) -> dict[str, Any]:
     if found is None:
         raise ApiError(404, f"no job type {name[:100]!r} is published; the definitions page lists those there are")
     hourly = client.last_hour(by="job").get(name, empty())
-    return {"definition": found.to_dict(), "fields": fields_of(found.params), "hourly": hourly, "values": {}}
+    return {"definition": found, "fields": fields_of(found.params), "hourly": hourly, "values": {}}
 
 
 def _job_type(client: Client, request: Request) -> dict[str, Any]:
@@ -120,7 +120,7 @@ def _job_type(client: Client, request: Request) -> dict[str, Any]:
 
 def _definitions(client: Client, request: Request) -> dict[str, Any]:
     hourly = client.last_hour(by="job")
-    return {"definitions": [d.to_dict() for d in client.definitions()], "hourly": hourly}
+    return {"definitions": client.definitions(), "hourly": hourly}
 
 
 def _dead(client: Client, request: Request) -> dict[str, Any]:
