@@ -53,7 +53,7 @@ def zone(name: object) -> ZoneInfo:
         if not isinstance(name, str) or not name:
             raise ZoneInfoNotFoundError(name)
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder of zones ("Europe"), a name too long
         raise BadInput(
             f"time zone {name!r} is not known{_near(name)}; use an IANA name like 'UTC' or 'Europe/Berlin'"
         ) from None

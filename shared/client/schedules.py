@@ -83,6 +83,11 @@ class Schedules:
         """Every schedule, its sensitive values shown as ``***``."""
         return _masked(self._core, self._core.store.recurring.recurring_list())
 
+    def get(self, name: str) -> RecurringSchedule | None:
+        """The schedule `name`, its sensitive values shown as ``***``; None if there is none."""
+        found = self._core.store.recurring.recurring_get(name)
+        return None if found is None else _masked(self._core, [found])[0]
+
     def remove(self, name: str, *, actor: str | None = None) -> bool:
         """Delete the schedule `name`; False if there is none. Audited."""
         who = actor_of(actor)

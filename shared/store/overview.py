@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Row, bindparam, case, func, literal_column, null, select
 
@@ -104,7 +104,7 @@ class OverviewReads:
         with self.db.read("stats") as conn:
             return {q: first for q, first in conn.execute(stmt, self.dialect.clock_params(now)) if first is not None}
 
-    def finished_since(self, edges: Sequence[datetime], *, by: str = "queue") -> list[Finished]:
+    def finished_since(self, edges: Sequence[datetime], *, by: Literal["queue", "name"] = "queue") -> list[Finished]:
         """The jobs that succeeded or were dead-lettered from `edges[0]` on, counted per
         queue (`by` ``"queue"``) or per job type (``"name"``), status and bucket (bucket i:
         from `edges[i]`, before `edges[i + 1]`; the last is open), added up by the database

@@ -14,13 +14,11 @@ from starlette.routing import BaseRoute, Route
 
 from jobsup.client import Client
 from jobsup.errors import BadInput, ConfigurationError, DuplicateJob, JobNotFound
-from jobsup.secrets import MASK, SealedParameterError
+from jobsup.secrets import SealedParameterError
 from jobsup.web import sessions
 from jobsup.web.api import MAX_BODY, ApiError, log
 from jobsup.web.auth import Auth, Identity
-from jobsup.web.forms import fields_of, kept, payload_of, untyped_payload
-from jobsup.web.pages import SCHEDULE_FIELDS, error_page, job_type, login_page, schedule_form
-from jobsup.web.render import page
+from jobsup.web.pages import error_page, login_page
 from jobsup.web.security import check_csrf, identify, login_keys
 
 Act = Callable[[Client, Identity, dict[str, list[str]], dict[str, str]], str]
@@ -33,19 +31,29 @@ async def read_form(request: Request) -> dict[str, list[str]]:
         if len(body) > MAX_BODY:
             raise ApiError(413, "form too large")
     try:
-        return parse_qs(body.decode(), max_num_fields=1100)
+        # Blank answers kept: a box the user emptied says so (a schedule's queue cleared).
+        return parse_qs(body.decode(), keep_blank_values=True, max_num_fields=1100)
     except (UnicodeDecodeError, ValueError):
         raise ApiError(400, "the form could not be read") from None
 
 
-def _first(form: dict[str, list[str]], key: str) -> str | None:
+def first(form: dict[str, list[str]], key: str) -> str | None:
     values = form.get(key)
     return values[0] if values else None
 
 
-def _back(request: Request, form: dict[str, list[str]], message: str) -> Response:
+async def checked_form(request: Request, who: Identity) -> dict[str, list[str]]:
+    """The form `who` posted, once its CSRF token and their operator role are checked."""
+    form = await read_form(request)
+    check_csrf(request, who, first(form, "csrf"))
+    if not who.may_act:
+        raise ApiError(403, "this action needs the operator role")
+    return form
+
+
+def back(request: Request, form: dict[str, list[str]], message: str) -> Response:
     root = request.scope.get("root_path", "")
-    target = _first(form, "back") or "/"
+    target = first(form, "back") or "/"
     if not target.startswith("/") or target.startswith("//") or "\\" in target:
         target = "/"  # only our own pages: never an open redirect
     joiner = "&" if "?" in target else "?"
@@ -59,10 +67,7 @@ def action(act: Act) -> Callable[[Request], Any]:
         who: Identity | None = None
         try:
             who = await identify(request)
-            form = await read_form(request)
-            check_csrf(request, who, _first(form, "csrf"))
-            if not who.may_act:
-                raise ApiError(403, "this action needs the operator role")
+            form = await checked_form(request, who)
             message = await run_in_threadpool(act, request.app.state.client, who, form, dict(request.path_params))
         except ApiError as exc:
             return error_page(request, exc.status, exc.message, who)
@@ -72,7 +77,7 @@ def action(act: Act) -> Callable[[Request], Any]:
             return error_page(request, 404, str(exc), who)
         except (ConfigurationError, SealedParameterError) as exc:  # a rerun of a sealed job no key opens
             return error_page(request, 400, str(exc), who)
-        return _back(request, form, message)
+        return back(request, form, message)
 
     return run
 
@@ -106,7 +111,7 @@ def _cancel(client: Client, who: Identity, form: dict[str, list[str]], params: d
 
 
 def _retry_dead(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
-    if _first(form, "all"):
+    if first(form, "all"):
         return f"{client.dead_letters.retry_all(actor=who.actor)} dead letters retried"
     raw = form.get("id", [])
     if not raw:
@@ -118,135 +123,16 @@ def _retry_dead(client: Client, who: Identity, form: dict[str, list[str]], param
 
 def _purge_dead(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     """What `POST /api/v1/dead-letters/purge` does, from the dead letters page: audited alike."""
-    older_than = (_first(form, "older_than") or "").strip()
+    older_than = (first(form, "older_than") or "").strip()
     if not older_than:
         raise ApiError(400, "give how old a dead letter must be to go, like 30d")
     count = client.dead_letters.purge(older_than=older_than, actor=who.actor)
     return f"{count} dead letters older than {older_than} purged"
 
 
-def _enqueue(client: Client, who: Identity, name: str, form: dict[str, list[str]]) -> int:
-    """What `POST /api/v1/jobs` does, from a job type's form: the payload from its typed
-    fields (or its JSON box), the options left empty taken from the definition."""
-    definition = client.store.definitions.get(name)
-    if definition is None:
-        raise ApiError(404, f"no job type {name[:100]!r} is published")
-    fields = fields_of(definition.params)
-    payload = payload_of(fields, form) if definition.params else untyped_payload(form)
-    options: dict[str, Any] = {}
-    for key in ("queue", "delay", "unique_key"):
-        if value := (_first(form, key) or "").strip():
-            options[key] = value
-    if (priority := _priority(_first(form, "priority"))) is not None:
-        options["priority"] = priority
-    return client.enqueue_as_operator(name, payload, actor=who.actor, **options)
-
-
-def _priority(given: str | None) -> int | None:
-    raw = (given or "").strip()
-    if not raw:
-        return None  # the job type's
-    if not raw.lstrip("-").isdigit() or len(raw) > 6:
-        raise BadInput(f"priority {raw[:20]!r} is not a whole number from -1000 to 1000 (higher runs first)")
-    return int(raw)
-
-
-async def enqueue(request: Request) -> Response:
-    """A job type's enqueue form. Refused input shows the form again with the error and
-    every answer but the sensitive ones, so nothing typed is lost."""
-    who: Identity | None = None
-    client: Client = request.app.state.client
-    name = request.path_params["name"]
-    try:
-        who = await identify(request)
-        form = await read_form(request)
-        check_csrf(request, who, _first(form, "csrf"))
-        if not who.may_act:
-            raise ApiError(403, "this action needs the operator role")
-        try:
-            job_id = await run_in_threadpool(_enqueue, client, who, name, form)
-        except (BadInput, DuplicateJob) as exc:
-            context = await run_in_threadpool(job_type, client, name)
-            context["values"] = kept(context["fields"], form)
-            return page(request, "definition.html", who, status=400, error=str(exc), **context)
-    except ApiError as exc:
-        return error_page(request, exc.status, exc.message, who)
-    except ConfigurationError as exc:  # a sensitive parameter and no key to seal it with
-        return error_page(request, 400, str(exc), who)
-    return _back(request, {"back": [f"/jobs/{job_id}"]}, f"job {job_id} enqueued")
-
-
-def _save_schedule(client: Client, who: Identity, editing: str | None, answers: dict[str, str]) -> str:
-    """What `POST /api/v1/recurring` does, from the schedule form. An edit keeps the
-    schedule's calendar; its sensitive values, never shown, must be given again (a masked
-    ``***`` is refused rather than stored as the value)."""
-    name = editing or answers.get("name", "").strip()
-    job = answers.get("job", "").strip()
-    if not job:
-        raise BadInput("choose the job type the schedule runs")
-    payload = untyped_payload({"payload": [answers.get("payload", "")]})
-    stored = next((one for one in client.schedules.list() if one.name == name), None) if editing else None
-    definition = client.store.definitions.get(job)
-    sensitive = {field.name for field in fields_of(definition.params if definition else None) if field.sensitive}
-    withheld = set()  # what the edit form did not show
-    if stored is not None and isinstance(stored.payload, dict):
-        withheld = {key for key, value in stored.payload.items() if value == MASK}
-    given = payload if isinstance(payload, dict) else {}
-    unsent = sorted({key for key in sensitive | withheld if given.get(key) == MASK} | (withheld - set(given)))
-    if unsent:
-        raise BadInput(
-            f"{', '.join(unsent)}: sensitive, so shown as {MASK} and never sent back; give "
-            f"{'its value' if len(unsent) == 1 else 'their values'} again in the payload"
-        )
-    calendar = (stored.calendar, stored.calendar_mode, stored.calendar_policy) if stored else (None, "blackout", "skip")
-    client.add_recurring(
-        name,
-        job=job,
-        cron=answers.get("cron", "").strip(),
-        payload=payload,
-        queue=answers.get("queue", "").strip() or None,
-        timezone=answers.get("timezone", "").strip() or "UTC",
-        priority=_priority(answers.get("priority")),
-        overlap=answers.get("overlap", "allow"),
-        calendar=calendar[0],
-        calendar_mode=calendar[1],
-        calendar_policy=calendar[2],
-        actor=who.actor,
-    )
-    return name
-
-
-async def save_schedule(request: Request) -> Response:
-    """The schedule form: Preview shows the next five slots of what was typed, Save adds or
-    updates the schedule. Refused input shows the form again with the error and every answer."""
-    who: Identity | None = None
-    client: Client = request.app.state.client
-    try:
-        who = await identify(request)
-        form = await read_form(request)
-        check_csrf(request, who, _first(form, "csrf"))
-        if not who.may_act:
-            raise ApiError(403, "this action needs the operator role")
-        answers = {key: values[0] for key, values in form.items() if values and key in SCHEDULE_FIELDS}
-        editing = _first(form, "editing") or None
-        if _first(form, "preview"):
-            context = await run_in_threadpool(schedule_form, client, editing, answers)
-            return page(request, "schedule_form.html", who, **context)
-        try:
-            name = await run_in_threadpool(_save_schedule, client, who, editing, answers)
-        except BadInput as exc:
-            context = await run_in_threadpool(schedule_form, client, editing, answers)
-            return page(request, "schedule_form.html", who, status=400, error=str(exc), **context)
-    except ApiError as exc:
-        return error_page(request, exc.status, exc.message, who)
-    except ConfigurationError as exc:  # a sensitive parameter and no key to seal it with
-        return error_page(request, 400, str(exc), who)
-    return _back(request, {"back": ["/recurring"]}, f"schedule {name} saved")
-
-
 def _pause(client: Client, who: Identity, form: dict[str, list[str]], params: dict[str, str]) -> str:
     queue = params["queue"]
-    done = client.queues.pause(queue, reason=_first(form, "reason") or None, actor=who.actor)
+    done = client.queues.pause(queue, reason=first(form, "reason") or None, actor=who.actor)
     return f"queue {queue} paused" if done else f"queue {queue} was paused already"
 
 
@@ -274,10 +160,10 @@ async def login(request: Request) -> Response:
     auth: Auth = request.app.state.auth
     try:
         form = await read_form(request)
-        check_csrf(request, None, _first(form, "csrf"))
+        check_csrf(request, None, first(form, "csrf"))
     except ApiError as exc:
         return error_page(request, exc.status, exc.message)
-    name, password = (_first(form, "user") or "")[:200], (_first(form, "password") or "")[:1000]
+    name, password = (first(form, "user") or "")[:200], (first(form, "password") or "")[:1000]
     keys = login_keys(request, name)
     wait, stamp = auth.limiter.reserve(*keys)  # counted before the check: no concurrent bypass
     if wait:
@@ -294,7 +180,7 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     try:
         form = await read_form(request)
-        check_csrf(request, None, _first(form, "csrf"))
+        check_csrf(request, None, first(form, "csrf"))
     except ApiError as exc:
         return error_page(request, exc.status, exc.message)
     return await sessions.end(request, RedirectResponse(f"{request.scope.get('root_path', '')}/login", status_code=303))
@@ -308,12 +194,10 @@ def routes() -> list[BaseRoute]:
         Route("/actions/jobs/{job_id}/retry", action(_retry), methods=post),
         Route("/actions/jobs/{job_id}/cancel", action(_cancel), methods=post),
         Route("/actions/jobs/{job_id}/rerun", action(_rerun), methods=post),
-        Route("/actions/definitions/{name}/enqueue", enqueue, methods=post),
         Route("/actions/dead/retry", action(_retry_dead), methods=post),
         Route("/actions/dead/purge", action(_purge_dead), methods=post),
         Route("/actions/queues/{queue}/pause", action(_pause), methods=post),
         Route("/actions/queues/{queue}/resume", action(_resume), methods=post),
-        Route("/actions/recurring/save", save_schedule, methods=post),
         Route("/actions/recurring/{name}/enable", action(_schedule(True)), methods=post),
         Route("/actions/recurring/{name}/disable", action(_schedule(False)), methods=post),
         Route("/actions/breakers/{name}/reset", action(_reset), methods=post),

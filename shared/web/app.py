@@ -15,7 +15,7 @@ from starlette.staticfiles import StaticFiles
 
 from jobsup import __version__
 from jobsup.client import Client
-from jobsup.web import actions, api_jobs, api_ops, pages
+from jobsup.web import actions, api_jobs, api_ops, form_posts, pages
 from jobsup.web.api import ApiError, Operation, endpoint, error_response
 from jobsup.web.auth import Auth
 from jobsup.web.openapi import PREFIX, document
@@ -58,7 +58,7 @@ def build(
         for op in ops:
             run = endpoint(op, identify, check_csrf)
             routes.append(Route(PREFIX + path, run, methods=[op.method], name=op.operation_id))
-    routes += pages.routes() + actions.routes()
+    routes += pages.routes() + actions.routes() + form_posts.routes()
     routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash})
     app.state.client, app.state.auth, app.state.identify = client, auth, identify_hook

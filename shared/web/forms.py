@@ -12,15 +12,19 @@ is checked again against the schema when it is enqueued."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from jobsup.errors import BadInput
+from jobsup.secrets import MASK
 from jobsup.templates import KEY
 
 PREFIX = "p."  # a parameter's field name in the form: apart from queue, priority and csrf
 
 TEXT, NUMBER, INTEGER, CHECKBOX, CHOICE, JSON = "text", "number", "integer", "checkbox", "choice", "json"
+# A JSON number, ASCII digits only (Python's int() and float() take "1_000" and other scripts' digits).
+JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,9 @@ def fields_of(schema: dict[str, Any] | None) -> list[Field]:
 def _field(name: str, spec: dict[str, Any], required: bool) -> Field:
     inner = _without_null(spec)
     kind = _kind(inner)
+    if kind == CHECKBOX and (inner is not spec or ("default" not in spec and not required)):
+        # A checkbox cannot say "not given": an optional boolean is a list (default, true, false).
+        kind, inner = CHOICE, {"enum": [True, False]}
     sensitive = bool(spec.get("writeOnly"))
     default = spec.get("default")
     placeholder = ""
@@ -63,7 +70,10 @@ def _field(name: str, spec: dict[str, Any], required: bool) -> Field:
     elif kind == JSON:
         placeholder = "JSON"
     value = "" if sensitive or "default" not in spec else _shown(default, kind)
-    choices = tuple((json.dumps(option), "null" if option is None else str(option)) for option in inner.get("enum", ()))
+    choices = tuple(
+        (json.dumps(option), json.dumps(option) if option is None or isinstance(option, bool) else str(option))
+        for option in inner.get("enum", ())
+    )
     return Field(
         name,
         kind,
@@ -122,20 +132,19 @@ def payload_of(fields: list[Field], form: dict[str, list[str]]) -> dict[str, Any
 def _read(field: Field, raw: str) -> Any:
     if field.kind == TEXT:
         return raw
-    if field.kind == INTEGER:
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise BadInput(f"field {field.name!r}: {_quoted(field, raw)} is not a whole number") from None
-    if field.kind == NUMBER:
-        try:
-            number = float(raw.strip())
-        except ValueError:
-            raise BadInput(f"field {field.name!r}: {_quoted(field, raw)} is not a number") from None
-        return int(number) if number.is_integer() and "." not in raw and "e" not in raw.lower() else number
+    if field.kind in (INTEGER, NUMBER):
+        text = raw.strip()
+        if not JSON_NUMBER.fullmatch(text):
+            raise BadInput(f"field {field.name!r}: {_quoted(field, raw)} is not a number")
+        number = float(text)
+        if number.is_integer() and abs(number) < 2**53:
+            return int(number)  # JSON Schema's integer: 3 and 3.0 alike
+        if field.kind == INTEGER:
+            raise BadInput(f"field {field.name!r}: {_quoted(field, raw)} is not a whole number")
+        return number
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         what = "one of the listed values" if field.kind == CHOICE else 'JSON (a list is [1, 2], an object {"a": 1})'
         raise BadInput(f"field {field.name!r}: {_quoted(field, raw)} is not {what}") from None
 
@@ -157,6 +166,26 @@ def untyped_payload(form: dict[str, list[str]]) -> Any:
 
 def kept(fields: list[Field], form: dict[str, list[str]]) -> dict[str, str]:
     """What a refused form shows again, so nothing typed is lost: every box's answer but
-    the sensitive ones' (a page never holds a secret in clear)."""
+    the sensitive ones' (a page never holds a secret in clear); a checkbox as it was left."""
     secret = {field.key for field in fields if field.sensitive}
-    return {key: values[0] for key, values in form.items() if values and key not in secret and key != "csrf"}
+    shown = {key: values[0] for key, values in form.items() if values and key not in secret and key != "csrf"}
+    for field in fields:
+        if field.kind == CHECKBOX:
+            shown[field.key] = "true" if shown.get(field.key) == "true" else ""  # unticked: not sent
+    return shown
+
+
+def without_secrets(text: str, sensitive: frozenset[str]) -> tuple[str, list[str]]:
+    """A payload's JSON as a page may show it again: without the values of `sensitive`
+    keys or masked ones (``***``), and the keys left out. JSON that cannot be read is not
+    shown again when the job type has sensitive parameters: it may hold one."""
+    try:
+        payload = json.loads(text) if text.strip() else None
+    except (ValueError, RecursionError):
+        return ("", sorted(sensitive)) if sensitive else (text, [])
+    if not isinstance(payload, dict):
+        return text, []
+    hidden = sorted(key for key, value in payload.items() if key in sensitive or value == MASK)
+    if not hidden:
+        return text, []
+    return json.dumps({key: value for key, value in payload.items() if key not in hidden}, indent=2), hidden

@@ -18,13 +18,12 @@ from jobsup.client import Client
 from jobsup.client.activity import empty
 from jobsup.cron import next_slots, zone
 from jobsup.errors import BadInput
-from jobsup.secrets import MASK
 from jobsup.store.states import FILTERS
 from jobsup.web import api_jobs, api_ops, sessions
 from jobsup.web.api import ApiError
 from jobsup.web.api_ops import SLOTS
 from jobsup.web.auth import Identity
-from jobsup.web.forms import fields_of
+from jobsup.web.forms import fields_of, without_secrets
 from jobsup.web.render import page
 from jobsup.web.security import identify
 
@@ -138,28 +137,31 @@ def _recurring(client: Client, request: Request) -> dict[str, Any]:
 SCHEDULE_FIELDS = ("name", "job", "cron", "timezone", "queue", "priority", "overlap", "payload")
 
 
+def sensitive_of(client: Client, job: str) -> frozenset[str]:
+    """The sensitive parameters of the job type `job` as published (none if it is not)."""
+    definition = client.store.definitions.get(job) if job else None
+    return frozenset(f.name for f in fields_of(definition.params if definition else None) if f.sensitive)
+
+
 def schedule_form(client: Client, name: str | None, answers: Mapping[str, str]) -> dict[str, Any]:
     """The add (`name` None) or edit form of a recurring schedule: the stored schedule's
-    values (its sensitive ones left out: never shown), overridden by `answers` (a preview's
-    or a refused save's), and the next five slots of the cron they give."""
+    values, overridden by `answers` (a preview's or a refused save's), never a sensitive
+    value (the stored ones are masked; typed ones are taken out of the payload shown), and
+    the next five slots of the cron they give."""
     values: dict[str, str] = {"timezone": "UTC", "overlap": "allow"}
-    hidden: list[str] = []
     if name is not None:
-        found = next((one for one in client.schedules.list() if one.name == name), None)
+        found = client.schedules.get(name)
         if found is None:
             raise ApiError(404, f"no schedule {name[:100]!r}; the recurring page lists those there are")
-        payload = found.payload
-        if isinstance(payload, dict):
-            hidden = sorted(key for key, value in payload.items() if value == MASK)
-            payload = {key: value for key, value in payload.items() if key not in hidden}
         values.update(
             name=found.name, job=found.job, cron=found.cron, timezone=found.timezone, queue=found.queue,
             priority=str(found.priority), overlap=found.overlap,
-            payload="" if payload is None else json.dumps(payload, indent=2),
+            payload="" if found.payload is None else json.dumps(found.payload, indent=2),
         )  # fmt: skip
     values.update({key: answers[key][:10_000] for key in SCHEDULE_FIELDS if key in answers})
     if name is not None:
         values["name"] = name
+    values["payload"], hidden = without_secrets(values.get("payload", ""), sensitive_of(client, values.get("job", "")))
     slots, why = [], ""
     if values.get("cron"):
         try:
