@@ -20,7 +20,7 @@ from jobsup.audit import actor_of
 from jobsup.checks import INT64, check_limit, check_name
 from jobsup.client.activity import last_hour
 from jobsup.client.batches import Batches
-from jobsup.client.core import ClientCore, found, row_id
+from jobsup.client.core import ClientCore, collector_paused, found, row_id
 from jobsup.client.operations import AuditTrail, Breakers, DeadLetters, ParkedEvents, Queues, Workers
 from jobsup.client.schedules import Calendars, Schedules, add_schedule
 from jobsup.client.shapes import Hourly
@@ -128,10 +128,11 @@ class Client:
     ) -> list[int]:
         """Store many jobs in one round trip per batch; each is a mapping with ``name``,
         ``payload`` and the options of `enqueue`. All are checked before any is written."""
-        news = self._core.build_many(jobs, allow_unknown, "jobs")
-        if not news:
-            return []
-        return self.store.transitions.enqueue(news, connection=connection)
+        with collector_paused():
+            news = self._core.build_many(jobs, allow_unknown, "jobs")
+            if not news:
+                return []
+            return self.store.transitions.enqueue(news, connection=connection)
 
     def get(self, job_id: int) -> Job | None:
         """The job with its attempt history and result, or None if there is no such job."""
