@@ -10,6 +10,7 @@ states are spelt out here (`tests/test_retention_of_types.py` checks them agains
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from jobsup.durations import parse_duration
 from jobsup.errors import BadInput, InvalidDuration
@@ -37,3 +38,20 @@ def parse(job: str, given: object) -> Retain | None:
         except InvalidDuration as exc:
             raise InvalidDuration(f"{exc} (None keeps them forever)") from None
     return retain or None
+
+
+def load(described: Any) -> Retain | None:
+    """From a definition row: the states whose value reads as seconds or null; anything else
+    (a hand-edited row) is left out, so those jobs follow the settings."""
+    if not isinstance(described, dict):
+        return None
+    retain: Retain = {}
+    for state in (state for state in END_STATES if state in described):  # in this order, whatever the row's
+        value = described[state]
+        if value is None or _seconds(value):
+            retain[state] = None if value is None else float(value)
+    return retain or None
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < float("inf")

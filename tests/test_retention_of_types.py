@@ -4,14 +4,21 @@ purge, for that type's jobs only, on every database."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import update
 
 import jobsup
 from jobsup import retention
+from jobsup.jobtypes import JobType
+from jobsup.ops.definitions import disagreement
 from jobsup.registry import lookup
-from jobsup.store.schema import FINISHED_STATUSES
+from jobsup.store.definitions import as_jobtype
+from jobsup.store.schema import FINISHED_STATUSES, job_definition
+
+from helpers import run_jobsup
 
 HOUR, DAY = 3600.0, 86400.0  # ages, in seconds
 
@@ -29,6 +36,10 @@ def settings(ctx: jobsup.JobContext, payload: object) -> None: ...
 
 
 NAMES = ("retain-short", "retain-long", "retain-settings")
+
+
+def published(client: jobsup.Client, *names: str) -> None:
+    client.store.definitions.publish([lookup(name).type for name in names], instance="workers")  # type: ignore[union-attr]
 
 
 # -- declaring it ---------------------------------------------------------------------------------
@@ -67,3 +78,49 @@ def test_bad_retain_is_refused_when_the_job_is_declared(given: object, message: 
         jobsup.job("bad-retain", retain=given)
     assert len(str(caught.value).splitlines()) == 1
     assert lookup("bad-retain") is None
+
+
+# -- publishing it --------------------------------------------------------------------------------
+
+
+def test_the_definition_stores_and_shows_retain(url: str) -> None:
+    client = jobsup.Client(url)
+    published(client, *NAMES)
+    found = {d.name: d for d in client.definitions()}
+    assert found["retain-long"].retain == {"succeeded": 30 * DAY, "cancelled": None}
+    assert found["retain-long"].to_dict()["retain"] == {"succeeded": 30 * DAY, "cancelled": None}
+    assert found["retain-settings"].retain is None and found["retain-settings"].to_dict()["retain"] is None
+    assert as_jobtype(found["retain-short"]).retain == {"succeeded": HOUR}
+    assert client.store.definitions.own_retention() == {
+        "succeeded": {"retain-short": HOUR, "retain-long": 30 * DAY},
+        "cancelled": {"retain-long": None},
+    }
+    assert client.store.definitions.publish([lookup("retain-long").type], instance="workers") == []  # type: ignore[union-attr]
+    shown = run_jobsup("definitions", "show", "retain-long", "--database-url", url)
+    assert "retain: succeeded 30d, cancelled forever (other end states: the retain_* settings)" in shown.stdout
+    as_json = json.loads(run_jobsup("definitions", "show", "retain-long", "--json", "--database-url", url).stdout)
+    assert as_json["retain"] == {"succeeded": 30 * DAY, "cancelled": None}
+
+
+def test_two_deployments_that_disagree_on_retain_show_it(url: str) -> None:
+    definitions = jobsup.Client(url).store.definitions
+    definitions.publish([JobType("report", retain={"succeeded": DAY})], instance="a")
+    definitions.publish([JobType("report")], instance="b")  # an older deploy: no retain
+    found = definitions.get("report")
+    assert found is not None and found.retain is None and found.declared_by == "b"
+    assert found.disagreement is not None and found.disagreement["retain"] == {"succeeded": DAY}
+    assert disagreement(found) == f"a said retain={{'succeeded': {DAY}}} at {found.disagreement['at']}"
+    assert definitions.own_retention() == {}  # the newest declaration is the one applied
+
+
+def test_a_hand_edited_retain_is_left_out_rather_than_breaking_the_purge(url: str) -> None:
+    client = jobsup.Client(url)
+    published(client, "retain-short", "retain-long")
+    with client.database.transaction() as conn:
+        conn.execute(update(job_definition).where(job_definition.c.name == "retain-short").values(retain="{nope"))
+        conn.execute(
+            update(job_definition)
+            .where(job_definition.c.name == "retain-long")
+            .values(retain=json.dumps({"succeeded": "1h", "running": 5, "cancelled": -1, "dead_lettered": 60}))
+        )
+    assert client.store.definitions.own_retention() == {"dead_lettered": {"retain-long": 60.0}}
