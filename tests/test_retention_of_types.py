@@ -20,6 +20,7 @@ from jobsup.store.schema import FINISHED_STATUSES, job_definition
 from jobsup.supervisor.maintenance import PurgeFinished, Sweep
 
 from helpers import claim, run_jobsup, succeed
+from webhelpers import READER, log_in, web
 
 HOUR, DAY = 3600.0, 86400.0  # ages, in seconds
 H, D = timedelta(hours=1), timedelta(days=1)  # moments apart
@@ -115,6 +116,18 @@ def test_the_definition_stores_and_shows_retain(url: str) -> None:
     assert "retain: succeeded 30d, cancelled forever (other end states: the retain_* settings)" in shown.stdout
     as_json = json.loads(run_jobsup("definitions", "show", "retain-long", "--json", "--database-url", url).stdout)
     assert as_json["retain"] == {"succeeded": 30 * DAY, "cancelled": None}
+
+
+def test_the_api_and_a_job_type_s_dashboard_page_show_retain(url: str) -> None:
+    published(jobsup.Client(url), *NAMES)
+    with web(url) as http:
+        listed = {d["name"]: d for d in http.get("/api/v1/definitions", headers=READER).json()}
+        assert listed["retain-long"]["retain"] == {"succeeded": 30 * DAY, "cancelled": None}
+        assert listed["retain-settings"]["retain"] is None
+        assert log_in(http).status_code == 303
+        page = http.get("/definitions/retain-long").text
+        assert "Kept after it ends" in page and "&#34;cancelled&#34;: null" in page
+        assert "Kept after it ends" not in http.get("/definitions/retain-settings").text
 
 
 def test_two_deployments_that_disagree_on_retain_show_it(url: str) -> None:
