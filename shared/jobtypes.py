@@ -71,6 +71,7 @@ class JobType:
     triggers: tuple[Any, ...] = ()  # `jobsup.Trigger`s every job of this type fires
     params: dict[str, Any] | None = field(default=None, compare=False)  # JSON Schema (`jobsup.params`)
     limits: Any = field(default=None, compare=False)  # `jobsup.policies.Limits`; None: none
+    retain: Mapping[str, float | None] | None = field(default=None, compare=False)  # `jobsup.retention`
 
     @functools.cached_property
     def sensitive(self) -> frozenset[str]:
@@ -94,6 +95,8 @@ class JobType:
             settings["params"] = self.params
         if self.limits:
             settings["limits"] = self.limits.describe()
+        if self.retain:
+            settings["retain"] = dict(self.retain)
         return settings
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from jobsup import retention
 from jobsup.checks import check_attempts, check_name, check_priority
 from jobsup.context import JobContext
 from jobsup.durations import parse_duration
@@ -54,6 +55,7 @@ def job(
     breaker: object = None,
     sla: object = None,
     calendar: object = None,
+    retain: object = None,
 ) -> Callable[[F], F]:
     """Register a job function under a stable `name`.
 
@@ -72,6 +74,11 @@ def job(
     Flow control (`jobsup.policies`): `concurrency` (at most N running per concurrency key),
     `rate` (at most N starts per period), `breaker` (stop claiming after failures), `sla`
     (start_within / finish_within), `calendar` (blackout or allowed hours).
+
+    `retain` keeps this type's finished jobs for its own time instead of the `retain_*`
+    settings: a duration (or None, forever) by end state, e.g. ``{"succeeded": "1h",
+    "dead_lettered": None}``; the states it leaves out follow the settings. It is published
+    with the definition, and the supervisor's retention purge applies it.
     """
     check_name(name, "job name")
     check_name(queue, "queue")
@@ -88,8 +95,9 @@ def job(
     from jobsup.policies import Limits
 
     policies = Limits.parse(name, concurrency=concurrency, rate=rate, breaker=breaker, sla=sla, calendar=calendar)
+    kept = retention.parse(name, retain)
     retry = RetryPolicy(custom=retry_in)
-    jobtype = JobType(name, queue, priority, max_attempts, seconds, retry, triggers, schema, policies or None)
+    jobtype = JobType(name, queue, priority, max_attempts, seconds, retry, triggers, schema, policies or None, kept)
 
     def register(function: F) -> F:
         existing = _registry.get(name)

@@ -4,9 +4,9 @@ stop the others."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import datetime
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import NamedTuple, Protocol
 
 from jobsup.clock import host_clock
 from jobsup.errors import LockBusy
@@ -155,22 +155,71 @@ class OutboxGauges:
         return depth
 
 
+class Sweep(NamedTuple):
+    """One purge of a tick: the jobs of `status` finished more than `age` seconds ago, of job
+    type `name` only, or of every type but `excluding`."""
+
+    status: str
+    age: float
+    name: str | None = None
+    excluding: tuple[str, ...] = ()
+
+
+RESCAN = timedelta(hours=1)  # how far before its last cutoff a sweep reads again (see PurgeFinished)
+
+
 class PurgeFinished:
     """Delete finished jobs (and their attempts) past their retention age, in bounded batches
-    so that a purge never holds long locks; at most `max_batches` per status and tick."""
+    so that a purge never holds long locks; at most `max_batches` per sweep and tick.
+
+    `ages` are the `retain_*` settings, by status. A job type whose definition sets its own
+    age for a status (`jobsup.retention`, read again each tick) has its jobs swept at that age
+    by a sweep of their own (none, for forever), and the settings' sweep leaves it out if it
+    keeps them longer. A sweep reads oldest first: it would read past the jobs left out on
+    every tick, and those of a type kept forever grow without end. So once a sweep has left
+    nothing to purge, the next reads only the jobs finished since its cutoff, less `RESCAN`
+    (a transaction that committed a job's end after the sweep ran, its finish time earlier,
+    is shorter than that); a change of the types left out starts again from the oldest.
+    A workflow's steps and a batch's children go with their workflow or batch, at the
+    settings' ages."""
 
     name = "retention"
 
     def __init__(self, store: Store, ages: dict[str, float], batch: int = 1000, max_batches: int = 20) -> None:
         self.store, self.ages, self.batch, self.max_batches = store, ages, batch, max_batches
+        self.floors: dict[Sweep, datetime] = {}  # where each sweep reads from, once one has finished
+
+    def sweeps(self, own: Mapping[str, Mapping[str, float | None]]) -> list[Sweep]:
+        """This tick's sweeps, given the types' own ages by status (None: forever)."""
+        found = []
+        for status, age in self.ages.items():
+            theirs = own.get(status, {})
+            own_sweeps = (Sweep(status, kept, name) for name, kept in sorted(theirs.items()) if kept is not None)
+            found += [sweep for sweep in own_sweeps if sweep.age != age]
+            longer = tuple(sorted(name for name, kept in theirs.items() if kept is None or kept > age))
+            found.append(Sweep(status, age, excluding=longer))  # a shorter-lived type's old jobs too
+        return found
 
     def run_once(self, now: datetime | None = None) -> int:
-        purged = sum(
-            self.store.retention.purge(
-                status, older_than=age, batch=self.batch, max_batches=self.max_batches, operation="retention", now=now
+        at = now or self.store.reads.instant()  # before the sweeps: their floors are cut from it
+        floors, purged = {}, 0
+        for sweep in self.sweeps(self.store.definitions.own_retention()):
+            swept = self.store.retention.sweep(
+                sweep.status,
+                older_than=sweep.age,
+                name=sweep.name,
+                excluding=sweep.excluding,
+                since=self.floors.get(sweep),
+                batch=self.batch,
+                max_batches=self.max_batches,
+                now=now,
             )
-            for status, age in self.ages.items()
-        )
+            purged += swept.purged
+            if swept.done:
+                floors[sweep] = at - timedelta(seconds=sweep.age) - RESCAN
+            elif sweep in self.floors:
+                floors[sweep] = self.floors[sweep]
+        self.floors = floors  # a sweep the types' ages no longer make is forgotten
         purged += self.store.retention.purge_workflows_and_batches(self.ages, batch=self.batch, now=now)
         if purged:
             emit("jobs.purged", count=purged)

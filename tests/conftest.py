@@ -71,6 +71,7 @@ MARIADB_SUITE = {
     "test_audit",
     "test_sla",
     "test_events_announced",
+    "test_retention_of_types",
     # Real `jobsup start` supervisors: a few, each of them seconds.
     "test_processes::test_kill_9_a_worker_and_its_job_comes_back_at_once",
     "test_processes::test_sigterm_lets_short_jobs_finish_and_releases_long_ones",

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import click
 
+from jobsup import retention
 from jobsup.ops.options import NotFound, Target, json_option, with_target
 from jobsup.ops.tables import age, emit_json, emit_table
 from jobsup.paramcheck import expected
@@ -60,7 +61,7 @@ def disagreement(definition: Definition) -> str | None:
         return None
     differ = [
         key
-        for key in ("queue", "max_attempts", "timeout", "priority", "retry")
+        for key in ("queue", "max_attempts", "timeout", "priority", "retry", "retain")
         if other.get(key) != getattr(definition, key)
     ]
     said = ", ".join(f"{key}={other.get(key)}" for key in differ) or "the same"
@@ -86,6 +87,10 @@ def definitions_show(target: Target, name: str, as_json: bool) -> None:
     )
     if isinstance(shown.limits, dict) and shown.limits:
         click.echo("limits: " + "; ".join(f"{kind} {json.dumps(policy)}" for kind, policy in shown.limits.items()))
+    kept = retention.load(shown.retain)
+    if kept:
+        ages = ", ".join(f"{state} {'forever' if age is None else span(age)}" for state, age in kept.items())
+        click.echo(f"retain: {ages} (other end states: the retain_* settings)")
     if shown.params is None:
         click.echo("parameters: untyped (any JSON payload)")
         return
@@ -105,6 +110,14 @@ def definitions_show(target: Target, name: str, as_json: bool) -> None:
         ],
         empty="no parameters",
     )
+
+
+def span(seconds: float) -> str:
+    """``90m``, ``1d``, ``45s``: a duration as `jobsup.durations` reads it, in its largest whole unit."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:g}s"
 
 
 def default_column(schema: Mapping[str, object]) -> str | None:

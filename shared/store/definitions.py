@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
+from jobsup import retention
 from jobsup.clock import host_clock
 from jobsup.errors import ConstraintViolation
 from jobsup.jobtypes import JobType, RetryPolicy
@@ -80,6 +81,20 @@ class Definitions:
         with self.db.read("definitions") as conn:
             rows = conn.execute(select(job_definition).order_by(job_definition.c.name)).all()
         return [_definition(row) for row in rows]
+
+    def own_retention(self) -> dict[str, dict[str, float | None]]:
+        """The job types with their own retention (`jobsup.retention`): by end state, each
+        such type's age in seconds (None: forever). A small read of a small table, made by the
+        retention purge each time it runs, so a deploy's new ages apply from its next run."""
+        with self.db.read("definitions") as conn:
+            rows = conn.execute(
+                select(job_definition.c.name, job_definition.c.retain).where(job_definition.c.retain.is_not(None))
+            ).all()
+        ages: dict[str, dict[str, float | None]] = {}
+        for row in rows:
+            for state, age in (retention.load(_json(row.retain)) or {}).items():
+                ages.setdefault(state, {})[row.name] = age
+        return ages
 
     def incompatible(self, types: Sequence[JobType]) -> dict[str, tuple[int, Counter[str]]]:
         """For each of `types` whose parameters differ from the published ones: how many of
@@ -148,6 +163,7 @@ def as_jobtype(definition: Definition) -> JobType:
         _triggers(definition.triggers),
         definition.params if isinstance(definition.params, dict) else None,
         Limits.load(definition.limits) or None,
+        retention.load(definition.retain),
     )
 
 
@@ -174,6 +190,7 @@ def _columns(settings: dict[str, Any]) -> dict[str, Any]:
         "triggers": json.dumps(settings["then"]) if settings.get("then") else None,
         "params": json.dumps(settings["params"], sort_keys=True) if settings.get("params") is not None else None,
         "limits": json.dumps(settings["limits"], sort_keys=True) if settings.get("limits") else None,
+        "retain": json.dumps(settings["retain"], sort_keys=True) if settings.get("retain") else None,
     }
 
 
@@ -191,6 +208,8 @@ def _settings(definition: Definition) -> dict[str, Any]:
         settings["params"] = definition.params
     if definition.limits:
         settings["limits"] = definition.limits
+    if definition.retain:
+        settings["retain"] = definition.retain
     return settings
 
 
@@ -209,6 +228,7 @@ def _definition(row: Any) -> Definition:
         triggers=_json(row.triggers),
         params=_json(row.params),
         limits=_json(row.limits),
+        retain=_json(row.retain),
     )
 
 

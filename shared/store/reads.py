@@ -7,15 +7,16 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import Select, and_, func, select
 
 from jobsup.secrets import mask
 from jobsup.store import states
-from jobsup.store.claim import status_is
+from jobsup.store.claim import status_is, status_literal
 from jobsup.store.database import Database
 from jobsup.store.definitions import sensitive_fields
+from jobsup.store.dialects import Dialect
 from jobsup.store.rows import Attempt, Job, decode_stored, frames_of
-from jobsup.store.schema import PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
+from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
 BATCH = 1000
 
@@ -120,23 +121,28 @@ class Reads:
         with self.db.read("inspect") as conn:
             return list(conn.execute(stmt).scalars())
 
-    def job_finished_ids(
+    def job_finished(
         self,
         status: str,
         *,
         older_than: float | None = None,
         limit: int = BATCH,
         now: datetime | None = None,
-    ) -> list[int]:
-        """Ids of jobs that finished in `status` (oldest first): all of them, or those that
-        finished more than `older_than` seconds ago."""
-        stmt = select(job.c.id).where(status_is(status)).order_by(job.c.finished_at).limit(limit)
-        # A workflow's steps and a batch's children are deleted with it (`purge_workflows_and_batches`).
-        stmt = stmt.where(job.c.workflow_id.is_(None), job.c.batch_id.is_(None))
-        if older_than is not None:
-            stmt = stmt.where(job.c.finished_at < self.dialect.clock("cutoff"))
+        name: str | None = None,
+        excluding: Sequence[str] = (),
+        since: datetime | None = None,
+    ) -> list[tuple[int, datetime | None]]:
+        """Ids and finish times of jobs that finished in `status` (oldest first): see
+        `finished_statement`."""
+        stmt = finished_statement(self.dialect, status, older_than, limit, name, excluding, since)
         with self.db.read("inspect") as conn:
-            return list(conn.execute(stmt, self.dialect.clock_params(now, cutoff=-(older_than or 0.0))).scalars())
+            rows = conn.execute(stmt, self.dialect.clock_params(now, cutoff=-(older_than or 0.0))).all()
+        return [(row.id, row.finished_at) for row in rows]
+
+    def instant(self) -> datetime:
+        """The reference clock's reading (the database's; the host's on SQLite)."""
+        with self.db.read("inspect") as conn:
+            return self.dialect.instant(conn)
 
     def job_ids_of(self, column: Any, owner_id: int, *, limit: int = BATCH) -> list[int]:
         """Ids of the jobs whose `column` (workflow_id, batch_id) is `owner_id`."""
@@ -175,6 +181,40 @@ class Reads:
             succeeded, last_finish = conn.execute(finished).one()
             first_start = conn.execute(started).scalar_one()
         return int(succeeded), first_start, last_finish
+
+
+# The finished-jobs indexes' own condition: SQLite uses a partial index only for a query that
+# states its condition (`status = 'succeeded'` does not imply `status IN (...)` to its planner).
+_FINISHED = job.c.status.in_([status_literal(status) for status in FINISHED_STATUSES])
+
+
+def finished_statement(
+    dialect: Dialect,
+    status: str,
+    older_than: float | None,
+    limit: int,
+    name: str | None = None,
+    excluding: Sequence[str] = (),
+    since: datetime | None = None,
+) -> Select[Any]:
+    """The ids and finish times of jobs that finished in `status`, oldest first, at most
+    `limit`: all of them, or those that finished more than `older_than` seconds ago (the
+    clock's ``cutoff`` offset); of job type `name` only (a seek of `jobsup_job_finished_name`),
+    or of every type but `excluding` (`jobsup_job_finished`); at or after `since`, where the
+    caller knows the older ones are gone."""
+    stmt = select(job.c.id, job.c.finished_at).where(_FINISHED, status_is(status))
+    stmt = stmt.order_by(job.c.finished_at).limit(limit)
+    # A workflow's steps and a batch's children are deleted with it (`purge_workflows_and_batches`).
+    stmt = stmt.where(job.c.workflow_id.is_(None), job.c.batch_id.is_(None))
+    if older_than is not None:
+        stmt = stmt.where(job.c.finished_at < dialect.clock("cutoff"))
+    if name is not None:
+        stmt = stmt.where(job.c.name == name)
+    if excluding:
+        stmt = stmt.where(job.c.name.not_in(excluding))
+    if since is not None:
+        stmt = stmt.where(job.c.finished_at >= since)
+    return stmt
 
 
 def jobs_of(conn: Any, rows: Sequence[Any]) -> list[Job]:

@@ -5,6 +5,7 @@ batches, so a purge never holds long locks."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,12 @@ from jobsup.store.schema import batch as batch_table
 from jobsup.store.schema import job, job_attempt, job_dependency, workflow
 
 FIRST_IDS = 100  # ids a purge collects for its caller's record
+
+
+@dataclass(frozen=True)
+class Swept:
+    purged: int
+    done: bool  # it stopped because no job was left to purge, not at its batches' bound
 
 
 class Retention:
@@ -73,17 +80,52 @@ class Retention:
         """Delete finished jobs in `status` (all, or those finished more than `older_than`
         seconds ago), `batch` at a time, at most `max_batches` batches; return how many.
         `first_ids` collects the ids of the first `FIRST_IDS` deleted (for the audit trail)."""
+        return self.sweep(
+            status,
+            older_than=older_than,
+            batch=batch,
+            max_batches=max_batches,
+            operation=operation,
+            now=now,
+            first_ids=first_ids,
+        ).purged
+
+    def sweep(
+        self,
+        status: str,
+        *,
+        older_than: float | None = None,
+        batch: int = BATCH,
+        max_batches: int | None = None,
+        operation: str = "retention",
+        now: datetime | None = None,
+        first_ids: list[int] | None = None,
+        name: str | None = None,
+        excluding: Sequence[str] = (),
+        since: datetime | None = None,
+    ) -> Swept:
+        """`purge`, of job type `name` only or of every type but `excluding`, and of jobs
+        finished at or after `since` only; the answer says too whether it stopped because none
+        was left. With `older_than`, each batch reads on from the last one's finish time
+        rather than from the oldest job again, so it reads past the excluded types' jobs,
+        which stay, once per call rather than once per batch."""
         purged, batches = 0, 0
         while max_batches is None or batches < max_batches:
-            ids = self.reads.job_finished_ids(status, older_than=older_than, limit=batch, now=now)
-            if not ids:
-                break
-            gone = self.job_delete(ids, status=status, operation=operation)
+            rows = self.reads.job_finished(
+                status, older_than=older_than, limit=batch, now=now, name=name, excluding=excluding, since=since
+            )
+            if not rows:
+                return Swept(purged, done=True)
+            gone = self.job_delete([job_id for job_id, _ in rows], status=status, operation=operation)
             purged += len(gone)
             if first_ids is not None:
                 first_ids.extend(gone[: max(0, FIRST_IDS - len(first_ids))])
             batches += 1
-        return purged
+            if len(rows) < batch:
+                return Swept(purged, done=True)
+            if older_than is not None:  # then no finish time is NULL (the cutoff leaves those out)
+                since = rows[-1][1]
+        return Swept(purged, done=False)
 
     def forget_idle_keys(self, *, batch: int = BATCH, max_batches: int = 20) -> int:
         """Delete the rows of concurrency keys with nothing admitted, in bounded batches."""

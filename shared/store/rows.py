@@ -325,6 +325,7 @@ class Definition:
     triggers: list[dict[str, Any]] | None = None
     params: dict[str, Any] | None = None  # JSON Schema of its parameters; None: untyped
     limits: dict[str, Any] | None = None  # its flow-control policies (`jobsup.policies`)
+    retain: dict[str, float | None] | None = None  # its own retention by end state (`jobsup.retention`)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: _plain(value) for key, value in asdict(self).items()}

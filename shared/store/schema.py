@@ -35,7 +35,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0016"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -159,6 +159,7 @@ job_definition = Table(
     Column("triggers", LongText),  # JSON: what every job of this type triggers (`jobsup.Trigger`)
     Column("params", LongText),  # JSON Schema of its parameters (`jobsup.params`); null: untyped
     Column("limits", LongText),  # JSON: its flow-control policy (concurrency, rate, breaker, sla, calendar)
+    Column("retain", LongText),  # JSON: its own retention by end state, seconds or null (`jobsup.retention`)
 )
 
 workflow = Table(
@@ -354,12 +355,10 @@ Index(
     unique=True,
     **_filtered("recurring_name IS NOT NULL"),
 )
-Index(
-    "jobsup_job_finished",
-    job.c.status,
-    job.c.finished_at,
-    **_filtered("status IN ('succeeded', 'dead_lettered', 'cancelled')"),
-)
+_FINISHED = "status IN ('succeeded', 'dead_lettered', 'cancelled')"
+Index("jobsup_job_finished", job.c.status, job.c.finished_at, **_filtered(_FINISHED))
+# The retention purge of one job type with its own ages (`jobsup.retention`): a seek, oldest first.
+Index("jobsup_job_finished_name", job.c.status, job.c.name, job.c.finished_at, **_filtered(_FINISHED))
 Index("jobsup_job_workflow", job.c.workflow_id, **_filtered("workflow_id IS NOT NULL"))
 Index("jobsup_job_rerun_of", job.c.rerun_of, **_filtered("rerun_of IS NOT NULL"))
 # A batch's children: all of them (counts, retention), and the unfinished ones, newest first,
