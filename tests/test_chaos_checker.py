@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import batches, claim_to_call, rate_windows
+from tests.chaos.checker import batches, claim_to_call, lost, rate_windows, retention
 from tests.chaos.events import problems
 from tests.chaos.ledger import Ledger
 from tests.chaos.sidechannel import Run
@@ -205,3 +205,16 @@ def test_a_child_retried_after_its_batch_fired_is_a_new_life_though_the_callback
     # fired (+5), whenever its run began (+8).
     too_soon = Ledger(tmp_path, batches={1: {"callbacks": ["on_complete"]}}, retried={2}, retried_at={2: [t0 + 3]})
     assert [v.invariant for v in batches(runs, too_soon, end, set())] == ["e:callback-before-children-ended"]
+
+
+def test_a_fleeting_job_purged_before_its_age_or_unfinished_is_reported_one_past_it_is_not(tmp_path: Path) -> None:
+    """(r) `fleeting` successes are kept 2 s; the end is read at T0 + 10 s."""
+    ledger = Ledger(tmp_path, jobs={1: "fleeting", 2: "fleeting", 3: "fleeting", 4: "plain"})
+    end = EndState({}, {}, {}, {}, set(), [], {}, read_at=T0.timestamp() + 10)
+    runs = [
+        Run(1, 1, 1, "fleeting", T0.timestamp(), end=T0.timestamp() + 5, outcome="ok"),  # gone 5 s after: fine
+        Run(2, 1, 1, "fleeting", T0.timestamp(), end=T0.timestamp() + 9, outcome="ok"),  # gone 1 s after: early
+    ]  # job 3 never ran
+    found = {(v.invariant, *v.jobs) for v in retention(runs, ledger, end)}
+    assert found == {("r:purged-early", 2), ("r:purged-unfinished", 3)}
+    assert [(v.invariant, *v.jobs) for v in lost(runs, ledger, end)] == [("g:lost", 4)]  # any other type: lost

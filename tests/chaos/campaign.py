@@ -136,6 +136,12 @@ def run(
         gap = checker.claim_to_call(runs.all(), end)
         if say and gap is not None:
             print(f"chaos: {kind} seed={seed}: longest claim-to-call of a rated job {gap[0]:.2f}s (job {gap[1]})")
+        fleeting = [job_id for job_id, kind_of in ledger.jobs.items() if kind_of == "fleeting"]
+        if say:  # a retention invariant that saw no purge would prove nothing: say how many
+            gone = sum(job_id not in end.jobs for job_id in fleeting)
+            print(
+                f"chaos: {kind} seed={seed}: {gone} of {len(fleeting)} fleeting jobs purged by their type's retention"
+            )
         monitor.date(found)
         report.write(folder / "report.txt", found, runs.all(), ledger, end, fleet.kills)
         return Outcome(ledger.operations, ledger.faults, found, folder, ledger.t0)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import jobsup
-from tests.chaos.limits import BREAKER, LIMITS, RATES
+from tests.chaos.limits import BREAKER, FLEETING_KEPT, LIMITS, RATES
 from tests.chaos.sidechannel import TICK, run_id, write
 
 OUTAGE = "CHAOS_OUTAGE"  # a file whose presence makes `fragile` fail: the partner is down
@@ -70,6 +70,13 @@ def _run(ctx: jobsup.JobContext, payload: Any, **extra: Any) -> None:
 
 @jobsup.job("plain", max_attempts=3, retry_in=_retry)
 def plain(ctx: jobsup.JobContext, payload: Any) -> None:
+    _run(ctx, payload)
+
+
+# Its successes are kept `FLEETING_KEPT` seconds (the settings keep every other type's for
+# days): the campaign's purges, run by competing supervisors, may delete only those.
+@jobsup.job("fleeting", max_attempts=3, retry_in=_retry, retain={"succeeded": FLEETING_KEPT})
+def fleeting(ctx: jobsup.JobContext, payload: Any) -> None:
     _run(ctx, payload)
 
 

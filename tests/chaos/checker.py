@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tests.chaos.ledger import Ledger
-from tests.chaos.limits import BREAKER, LIMITS, RATES
+from tests.chaos.limits import BREAKER, FLEETING_KEPT, LIMITS, RATES
 from tests.chaos.sidechannel import Run
 from tests.chaos.state import FINAL, EndState, JobRow
 
@@ -48,6 +48,7 @@ def check(
     found += triggers(runs, ledger, end)
     found += stuck(end, unmoved)
     found += lost(runs, ledger, end)
+    found += retention(runs, ledger, end)
     found += secrets(runs, end, texts, marker)
     return sorted(found, key=lambda v: v.at or float("inf"))
 
@@ -431,7 +432,7 @@ def lost(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
     """(g) every id enqueue returned is a row; every success was seen returning."""
     found = []
     for job_id in ledger.jobs:
-        if job_id not in end.jobs:
+        if job_id not in end.jobs and ledger.jobs[job_id] != "fleeting":  # those: `retention`
             found.append(
                 Violation("g:lost", AT_END, f"job {job_id} ({ledger.jobs[job_id]}) is not in the table", {job_id})
             )
@@ -444,6 +445,40 @@ def lost(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
                     AT_END,
                     f"job {job.id} ({job.name}) succeeded but no run of it returned",
                     {job.id},
+                )
+            )
+    return found
+
+
+# A job's end is written (the database's clock) after its function returned (the side
+# channel's, the same host's): the margin is for the clocks' reads, not for any skew.
+CLOCK_MARGIN = 0.25
+
+
+def retention(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
+    """(r) a type's own retention, applied by whichever supervisor purges: a `fleeting` job
+    (successes kept `FLEETING_KEPT` s) is gone only once it succeeded, and not before it had
+    been finished that long; a job of any other type is never purged (`lost` checks those)."""
+    returned: dict[int, float] = {}
+    for run in runs:
+        if run.outcome in {"ok", "honoured"} and run.end is not None:
+            returned[run.job] = max(returned.get(run.job, 0.0), run.end)
+    found = []
+    for job_id, kind in ledger.jobs.items():
+        if kind != "fleeting" or job_id in end.jobs:
+            continue
+        if job_id not in returned:
+            found.append(
+                Violation("r:purged-unfinished", AT_END, f"fleeting job {job_id} is gone but never succeeded", {job_id})
+            )
+        elif end.read_at - returned[job_id] < FLEETING_KEPT - CLOCK_MARGIN:
+            found.append(
+                Violation(
+                    "r:purged-early",
+                    AT_END,
+                    f"fleeting job {job_id} is gone {end.read_at - returned[job_id]:.2f}s after it returned "
+                    f"(kept {FLEETING_KEPT}s)",
+                    {job_id},
                 )
             )
     return found

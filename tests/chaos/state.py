@@ -3,6 +3,7 @@ jobsup's own rows, which the checker holds against the side channel and the ledg
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +40,12 @@ class EndState:
     paused: set[str]
     breakers: list[dict[str, Any]]
     tables: dict[str, list[tuple[Any, ...]]]  # every jobsup table's rows, for the secret search
+    read_at: float = 0.0  # when the read began (the side channel's clock, time.time())
 
 
 def read(client: jobsup.Client) -> EndState:
     job = schema.job
+    read_at = time.time()
     with client.database.read() as conn:
         jobs = {
             row.id: JobRow(
@@ -73,4 +76,4 @@ def read(client: jobsup.Client) -> EndState:
         tables = {
             table.name: [tuple(row) for row in conn.execute(select(table))] for table in schema.metadata.sorted_tables
         }
-    return EndState(jobs, deps, batches, workflows, paused, client.breakers.list(), tables)
+    return EndState(jobs, deps, batches, workflows, paused, client.breakers.list(), tables, read_at)

@@ -40,6 +40,7 @@ class Workload:
             (2, self.trigger),
             (2, self.pooled),
             (1, self.secret),
+            (2, self.fleeting),
         ]
 
     def step(self) -> str | None:
@@ -78,6 +79,11 @@ class Workload:
         specs = [{"name": "plain", "payload": self.payload()} for _ in range(self.rng.randint(1, 5))]
         ids = self.ledger.took("plain", self.client.enqueue_many(specs))
         return f"enqueue plain {ids}"
+
+    def fleeting(self) -> str:
+        specs = [{"name": "fleeting", "payload": self.payload()} for _ in range(self.rng.randint(1, 5))]
+        ids = self.ledger.took("fleeting", self.client.enqueue_many(specs))
+        return f"enqueue fleeting {ids}"
 
     def keyed(self) -> str:
         ids = []
