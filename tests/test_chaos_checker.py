@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import batches, claim_to_call, lost, rate_windows, retention
+from tests.chaos.checker import Fleeting, batches, claim_to_call, lost, rate_windows, retention
 from tests.chaos.events import problems
 from tests.chaos.ledger import Ledger
 from tests.chaos.sidechannel import Run
@@ -208,13 +208,37 @@ def test_a_child_retried_after_its_batch_fired_is_a_new_life_though_the_callback
 
 
 def test_a_fleeting_job_purged_before_its_age_or_unfinished_is_reported_one_past_it_is_not(tmp_path: Path) -> None:
-    """(r) `fleeting` successes are kept 2 s; the end is read at T0 + 10 s."""
-    ledger = Ledger(tmp_path, jobs={1: "fleeting", 2: "fleeting", 3: "fleeting", 4: "plain"})
-    end = EndState({}, {}, {}, {}, set(), [], {}, read_at=T0.timestamp() + 10)
+    """(r) `fleeting` successes are kept 2 s; the end is read at T0 + 20 s."""
+    t0 = T0.timestamp()
+    kinds = {1: "fleeting", 2: "fleeting", 3: "fleeting", 4: "fleeting", 5: "fleeting", 6: "plain"}
+    ledger = Ledger(tmp_path, jobs=kinds)
+    end = EndState({}, {}, {}, {}, set(), [], {}, read_at=t0 + 20)
     runs = [
-        Run(1, 1, 1, "fleeting", T0.timestamp(), end=T0.timestamp() + 5, outcome="ok"),  # gone 5 s after: fine
-        Run(2, 1, 1, "fleeting", T0.timestamp(), end=T0.timestamp() + 9, outcome="ok"),  # gone 1 s after: early
+        Run(1, 1, 1, "fleeting", t0, end=t0 + 5, outcome="ok"),  # seen gone 3 s after: fine
+        Run(2, 1, 1, "fleeting", t0, end=t0 + 5, outcome="ok"),  # seen gone 1 s after: early
+        Run(4, 1, 1, "fleeting", t0, end=t0 + 1, outcome="ok"),  # its retry raised: not a success
+        Run(4, 2, 1, "fleeting", t0 + 2, end=t0 + 3, outcome="raised"),
+        Run(5, 1, 1, "fleeting", t0, end=t0 + 1, outcome="ok"),  # then cancelled (its settle lost)
     ]  # job 3 never ran
-    found = {(v.invariant, *v.jobs) for v in retention(runs, ledger, end)}
-    assert found == {("r:purged-early", 2), ("r:purged-unfinished", 3)}
-    assert [(v.invariant, *v.jobs) for v in lost(runs, ledger, end)] == [("g:lost", 4)]  # any other type: lost
+    seen = Fleeting(gone_at={1: t0 + 8, 2: t0 + 6}, status={5: ("cancelled", t0 + 2)})
+    found = {(v.invariant, *v.jobs) for v in retention(runs, ledger, end, seen)}
+    assert found == {
+        ("r:purged-early", 2),
+        ("r:purged-unfinished", 3),
+        ("r:purged-unfinished", 4),
+        ("r:purged-kept-state", 5),
+    }
+    assert [(v.invariant, *v.jobs) for v in lost(runs, ledger, end)] == [("g:lost", 6)]  # any other type: lost
+
+
+def test_fleeting_successes_never_purged_are_reported(tmp_path: Path) -> None:
+    t0 = T0.timestamp()
+    ledger = Ledger(tmp_path, jobs=dict.fromkeys(range(1, 7), "fleeting"))
+    runs = [Run(n, 1, 1, "fleeting", t0, end=t0 + 1, outcome="ok") for n in range(1, 7)]
+    kept = {
+        n: JobRow(n, "fleeting", "default", "succeeded", T0, None, None, None, None, None, "{}") for n in range(1, 7)
+    }
+    late = EndState(kept, {}, {}, {}, set(), [], {}, read_at=t0 + 30)
+    assert [v.invariant for v in retention(runs, ledger, late, Fleeting())] == ["r:never-purged"]
+    soon = EndState(kept, {}, {}, {}, set(), [], {}, read_at=t0 + 5)  # not yet due a purge
+    assert retention(runs, ledger, soon, Fleeting()) == []

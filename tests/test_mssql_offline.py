@@ -6,6 +6,7 @@ stand-in driver, and read the generated DDL. Nothing here executes against SQL S
 from __future__ import annotations
 
 import io
+import re
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -184,8 +185,11 @@ def test_operator_reads_compile(db: OfflineDatabase) -> None:
     reads.job_get(7)
     reads.job_list(status="dead_lettered", queue="mail", limit=5)
     reads.job_counts(["pending", "running"], now=T0)
-    reads.job_finished_ids("succeeded", older_than=3600.0, limit=10, now=T0)
+    reads.job_finished("succeeded", older_than=3600.0, limit=10, now=T0)
+    reads.job_finished("succeeded", older_than=60.0, limit=10, now=T0, name="report", since=T0)  # a type's own sweep
+    reads.job_finished("succeeded", older_than=3600.0, limit=10, now=T0, excluding=["report", "audit"])
     sql = "\n".join(db.sql)
+    assert re.search(r"jobsup_job\.name = :\w+", sql) and re.search(r"jobsup_job\.name NOT IN \(:\w+, :\w+\)", sql)
     assert "SELECT TOP 5" in sql and "jobsup_job.status = 'dead_lettered'" in sql
     assert "GROUP BY jobsup_job.queue, jobsup_job.status" in sql
 

@@ -287,3 +287,39 @@ def test_a_typed_job_and_a_schedule_are_made_from_their_forms(
         ]
     finally:
         dashboard.stop()
+
+
+def test_every_page_opens_in_the_browser_without_an_error(
+    browser: Browser, dashboard: Dashboard, three_states: dict[str, int], client: jobsup.Client, tmp_path: Path
+) -> None:
+    """Each page of the navigation and each kind of detail page, with something on it: it
+    answers 200, has its heading, fits a laptop's width and logs no script error (a CSP
+    refusal is one)."""
+    from jobsup.web.render import NAV
+
+    flow = jobsup.Workflow("report")
+    flow.add("work", step="only", queue="later")
+    workflow_id = client.workflows.enqueue(flow)
+    batch_id = client.batches.enqueue([{"name": "work", "queue": "later"}] * 2, name="pair")
+    client.calendars.add("weekend", [{"weekdays": ["sat", "sun"]}], timezone="UTC")
+    client.add_recurring("nightly", job="work", cron="0 3 * * *", queue="later")
+    details = [
+        f"/jobs/{three_states['dead_lettered']}",
+        f"/workflows/{workflow_id}",
+        f"/batches/{batch_id}",
+        "/definitions/work",
+        "/recurring/new",
+        "/recurring/nightly/edit",
+    ]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.goto(dashboard.login_url())
+    for path in [path for _, path in NAV] + details:
+        answer = page.goto(dashboard.base + path)
+        assert answer is not None and answer.status == 200, path
+        expect(page.locator("main h1")).to_be_visible()
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{path} is {overflow}px wider than the window"
+        shot(page, tmp_path, "page" + path.replace("/", "-"))
+    assert errors == []

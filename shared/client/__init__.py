@@ -127,7 +127,8 @@ class Client:
         allow_unknown: bool = False,
     ) -> list[int]:
         """Store many jobs in one round trip per batch; each is a mapping with ``name``,
-        ``payload`` and the options of `enqueue`. All are checked before any is written."""
+        ``payload`` and the options of `enqueue`. All are checked before any is written.
+        Python's garbage collector is held off meanwhile (`collector_paused`)."""
         with collector_paused():
             news = self._core.build_many(jobs, allow_unknown, "jobs")
             if not news:

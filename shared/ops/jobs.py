@@ -309,5 +309,7 @@ def dead_retry(target: Target, job_ids: tuple[int, ...], everything: bool, actor
 @actor_option
 @with_target
 def dead_purge(target: Target, older_than: str | None, actor: str | None) -> None:
-    """Delete dead letters."""
+    """Delete dead letters.
+
+    Every job type's alike: a type's own `retain` is for the supervisor's purge, not this."""
     click.echo(f"purged {target.client().dead_letters.purge(older_than=older_than, actor=actor)} jobs")

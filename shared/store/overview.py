@@ -10,19 +10,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Row, bindparam, case, func, literal_column, null, select
+from sqlalchemy import ColumnElement, Row, bindparam, case, func, null, select
 
 from jobsup.store import states
 from jobsup.store.claim import status_is
 from jobsup.store.database import Database
-from jobsup.store.reads import jobs_of
+from jobsup.store.reads import IN_FINISHED_INDEX, jobs_of
 from jobsup.store.rows import Job
 from jobsup.store.schema import DEAD_LETTERED, PENDING, RUNNING, SUCCEEDED, WAITING, job
-
-# The predicate of the finished index (`jobsup_job_finished`), written as the index has it:
-# SQLite uses a partial index only when the query's WHERE carries the index's own term, and
-# does not infer it from `status = 'dead_lettered'`. Harmless where the planner does.
-IN_FINISHED_INDEX: ColumnElement[bool] = literal_column("status IN ('succeeded', 'dead_lettered', 'cancelled')")
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,16 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, and_, func, select
+from sqlalchemy import ColumnElement, Select, and_, func, literal_column, select
 
 from jobsup.secrets import mask
 from jobsup.store import states
-from jobsup.store.claim import status_is, status_literal
+from jobsup.store.claim import status_is
 from jobsup.store.database import Database
 from jobsup.store.definitions import sensitive_fields
 from jobsup.store.dialects import Dialect
 from jobsup.store.rows import Attempt, Job, decode_stored, frames_of
-from jobsup.store.schema import FINISHED_STATUSES, PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
+from jobsup.store.schema import FINISHED_INDEX_WHERE, PENDING, RUNNING, SUCCEEDED, job, job_attempt, job_dependency
 
 BATCH = 1000
 
@@ -183,9 +183,10 @@ class Reads:
         return int(succeeded), first_start, last_finish
 
 
-# The finished-jobs indexes' own condition: SQLite uses a partial index only for a query that
-# states its condition (`status = 'succeeded'` does not imply `status IN (...)` to its planner).
-_FINISHED = job.c.status.in_([status_literal(status) for status in FINISHED_STATUSES])
+# The finished-jobs indexes' own condition, written as they have it: SQLite uses a partial
+# index only for a query that states its condition (`status = 'succeeded'` does not imply
+# `status IN (...)` to its planner). Harmless where the planner does.
+IN_FINISHED_INDEX: ColumnElement[bool] = literal_column(FINISHED_INDEX_WHERE)
 
 
 def finished_statement(
@@ -202,7 +203,7 @@ def finished_statement(
     clock's ``cutoff`` offset); of job type `name` only (a seek of `jobsup_job_finished_name`),
     or of every type but `excluding` (`jobsup_job_finished`); at or after `since`, where the
     caller knows the older ones are gone."""
-    stmt = select(job.c.id, job.c.finished_at).where(_FINISHED, status_is(status))
+    stmt = select(job.c.id, job.c.finished_at).where(IN_FINISHED_INDEX, status_is(status))
     stmt = stmt.order_by(job.c.finished_at).limit(limit)
     # A workflow's steps and a batch's children are deleted with it (`purge_workflows_and_batches`).
     stmt = stmt.where(job.c.workflow_id.is_(None), job.c.batch_id.is_(None))

@@ -131,7 +131,7 @@ def run(
         runs.refresh()
         end = state.read(client)
         texts = {"supervisor logs": fleet.logs(), "events": receiver.text()}
-        found = checker.check(runs.all(), ledger, end, texts, marker, quiet.unmoved)
+        found = checker.check(runs.all(), ledger, end, texts, marker, quiet.unmoved, monitor.fleeting)
         found += events_problems(receiver, ledger, end, quiet.drained)
         gap = checker.claim_to_call(runs.all(), end)
         if say and gap is not None:

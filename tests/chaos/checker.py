@@ -32,8 +32,24 @@ class Violation:
     jobs: set[int] = field(default_factory=set)
 
 
+@dataclass
+class Fleeting:
+    """What the monitor saw of the `fleeting` jobs while the campaign ran: when each was
+    first seen gone (when that read had ended: never earlier than the purge), and the last
+    status seen of each with when that read began."""
+
+    gone_at: dict[int, float] = field(default_factory=dict)
+    status: dict[int, tuple[str, float]] = field(default_factory=dict)
+
+
 def check(
-    runs: list[Run], ledger: Ledger, end: EndState, texts: dict[str, str], marker: str, unmoved: set[int]
+    runs: list[Run],
+    ledger: Ledger,
+    end: EndState,
+    texts: dict[str, str],
+    marker: str,
+    unmoved: set[int],
+    fleeting: Fleeting | None = None,
 ) -> list[Violation]:
     """Every invariant. `unmoved`: the jobs left unfinished when nothing had moved for the
     quiescent end's stall time (none when it gave up while jobs still finished: slow, not stuck)."""
@@ -48,7 +64,7 @@ def check(
     found += triggers(runs, ledger, end)
     found += stuck(end, unmoved)
     found += lost(runs, ledger, end)
-    found += retention(runs, ledger, end)
+    found += retention(runs, ledger, end, fleeting or Fleeting())
     found += secrets(runs, end, texts, marker)
     return sorted(found, key=lambda v: v.at or float("inf"))
 
@@ -455,32 +471,61 @@ def lost(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
 CLOCK_MARGIN = 0.25
 
 
-def retention(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
+NEVER_PURGED = 10.0  # seconds: a fleeting success older than this at the end should be gone
+
+
+def retention(runs: list[Run], ledger: Ledger, end: EndState, seen: Fleeting) -> list[Violation]:
     """(r) a type's own retention, applied by whichever supervisor purges: a `fleeting` job
-    (successes kept `FLEETING_KEPT` s) is gone only once it succeeded, and not before it had
-    been finished that long; a job of any other type is never purged (`lost` checks those)."""
-    returned: dict[int, float] = {}
+    (successes kept `FLEETING_KEPT` s) is gone only once it succeeded (its last attempt's
+    run returned, and it was not last seen dead-lettered or cancelled, which are kept for
+    days), and not before it had been finished that long (measured to when the monitor first
+    saw it gone, else to the end's read); and they are purged at all. A job of any other type
+    is never gone (`lost`)."""
+    last: dict[int, Run] = {}
     for run in runs:
-        if run.outcome in {"ok", "honoured"} and run.end is not None:
-            returned[run.job] = max(returned.get(run.job, 0.0), run.end)
+        if run.job not in last or run.attempt >= last[run.job].attempt:
+            last[run.job] = run
     found = []
-    for job_id, kind in ledger.jobs.items():
-        if kind != "fleeting" or job_id in end.jobs:
+    fleeting = [job_id for job_id, kind in ledger.jobs.items() if kind == "fleeting"]
+    for job_id in fleeting:
+        if job_id in end.jobs:
             continue
-        if job_id not in returned:
+        run = last.get(job_id)
+        if run is None or run.outcome not in {"ok", "honoured"} or run.end is None:
             found.append(
                 Violation("r:purged-unfinished", AT_END, f"fleeting job {job_id} is gone but never succeeded", {job_id})
             )
-        elif end.read_at - returned[job_id] < FLEETING_KEPT - CLOCK_MARGIN:
+            continue
+        status, seen_at = seen.status.get(job_id, ("", 0.0))
+        if status in {"dead_lettered", "cancelled"} and run.end < seen_at:  # and nothing ran after
+            found.append(
+                Violation("r:purged-kept-state", AT_END, f"fleeting job {job_id} is gone, last seen {status}", {job_id})
+            )
+        gone = seen.gone_at.get(job_id, end.read_at)
+        if gone - run.end < FLEETING_KEPT - CLOCK_MARGIN:
             found.append(
                 Violation(
                     "r:purged-early",
-                    AT_END,
-                    f"fleeting job {job_id} is gone {end.read_at - returned[job_id]:.2f}s after it returned "
-                    f"(kept {FLEETING_KEPT}s)",
+                    gone,
+                    f"fleeting job {job_id} was gone {gone - run.end:.2f}s after it returned (kept {FLEETING_KEPT}s)",
                     {job_id},
                 )
             )
+    due = [
+        job_id
+        for job_id in fleeting
+        if (run := last.get(job_id)) is not None and run.outcome == "ok" and run.end is not None
+        and end.read_at - run.end > NEVER_PURGED
+    ]  # fmt: skip
+    if len(due) >= 5 and all(job_id in end.jobs for job_id in due):
+        found.append(
+            Violation(
+                "r:never-purged",
+                AT_END,
+                f"{len(due)} fleeting successes older than {NEVER_PURGED:g}s are all kept",
+                set(due),
+            )
+        )
     return found
 
 

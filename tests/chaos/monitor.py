@@ -1,6 +1,8 @@
 """Looks, while the campaign runs, for a keyed job that waits while its key has room (from
 the job rows: fewer of the key's jobs pending or running than its limit). The end check is
-what counts; this only dates the first sighting, so a report can say how soon it showed."""
+what counts; this only dates the first sighting, so a report can say how soon it showed.
+It also watches the `fleeting` jobs, whose retention the checker judges by when each was
+purged (`Fleeting`)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 import jobsup
 from jobsup.store import schema
-from tests.chaos.checker import Violation
+from tests.chaos.checker import Fleeting, Violation
 from tests.chaos.ledger import Ledger
 
 EVERY = 2.0
+FLEETING_EVERY = 0.5  # an early purge is caught when it is at least this much early
 
 
 class Monitor:
@@ -23,8 +26,31 @@ class Monitor:
         self.client, self.ledger = client, ledger
         self.last = 0.0
         self.seen: dict[int, float] = {}  # job -> first seen waiting with room
+        self.fleeting, self.fleeting_last = Fleeting(), 0.0
+
+    def watch_fleeting(self) -> None:
+        if time.time() - self.fleeting_last < FLEETING_EVERY:
+            return
+        self.fleeting_last = time.time()
+        ids = [job_id for job_id, kind in self.ledger.jobs_now() if kind == "fleeting"]
+        ids = [job_id for job_id in ids if job_id not in self.fleeting.gone_at]
+        if not ids:
+            return
+        job, began = schema.job, time.time()
+        try:
+            with self.client.database.read() as conn:
+                rows = dict(conn.execute(select(job.c.id, job.c.status).where(job.c.id.in_(ids))).all())
+        except (jobsup.JobsupError, SQLAlchemyError):  # the database restarting
+            return
+        read = time.time()  # after the read: a row it missed was gone by then
+        for job_id in ids:
+            if job_id in rows:
+                self.fleeting.status[job_id] = (rows[job_id], began)
+            else:
+                self.fleeting.gone_at[job_id] = read
 
     def look(self) -> None:
+        self.watch_fleeting()
         if time.time() - self.last < EVERY:
             return
         self.last = time.time()
