@@ -31,6 +31,11 @@ except ImportError:  # pragma: no cover - the test extra installs it
     sync_playwright = None  # type: ignore[assignment]
 
 
+# The pages' reads are checked on every database by the TestClient tests; a browser adds
+# what the page does in it, the same on each: SQLite only, to keep the suite short.
+ONE_DATABASE = pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if sync_playwright is None or not CHROMIUM.exists():
@@ -159,6 +164,7 @@ def test_overview_failed_job_retry_pause_resume_and_live_refresh(
     assert errors == []  # no script blocked by the CSP, no failed refresh
 
 
+@ONE_DATABASE
 def test_a_failed_workflow_is_drawn_as_its_graph(
     browser: Browser, dashboard: Dashboard, client: jobsup.Client, tmp_path: Path
 ) -> None:
@@ -187,6 +193,7 @@ def test_a_failed_workflow_is_drawn_as_its_graph(
     expect(page.locator("h1")).to_contain_text(f"Job {failing.id}")
 
 
+@ONE_DATABASE
 def test_the_phone_width_layout_fits_the_screen(
     browser: Browser, dashboard: Dashboard, three_states: dict[str, int], tmp_path: Path
 ) -> None:
@@ -206,6 +213,7 @@ def test_the_phone_width_layout_fits_the_screen(
     phone.close()
 
 
+@ONE_DATABASE
 def test_the_overview_shows_every_state_an_operator_looks_for(
     browser: Browser, dashboard: Dashboard, client: jobsup.Client, tmp_path: Path
 ) -> None:
@@ -230,6 +238,7 @@ def test_the_overview_shows_every_state_an_operator_looks_for(
     shot(page, tmp_path, "overview-every-state")
 
 
+@ONE_DATABASE
 def test_a_typed_job_and_a_schedule_are_made_from_their_forms(
     browser: Browser, url: str, client: jobsup.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -289,6 +298,7 @@ def test_a_typed_job_and_a_schedule_are_made_from_their_forms(
         dashboard.stop()
 
 
+@ONE_DATABASE
 def test_every_page_opens_in_the_browser_without_an_error(
     browser: Browser, dashboard: Dashboard, three_states: dict[str, int], client: jobsup.Client, tmp_path: Path
 ) -> None:
