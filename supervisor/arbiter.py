@@ -63,6 +63,7 @@ from jobsup.supervisor.recurring import CronTick
 from jobsup.supervisor.relay import Relay
 from jobsup.worker.slot import Slot as SlotMemory
 from jobsup.worker.spec import WorkerSpec
+from jobsup.worker.stop import STOP_NOW
 
 TICK = 0.2  # seconds between loop turns when no signal arrives
 CHORES_GRACE = 2.0  # seconds a stopping supervisor waits for the chore under way
@@ -325,7 +326,7 @@ class Arbiter:
         assert self.children is not None
         self.immediate = True
         emit("supervisor.stopping_now")
-        self.children.signal_all(signal.SIGINT)
+        self.children.signal_all(STOP_NOW)
 
     def shutdown_deadline(self) -> float:
         # Workers need the grace, then a short cancel grace, then time to release and exit.
@@ -370,9 +371,10 @@ class Arbiter:
     def fork_worker(self, spec: WorkerSpec, slot: SlotMemory) -> int:
         # Block the handled signals across the fork: one arriving before the child has
         # installed its own handlers would otherwise run the supervisor's handler there and
-        # be lost. The child unblocks them (and so receives any pending) once it is ready.
+        # be lost (STOP_NOW's default action would end it). The child unblocks them (and so
+        # receives any pending) once it is ready.
         assert self.db is not None
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*HANDLED, STOP_NOW))
         if not self.frozen:
             # Before the first fork, what the supervisor holds (the libraries, the apps) goes
             # out of the collector's reach in every process: a worker's collections would

@@ -250,3 +250,24 @@ def test_a_raised_exception_is_handed_on_only_for_a_job_without_sensitive_parame
     assert isinstance(plain.exc, RuntimeError)
     sensitive = execute(claimed('{"card": "4111111111111111"}', name="units-refuses"), threading.Event())
     assert sensitive.kind == "failed" and sensitive.exc is None and sensitive.error == "RuntimeError: declined ***"
+
+
+def test_the_supervisor_s_stop_now_is_immediate_whatever_order_pending_handlers_run_in() -> None:
+    """A busy worker can have the supervisor's SIGTERM (stop, with the grace) and its
+    stop-now both pending; Python runs pending handlers in signal-number order."""
+    import signal
+
+    from jobsup.worker.stop import STOP_NOW, StopRequest
+
+    def after(*signums: int) -> StopRequest:
+        stop = StopRequest()
+        for signum in signums:
+            stop._handle(signum, None)
+        return stop
+
+    assert after(*sorted([signal.SIGTERM, STOP_NOW])).immediate
+    # What the supervisor sent before: SIGINT, whose handler ran first and read as a first stop.
+    assert not after(*sorted([signal.SIGTERM, signal.SIGINT])).immediate
+    # At a terminal, Ctrl-C reaches the workers too: the first is graceful, the second is now.
+    assert not after(signal.SIGINT, signal.SIGTERM).immediate
+    assert after(signal.SIGINT, signal.SIGTERM, signal.SIGINT).immediate

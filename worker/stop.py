@@ -13,6 +13,13 @@ import signal
 import time
 from types import FrameType
 
+# What a supervisor sends its workers on a second SIGINT: stop now. A signal of its own, not
+# SIGINT again: the supervisor's SIGTERM (stop, with the grace) and its SIGINT can both be
+# pending in a busy worker, and Python runs pending handlers in signal-number order, SIGINT
+# (2) before SIGTERM (15), so the "second" SIGINT was taken for the first and the worker
+# waited out the grace until it was killed (its job then counted an attempt it never lost).
+STOP_NOW = signal.SIGUSR1
+
 
 class StopRequest:
     def __init__(self) -> None:
@@ -25,10 +32,11 @@ class StopRequest:
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._handle)
         signal.signal(signal.SIGINT, self._handle)
+        signal.signal(STOP_NOW, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested_at is not None and signum == signal.SIGINT:
-            self.immediate = True  # a second SIGINT: stop now
+        if signum == STOP_NOW or (self.requested_at is not None and signum == signal.SIGINT):
+            self.immediate = True  # the supervisor's stop-now, or a second Ctrl-C at the terminal
         if self.requested_at is None:
             self.requested_at = time.monotonic()
         with contextlib.suppress(BlockingIOError):  # a full pipe will wake the waiter anyway
