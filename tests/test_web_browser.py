@@ -333,3 +333,68 @@ def test_every_page_opens_in_the_browser_without_an_error(
         assert overflow <= 0, f"{path} is {overflow}px wider than the window"
         shot(page, tmp_path, "page" + path.replace("/", "-"))
     assert errors == []
+
+
+@ONE_DATABASE
+def test_every_button_and_the_login_form_work_in_the_browser(
+    browser: Browser, url: str, client: jobsup.Client, tmp_path: Path
+) -> None:
+    """The forms the other browser tests do not press: a password login and logout, cancel,
+    rerun, the dead letters' bulk retry and purge, a schedule's disable and enable, a
+    breaker's reset; each audited as the user."""
+    from webhelpers import PASSWORD, USERS
+
+    done = client.enqueue("work", queue="later", max_attempts=1)
+    succeed(client, [claim_one(client, queue="later")])
+    dead = [client.enqueue("work", queue="later", max_attempts=1) for _ in range(2)]
+    for _ in dead:
+        fail(client, claim_one(client, queue="later"), error="RuntimeError: no")
+    client.enqueue("probed", queue="probed", max_attempts=1)
+    fail(client, claim_one(client, queue="probed"), error="RuntimeError: partner down")  # opens its breaker
+    client.add_recurring("nightly", job="work", cron="0 3 * * *", queue="later")
+    cancel_me = client.enqueue("work", queue="later")  # after the claims above: it stays pending
+    dashboard = start_dashboard(url, tmp_path, env={"JOBSUP_DASHBOARD_USERS": USERS, "JOBSUP_DASHBOARD_TOKENS": ""})
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{dashboard.base}/")
+        expect(page.locator("h1")).to_have_text("Log in")
+        page.locator('input[name="user"]').fill("alice")
+        page.locator('input[name="password"]').fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        expect(page.locator(".who")).to_contain_text("alice")
+
+        page.goto(f"{dashboard.base}/jobs/{cancel_me}")
+        page.get_by_role("button", name="Cancel").click()
+        expect(page.locator(".msg")).to_contain_text(f"job {cancel_me} cancelled")
+        page.goto(f"{dashboard.base}/jobs/{done}")
+        page.get_by_role("button", name="Rerun").click()
+        expect(page.locator(".msg")).to_contain_text(f"is a rerun of job {done}")
+
+        page.goto(f"{dashboard.base}/dead")
+        page.get_by_label(f"select job {dead[0]}").check()
+        page.get_by_role("button", name="Retry selected").click()
+        expect(page.locator(".msg")).to_contain_text("1 dead letters retried")
+        page.locator('input[name="older_than"]').fill("0s")
+        page.get_by_role("button", name="Purge").click()
+        expect(page.locator(".msg")).to_contain_text("2 dead letters older than 0s purged")  # and the probe
+
+        page.goto(f"{dashboard.base}/recurring")
+        page.get_by_role("button", name="Disable").click()
+        expect(page.locator(".msg")).to_contain_text("schedule nightly disabled")
+        page.get_by_role("button", name="Enable").click()
+        expect(page.locator(".msg")).to_contain_text("schedule nightly enabled")
+
+        page.goto(f"{dashboard.base}/breakers")
+        page.get_by_role("button", name="Reset").click()
+        expect(page.locator(".msg")).to_contain_text("breaker probed reset")
+        shot(page, tmp_path, "breaker-reset")
+
+        page.get_by_role("button", name="Log out").click()
+        expect(page.locator("h1")).to_have_text("Log in")
+    finally:
+        dashboard.stop()
+    assert status_of(client, cancel_me) == "cancelled" and status_of(client, dead[0]) == "pending"
+    assert client.get(dead[1]) is None  # purged
+    actions = {entry.action for entry in client.audit.list() if entry.actor == "web:alice"}
+    assert {"job.cancel", "job.rerun", "dead.retry", "dead.purge", "recurring.disable", "recurring.enable"} <= actions
+    assert "breaker.reset" in actions
