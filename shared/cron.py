@@ -86,12 +86,13 @@ def next_slot(cron: str, timezone: str, after: datetime) -> datetime:
 def next_slots(
     cron: str, timezone: str, after: datetime, count: int, *, first: datetime | None = None
 ) -> list[datetime]:
-    """The `count` slots after `after` (from `first` if given: a schedule's due slot),
-    in order: what the recurring page and the schedule form preview."""
+    """The `count` slots after `after` (from `first` if given: a schedule's due slot), in
+    order, as times of `timezone`: what the recurring page and the schedule form show."""
+    local = zone(timezone)
     slots: list[datetime] = []
     while len(slots) < count:
         slot = first if first is not None and not slots else next_slot(cron, timezone, after)
-        slots.append(slot)
+        slots.append(slot.astimezone(local))
         after = slot
     return slots
 

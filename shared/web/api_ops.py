@@ -8,7 +8,7 @@ from typing import Any
 
 from jobsup.client import Client
 from jobsup.client.shapes import BreakerInfo, FailureGroup, QueueInfo, QueueOverview, QueueStats
-from jobsup.cron import next_slots, zone
+from jobsup.cron import next_slots
 from jobsup.errors import BadInput
 from jobsup.store.rows import RecurringSchedule
 from jobsup.web import schemas as s
@@ -80,8 +80,7 @@ def schedule_json(schedule: RecurringSchedule, *, now: datetime | None = None) -
     try:
         after = schedule.next_run_at or now or datetime.now(UTC)
         found = next_slots(schedule.cron, schedule.timezone, after, SLOTS, first=schedule.next_run_at)
-        local = zone(schedule.timezone)
-        slots = [slot.astimezone(local).isoformat() for slot in found]
+        slots = [slot.isoformat() for slot in found]
     except BadInput:
         slots = []  # a row edited to a bad cron: shown, with no slots
     return {**schedule.to_dict(), "next_slots": slots}

@@ -19,7 +19,7 @@ from jobsup.secrets import MASK
 from jobsup.web.actions import back, checked_form, first
 from jobsup.web.api import ApiError
 from jobsup.web.auth import Identity
-from jobsup.web.forms import fields_of, kept, payload_of, untyped_payload
+from jobsup.web.forms import fields_of, kept, masked, payload_of, untyped_payload
 from jobsup.web.pages import SCHEDULE_FIELDS, error_page, job_type, schedule_form, sensitive_of
 from jobsup.web.render import page
 from jobsup.web.security import identify
@@ -86,9 +86,7 @@ def _save_schedule(client: Client, who: Identity, editing: str | None, answers: 
     if not job:
         raise BadInput("choose the job type the schedule runs")
     payload = untyped_payload({"payload": [answers.get("payload", "")]})
-    withheld: set[str] = set()  # what the edit form did not show
-    if stored is not None and isinstance(stored.payload, dict):
-        withheld = {key for key, value in stored.payload.items() if value == MASK}
+    withheld = masked(stored.payload) if stored is not None else set()  # what the edit form did not show
     given = payload if isinstance(payload, dict) else {}
     unsent = sorted(
         {key for key in sensitive_of(client, job) | withheld if given.get(key) == MASK} | (withheld - set(given))

@@ -175,6 +175,11 @@ def kept(fields: list[Field], form: dict[str, list[str]]) -> dict[str, str]:
     return shown
 
 
+def masked(payload: object) -> set[str]:
+    """The keys of a payload read back masked (``***``): sensitive values, never shown."""
+    return {key for key, value in payload.items() if value == MASK} if isinstance(payload, dict) else set()
+
+
 def without_secrets(text: str, sensitive: frozenset[str]) -> tuple[str, list[str]]:
     """A payload's JSON as a page may show it again: without the values of `sensitive`
     keys or masked ones (``***``), and the keys left out. JSON that cannot be read is not
@@ -185,7 +190,7 @@ def without_secrets(text: str, sensitive: frozenset[str]) -> tuple[str, list[str
         return ("", sorted(sensitive)) if sensitive else (text, [])
     if not isinstance(payload, dict):
         return text, []
-    hidden = sorted(key for key, value in payload.items() if key in sensitive or value == MASK)
+    hidden = sorted(masked(payload) | (sensitive & payload.keys()))
     if not hidden:
         return text, []
     return json.dumps({key: value for key, value in payload.items() if key not in hidden}, indent=2), hidden

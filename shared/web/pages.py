@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Route
 from jobsup.checks import INT64
 from jobsup.client import Client
 from jobsup.client.activity import empty
-from jobsup.cron import next_slots, zone
+from jobsup.cron import next_slots
 from jobsup.errors import BadInput
 from jobsup.store.states import FILTERS
 from jobsup.web import api_jobs, api_ops, sessions
@@ -165,8 +165,7 @@ def schedule_form(client: Client, name: str | None, answers: Mapping[str, str]) 
     slots, why = [], ""
     if values.get("cron"):
         try:
-            tz = zone(values["timezone"])
-            slots = [slot.astimezone(tz) for slot in next_slots(values["cron"], tz.key, datetime.now(UTC), SLOTS)]
+            slots = next_slots(values["cron"], values["timezone"], datetime.now(UTC), SLOTS)
         except BadInput as exc:
             why = str(exc)
     jobs = sorted(d.name for d in client.definitions())
