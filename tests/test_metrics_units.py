@@ -31,7 +31,7 @@ def run_jobs(queue: str) -> None:
     # Run times on bucket bounds, between them, past the last, and the waits of their starts.
     for seconds in (0.0, 0.005, 0.006, 0.3, 0.3, 5000.0):
         metrics.record("job.started", {"queue": queue, "name": "x", "waited": seconds / 2})
-        metrics.record("job.succeeded", {"queue": queue, "name": "x", "seconds": seconds})
+        metrics.record("jobs.succeeded", {"each": [(1, "x", 1, queue, seconds)]})
     metrics.record("job.failed", {"queue": queue, "name": "x", "seconds": 1.0, "outcome": "timed_out"})
 
 

@@ -278,6 +278,15 @@ def test_a_settle_s_successes_are_one_info_line_and_each_job_s_lines_are_debug(u
     if len(lines) == 1:
         assert f"count=5 ids={ids[0]}-{ids[2]},{ids[4]}-{ids[5]} " in lines[0], lines[0]
     assert " job.started " not in supervisor.output() and " job.succeeded " not in supervisor.output()
+    # At DEBUG, each job has its start line and its success line (the settle's event carries them).
+    more = client.enqueue_many([{"name": "work"} for _ in range(3)])
+    debug = start("--queue", "default=1", "--claim-batch", "10", "--log-level", "DEBUG")
+    wait_until(lambda: all(status_of(client, j) == "succeeded" for j in more), timeout=30, what="the jobs to succeed")
+    debug.stop()
+    for job_id in more:
+        assert f" job.started job={job_id} name=work attempt=1 queue=default " in debug.output()
+        line = next(line for line in debug.output().splitlines() if f" job.succeeded job={job_id} " in line)
+        assert " DEBUG " in line and "name=work attempt=1 queue=default worker=default#1 seconds=" in line, line
 
 
 def test_jobs_of_a_second_or_more_are_claimed_one_by_one_never_given_back(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]

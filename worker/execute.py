@@ -40,7 +40,7 @@ RESULT_CAP = 64 * 1024  # characters of JSON a job's return value may take in th
 SHUTDOWN, TIMEOUT, CANCELLED, LEASE_LOST = "shutdown", "timed_out", "cancelled", "lease_lost"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one per job, and a frozen init costs twice as much
 class Ran:
     """What the job function did: `kind` is SUCCEEDED, FAILED or DISCARDED."""
 

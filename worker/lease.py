@@ -114,12 +114,14 @@ class LeaseKeeper:
         ending: threading.Event,
         pooled: bool,
         end_now: Callable[[Running, int], object],
+        title: Callable[[str], object],
     ) -> None:
         """`settler` writes the releases this thread decides; `ending` is set once the process
         is ending (nothing starts then); `pooled`: the worker starts what it claims at once;
-        `end_now(running, code)` ends the process for a job that will not stop."""
+        `end_now(running, code)` ends the process for a job that will not stop; `title(doing)`
+        sets the process title."""
         self.spec, self.transitions, self.slot, self.stop, self.settler = spec, transitions, slot, stop, settler
-        self.ending, self.pooled, self.end_now = ending, pooled, end_now
+        self.ending, self.pooled, self.end_now, self.title = ending, pooled, end_now, title
         self.label = spec.label
         settings = spec.settings
         self.lease, self.heartbeat = settings.lease, settings.heartbeat
@@ -133,6 +135,7 @@ class LeaseKeeper:
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
         self.next_renewal = 0.0
+        self.titled: Running | None = None  # the job the process title names
         self.orphaned_at: float | None = None  # since when the orphan has held no lease
         self.leaving = False  # this thread has decided to end the orphan
 
@@ -153,12 +156,14 @@ class LeaseKeeper:
             self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)
             self.held.update({job.id: job for job in jobs})
             self.waiting.update({job.id: job for job in jobs})
+        if not self.pooled and len(jobs) > 1:  # its jobs are named once they run long (`_show_long`)
+            self.title(f"running a batch of {len(jobs)}")
 
-    def begin(self, job: ClaimedJob, timeout: float | None) -> Running | None:
-        """Start `job` if it may still start. None when it may not: it was released or lost
-        while it waited, the worker is ending, or its lease is about to lapse (during an
-        outage a batch's later leases run out while nothing renews them; such a job is
-        released)."""
+    def begin(self, job: ClaimedJob, timeout: float | None, *, named: bool = False) -> Running | None:
+        """Start `job` if it may still start (`named`: in the process title at once, see
+        `_show_long`). None when it may not: it was released or lost while it waited, the
+        worker is ending, or its lease is about to lapse (during an outage a batch's later
+        leases run out while nothing renews them; such a job is released)."""
         with self.lock:
             if self.waiting.get(job.id) is not job or self.ending.is_set():
                 return None
@@ -169,6 +174,8 @@ class LeaseKeeper:
                 stale = False
                 running = self.running[job.id] = Running(job, timeout)
                 self.slot.start(job.id, job.attempt, timeout)
+                if named:
+                    self._show(running)
         if stale:
             self.settler.release([job])
             return None
@@ -179,6 +186,13 @@ class LeaseKeeper:
             if self.running.get(running.job.id) is running:
                 del self.running[running.job.id]
             self.slot.finish(running.job.id)
+
+    def _show(self, running: Running) -> None:
+        """Name `running` in the process title, while it runs (under the lock)."""
+        if self.running.get(running.job.id) is running and self.titled is not running:
+            self.titled = running
+            job = running.job
+            self.title(f"running {job.name} id={job.id} attempt={job.attempt}")
 
     def known_ids(self) -> set[int]:
         """The jobs of every lease this worker knows it holds."""
@@ -230,6 +244,8 @@ class LeaseKeeper:
                 blocking = blocking and any(now >= r.started + HOLD_WAITING for r in running)
             for job in running:
                 self._enforce(job, now)
+            if not self.pooled:
+                self._show_long(running, now)
             if blocking:
                 self._release_waiting()
             self._end_stuck_orphan(now)
@@ -345,6 +361,15 @@ class LeaseKeeper:
                 else:
                     code = exits.LEASE_LOST if lapsing else exits.SHUTDOWN_FORCED
                 self.slot.ending(running.job.id, code)
+
+    def _show_long(self, running: list[Running], now: float) -> None:
+        """A batch's jobs are not each named in the title as they start (a title costs about
+        as much as a short job's events): one that has run for a tick is. Under the lock, so
+        a job that has ended is never named after the main thread titled what came next."""
+        with self.lock:
+            for job in running:
+                if now >= job.started + self.tick:
+                    self._show(job)
 
     def _release_waiting(self) -> None:
         self.settler.release(self.take_waiting())

@@ -61,7 +61,7 @@ class Worker:
     def __init__(
         self, spec: WorkerSpec, db: Database, stop: StopRequest, slot: Slot, owner_lock: OwnerLock | None
     ) -> None:
-        self.spec, self.db, self.stop, self.slot = spec, db, stop, slot
+        self.spec, self.db, self.stop, self.slot, self.label = spec, db, stop, slot, spec.label
         self.owner_lock = owner_lock  # proof of life for the lease sweep (SQLite), held until we exit
         self.store = Store(db, holds_leases=True)
         self.settings = spec.settings
@@ -103,6 +103,7 @@ class Worker:
             ending=self.ending,
             pooled=self.pool is not None,
             end_now=self.end_now,
+            title=self.title,
         )
         self.listener: Listener | None = None
         self.idle_backoff = 0.0
@@ -240,7 +241,7 @@ class Worker:
                 break
             if job.name in failing:  # its breaker may be open now: the next claim decides
                 continue
-            running = self.keeper.begin(job, self.timeout_of(job))
+            running = self.keeper.begin(job, self.timeout_of(job), named=len(jobs) == 1)
             if running is None:
                 # Released, cancelled or lost while it waited in the batch: not here.
                 emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
@@ -258,7 +259,6 @@ class Worker:
     def run_one(self, running: Running) -> str:
         """Run one job and hand its outcome over; return the outcome's kind."""
         job = running.job
-        self.title(f"running {job.name} id={job.id} attempt={job.attempt}")
         self.announce(running)
         with running.traced.current():
             prepared = prepare(job, running.cancelled, self.services)
@@ -278,7 +278,7 @@ class Worker:
         running.traced = tracing.run(job)
         waited = None if job.due_at is None else round((host_clock() - job.due_at).total_seconds(), 6)
         fields: dict[str, Any] = {"job": job.id, "name": job.name, "attempt": job.attempt, "queue": job.queue}
-        emit("job.started", **fields, worker=self.spec.label, waited=waited)
+        emit("job.started", **fields, worker=self.label, waited=waited)
 
     def settle(self, running: Running, ran: Ran) -> str:
         job = running.job

@@ -22,6 +22,7 @@ def record(kind: str, fields: dict[str, Any]) -> None:
     if not log.isEnabledFor(level):
         return
     present = {key: value for key, value in fields.items() if value is not None}
+    each = present.pop("each", None)  # a line of its own for each job, at DEBUG (`catalogue.EACH`)
     exc = present.pop("exc", None)
     # A job's own exception, unscrubbed: on the record for what reads records (Sentry's
     # logging integration), never in jobsup's lines, which show the scrubbed `error` (and
@@ -35,6 +36,17 @@ def record(kind: str, fields: dict[str, Any]) -> None:
     exc_info = (type(shown), shown, shown.__traceback__) if shown is not None else None
     extra = {"event": kind, "fields": present, UNSCRUBBED: shown is not None and shown is raised}
     log.log(level, "%s %s", kind, text, exc_info=exc_info, extra=extra)
+    if each:
+        _each(catalogue.EACH[kind], each, present.get("worker"))
+
+
+def _each(kind: str, jobs: Iterable[tuple[Any, ...]], worker: str | None) -> None:
+    if not log.isEnabledFor(catalogue.level(kind)):
+        return
+    for job in jobs:
+        fields = dict(zip(catalogue.EACH_FIELDS, job, strict=True))
+        seconds = fields.pop("seconds")
+        record(kind, {**fields, "worker": worker, "seconds": None if seconds is None else round(seconds, 6)})
 
 
 UNSCRUBBED = "jobsup_unscrubbed"  # a record's exc_info is a job's raw exception: not for jobsup's lines

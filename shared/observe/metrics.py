@@ -139,7 +139,6 @@ _defined_labels: set[str] = set()
 
 
 _OUTCOMES = {
-    "job.succeeded": "succeeded",
     "job.failed": None,  # the outcome field says failed or timed_out
     "job.dead_lettered": None,
     "job.released": "released",
@@ -239,6 +238,13 @@ def record(kind: str, fields: dict[str, Any]) -> None:
             _observe("duration", fields["seconds"], fields["queue"], job)
         if kind == "lease.expired":
             _metrics()["expired"].inc()
+        return
+    if kind == "jobs.succeeded":  # a settle's successes, a tuple each (`catalogue.EACH_FIELDS`)
+        for _, name, _, queue, seconds in fields["each"]:
+            job = job_label(name)
+            _count("completed", queue, job, "succeeded")
+            if seconds is not None:
+                _observe("duration", seconds, queue, job)
         return
     if kind == "job.started":
         if fields.get("waited") is not None:

@@ -183,21 +183,25 @@ class Transitions:
         needs_steps = any(self._has_steps(outcome.held) for outcome in outcomes)
         rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
         settled = {row[0] for row in rows}
+        done = []
         for outcome in outcomes:
-            if outcome.held.id in settled:
-                emit("job.succeeded", **_fields(outcome.held, outcome))
+            held = outcome.held
+            if held.id in settled:
+                done.append((held.id, held.name, held.lease.attempt, held.queue, outcome.seconds))
             else:
-                emit("job.settle_stale", **_fields(outcome.held, outcome), outcome=SUCCEEDED)
-        if settled:
-            done = [outcome for outcome in outcomes if outcome.held.id in settled]
+                emit("job.settle_stale", **_fields(held, outcome), outcome=SUCCEEDED)
+        if done:
+            # One event for the settle, its jobs in `each` (`catalogue.EACH`): the metrics
+            # count them, and the log has a line per job at DEBUG.
             emit(
                 "jobs.succeeded",
                 count=len(done),
                 ids=id_ranges(settled),
-                names=",".join(sorted({outcome.held.name for outcome in done})),
-                queue=",".join(sorted({outcome.held.queue for outcome in done})),
-                worker=done[0].worker,
-                seconds=round(sum(outcome.seconds or 0.0 for outcome in done), 6),
+                names=",".join(sorted({name for _, name, _, _, _ in done})),
+                queue=",".join(sorted({queue for _, _, _, queue, _ in done})),
+                worker=outcomes[0].worker,
+                seconds=round(sum(seconds or 0.0 for *_, seconds in done), 6),
+                each=done,
             )
         return settled
 
