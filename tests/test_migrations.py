@@ -256,7 +256,7 @@ def test_missing_schema_on_postgres_names_the_upgrade_command(pg_server: str) ->
 
 
 @pytest.mark.postgres
-def test_postgres_job_tables_vacuum_early(postgres_url: str) -> None:
+def test_postgres_job_tables_vacuum_early_and_attempts_update_in_place(postgres_url: str) -> None:
     db = Database(postgres_url)
     with db.read() as conn:
         options = dict(
@@ -265,3 +265,4 @@ def test_postgres_job_tables_vacuum_early(postgres_url: str) -> None:
     db.dispose()
     assert "autovacuum_vacuum_scale_factor=0.02" in options["jobsup_job"]
     assert "autovacuum_vacuum_scale_factor=0.02" in options["jobsup_job_attempt"]
+    assert "fillfactor=50" in options["jobsup_job_attempt"]  # room for its settle's HOT update (0017)

@@ -35,7 +35,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0016"
+SCHEMA_REVISION = "0017"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
