@@ -22,10 +22,10 @@ def worker_pids(supervisor: int) -> list[int]:
     short-lived child for a worker saw "its workers" gone at once (CI:
     test_an_orphan_stuck_outside_a_job...). A worker not yet titled (just forked) is left out
     until it is."""
-    return [pid for pid in child_pids(supervisor) if _title(pid).startswith("jobsup: worker")]
+    return [pid for pid in child_pids(supervisor) if title_of(pid).startswith("jobsup: worker")]
 
 
-def _title(pid: int) -> str:
+def title_of(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except (FileNotFoundError, ProcessLookupError):

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from children import title_of
 
 import jobsup
 
@@ -297,3 +298,16 @@ def test_jobs_of_a_second_or_more_are_claimed_one_by_one_never_given_back(url: s
     # A claim of two would have held the second job behind the first past a second and
     # released it: a released attempt in its history.
     assert [history(client, j) for j in ids] == [[(1, "succeeded")]] * 4
+
+
+def test_a_batch_s_job_that_runs_long_is_named_in_the_process_title(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    # A batch's jobs are not titled as each starts (it cost a short job as much as its
+    # events): the lease thread names one that has run a tick.
+    client = jobsup.Client(url)
+    quick, slow = client.enqueue_many([{"name": "work"}, {"name": "work", "payload": {"seconds": 30}}])
+    supervisor = start("--queue", "default=1", "--claim-batch", "5")
+    wait_until(lambda: status_of(client, quick) == "succeeded", timeout=30, what="the quick job")
+    title = f"running work id={slow} attempt=1"
+    wait_until(lambda: any(title in title_of(pid) for pid in supervisor.workers()), timeout=10, what=title)
+    client.cancel(slow)
+    wait_until(lambda: any(" idle" in title_of(pid) for pid in supervisor.workers()), timeout=30, what="idle")
