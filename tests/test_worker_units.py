@@ -271,3 +271,19 @@ def test_the_supervisor_s_stop_now_is_immediate_whatever_order_pending_handlers_
     # At a terminal, Ctrl-C reaches the workers too: the first is graceful, the second is now.
     assert not after(signal.SIGINT, signal.SIGTERM).immediate
     assert after(signal.SIGINT, signal.SIGTERM, signal.SIGINT).immediate
+
+
+def test_a_context_filled_for_a_worker_equals_one_built_by_its_own_init() -> None:
+    from dataclasses import fields
+
+    from jobsup.context import JobContext, job_context
+
+    cancelled = threading.Event()
+    given = (7, "send", "mail", 2, 5, {"to": "ann"}, "ann", cancelled)
+    extras = {"log": object(), "client_loader": lambda: None, "progress_writer": print}
+    for made, built in [
+        (job_context(*given, **extras), JobContext(*given, **extras)),  # type: ignore[arg-type]
+        (job_context(*given), JobContext(*given)),  # no log given: the job's own logger
+    ]:
+        assert made.__dict__ == built.__dict__ and set(made.__dict__) == {f.name for f in fields(JobContext)}
+    assert made.log.name == "jobsup.job.send"  # type: ignore[attr-defined]

@@ -19,7 +19,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobsup.context import JobContext
+from jobsup.context import JobContext, job_context
 from jobsup.errors import Cancelled, ConfigurationError, Discard, InvalidPayload, Retry
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
@@ -52,7 +52,7 @@ class Ran:
     traceback: str | None = None  # its frames as stored (`jobsup.worker.frames`)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one per job (see `Ran`)
 class Prepared:
     """A job ready to call: its function, context, decoded payload, and the payload's
     secrets (scrubbed from any error text)."""
@@ -102,7 +102,7 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
             withheld = validation_text(exc) if sensitive else None
             return Ran(FAILED, withheld) if withheld else _raised(job, exc, secrets, keep=not sensitive)
     extras = {} if services is None else services.extras(job, secrets)
-    ctx = JobContext(
+    ctx = job_context(
         job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled, **extras
     )
     return Prepared(registered.function, ctx, payload, secrets, registered.is_async, bool(sensitive))
