@@ -109,7 +109,10 @@ def job_context(
 ) -> JobContext:
     """A `JobContext` equal to ``JobContext(job_id, ..., cancelled, **extras)``, filled without
     a frozen dataclass's per-field ``object.__setattr__``: a worker makes one per job, and
-    those eleven calls were 2 µs of a short job's 30 (`test_context.py` holds the two equal)."""
+    those eleven calls were 2 µs of a short job's 30 (`test_worker_units.py` holds the two
+    equal). As the init, it refuses a keyword that is not a field."""
+    if not extras.keys() <= _CONTEXT_DEFAULTS.keys():
+        raise TypeError(f"JobContext has no field {sorted(extras.keys() - _CONTEXT_DEFAULTS.keys())[0]!r}")
     ctx = object.__new__(JobContext)
     values = ctx.__dict__
     values.update(_CONTEXT_DEFAULTS)

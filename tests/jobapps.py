@@ -34,9 +34,11 @@ def work(ctx: jobsup.JobContext, payload: Any) -> Any:
     raises `jobsup.Cancelled` from `ctx.raise_if_cancelled()` if `raise_if_cancelled` is
     set, else goes on. `gil` holds the GIL for a long time instead of ticking (a catastrophic
     regular expression); `child` starts a subprocess first and records its pid. Raises if
-    `fail` is set; returns `result`."""
+    `fail` is set; returns `result`, or with `title` its process's title as it started."""
     payload = payload or {}
     record(ctx, "start")
+    if payload.get("title"):
+        return Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     slow = payload.get("slow_attempts")
     chosen = slow is None or ctx.attempt in slow
     if payload.get("child") and chosen:

@@ -311,3 +311,16 @@ def test_a_batch_s_job_that_runs_long_is_named_in_the_process_title(url: str, st
     wait_until(lambda: any(title in title_of(pid) for pid in supervisor.workers()), timeout=10, what=title)
     client.cancel(slow)
     wait_until(lambda: any(" idle" in title_of(pid) for pid in supervisor.workers()), timeout=30, what="idle")
+
+
+def test_a_job_named_in_the_title_is_no_longer_named_once_it_ends(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    # The first runs long enough to be named (a tick is 0.25 s), short of the second after
+    # which the jobs waiting behind it are given back; the next job reads its own title.
+    client = jobsup.Client(url)
+    named, then = client.enqueue_many(
+        [{"name": "work", "payload": {"seconds": 0.8}}, {"name": "work", "payload": {"title": True}}]
+    )
+    start("--queue", "default=1", "--claim-batch", "5")
+    wait_until(lambda: status_of(client, then) == "succeeded", timeout=30, what="the second job")
+    assert history(client, named) == [(1, "succeeded")] and history(client, then) == [(1, "succeeded")]
+    assert client.get(then).result == "jobsup: worker default#1 running a batch of 2"  # type: ignore[union-attr]

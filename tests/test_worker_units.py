@@ -7,6 +7,8 @@ import functools
 import threading
 from typing import Annotated
 
+import pytest
+
 import jobsup
 from jobsup import exits
 from jobsup.registry import lookup
@@ -287,3 +289,5 @@ def test_a_context_filled_for_a_worker_equals_one_built_by_its_own_init() -> Non
     ]:
         assert made.__dict__ == built.__dict__ and set(made.__dict__) == {f.name for f in fields(JobContext)}
     assert made.log.name == "jobsup.job.send"  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="no field 'logger'"):  # as the init refuses it
+        job_context(*given, logger=object())

@@ -136,6 +136,7 @@ class LeaseKeeper:
         self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
         self.next_renewal = 0.0
         self.titled: Running | None = None  # the job the process title names
+        self.batch_title = "running a batch"
         self.orphaned_at: float | None = None  # since when the orphan has held no lease
         self.leaving = False  # this thread has decided to end the orphan
 
@@ -157,7 +158,8 @@ class LeaseKeeper:
             self.held.update({job.id: job for job in jobs})
             self.waiting.update({job.id: job for job in jobs})
         if not self.pooled and len(jobs) > 1:  # its jobs are named once they run long (`_show_long`)
-            self.title(f"running a batch of {len(jobs)}")
+            self.batch_title = f"running a batch of {len(jobs)}"
+            self.title(self.batch_title)
 
     def begin(self, job: ClaimedJob, timeout: float | None, *, named: bool = False) -> Running | None:
         """Start `job` if it may still start (`named`: in the process title at once, see
@@ -186,6 +188,10 @@ class LeaseKeeper:
             if self.running.get(running.job.id) is running:
                 del self.running[running.job.id]
             self.slot.finish(running.job.id)
+            if self.titled is running:  # named while it ran long: not the name of the batch's next jobs
+                self.titled = None
+                if self.waiting:
+                    self.title(self.batch_title)
 
     def _show(self, running: Running) -> None:
         """Name `running` in the process title, while it runs (under the lock)."""
