@@ -61,6 +61,9 @@ def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: 
         assert sample(text, "jobsup_leases_expired_total") == 1  # the killed worker's job
         assert sample(text, "jobsup_worker_restarts_total", queue="default") == 1
         assert sample(text, "jobsup_job_duration_seconds_count", job="work", queue="default") == 8
+        # Every start (a batch's are held and announced together, `jobsup.worker.starts`);
+        # the killed attempt's only if a lease tick (a quarter second) came before the kill.
+        assert sample(text, "jobsup_job_wait_seconds_count", queue="default") in (8, 9)
         wait_until(
             lambda: sample(scrape(port)[1], "jobsup_queue_jobs", queue="default", status="dead_lettered") == 1,
             timeout=30,
@@ -72,6 +75,26 @@ def test_counters_agree_with_the_database_after_a_mixed_run(url: str, tmp_path: 
         assert history.count("lease_expired") == 1
         status, body = scrape(port, "/healthz")
         assert (status, body.strip()) == (200, "ok")
+    finally:
+        supervisor.stop()
+
+
+def test_a_long_job_s_start_is_counted_while_it_runs(url: str, tmp_path: Path) -> None:
+    # A batch's starts are held and announced together (`jobsup.worker.starts`): the lease
+    # thread announces them once a job has run a tick, not only once the batch has run.
+    client = jobsup.Client(url)
+    supervisor = Supervisor(url, tmp_path, tmp_path / "supervisor.log", "--queue", "default=1", "--claim-batch", "5")
+    try:
+        port = port_of(supervisor)
+        long = client.enqueue("work", {"seconds": 60, "honour": True})
+        wait_until(lambda: records(tmp_path, long), timeout=30, what="the long job's start")
+        wait_until(
+            lambda: sample(scrape(port)[1], "jobsup_job_wait_seconds_count", queue="default") == 1,
+            timeout=10,
+            what="its start in the wait histogram",
+        )
+        assert client.get(long).status == "running"  # type: ignore[union-attr]
+        client.cancel(long)
     finally:
         supervisor.stop()
 

@@ -115,13 +115,15 @@ class LeaseKeeper:
         pooled: bool,
         end_now: Callable[[Running, int], object],
         title: Callable[[str], object],
+        announce_starts: Callable[[], object],
     ) -> None:
         """`settler` writes the releases this thread decides; `ending` is set once the process
         is ending (nothing starts then); `pooled`: the worker starts what it claims at once;
         `end_now(running, code)` ends the process for a job that will not stop; `title(doing)`
-        sets the process title."""
+        sets the process title; `announce_starts()` announces the starts a batch holds."""
         self.spec, self.transitions, self.slot, self.stop, self.settler = spec, transitions, slot, stop, settler
         self.ending, self.pooled, self.end_now, self.title = ending, pooled, end_now, title
+        self.announce_starts = announce_starts
         self.label = spec.label
         settings = spec.settings
         self.lease, self.heartbeat = settings.lease, settings.heartbeat
@@ -370,12 +372,15 @@ class LeaseKeeper:
 
     def _show_long(self, running: list[Running], now: float) -> None:
         """A batch's jobs are not each named in the title as they start (a title costs about
-        as much as a short job's events): one that has run for a tick is. Under the lock, so
-        a job that has ended is never named after the main thread titled what came next."""
+        as much as a short job's events): one that has run for a tick is (and the batch's held
+        starts announced). Under the lock, so a job that has ended is never named after the
+        main thread titled what came next."""
+        long = [job for job in running if now >= job.started + self.tick]
+        if long:
+            self.announce_starts()  # its start among them: counted now, not once the batch has run
         with self.lock:
-            for job in running:
-                if now >= job.started + self.tick:
-                    self._show(job)
+            for job in long:
+                self._show(job)
 
     def _release_waiting(self) -> None:
         self.settler.release(self.take_waiting())

@@ -19,7 +19,7 @@ import select
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from setproctitle import setproctitle
 
@@ -42,6 +42,7 @@ from jobsup.worker.services import JobServices
 from jobsup.worker.settler import Settler
 from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
+from jobsup.worker.starts import Starts
 from jobsup.worker.stop import StopRequest
 
 LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim waits
@@ -87,6 +88,7 @@ class Worker:
         # this one costs more in GIL hand-offs than it saves (docs/explanation/performance.md).
         self.one_writer = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
+        self.starts = Starts(self.label)
         # The settler tells the keeper which leases it may forget (the keeper is made next).
         self.settler = Settler(
             self.store.transitions,
@@ -104,6 +106,7 @@ class Worker:
             pooled=self.pool is not None,
             end_now=self.end_now,
             title=self.title,
+            announce_starts=lambda: self.starts.announce_held(ended=False),
         )
         self.listener: Listener | None = None
         self.idle_backoff = 0.0
@@ -235,6 +238,7 @@ class Worker:
     def run_batch(self, jobs: list[ClaimedJob], claimed_at: float) -> int:
         """Run a claim's jobs one by one; return how many ran here."""
         self.keeper.hold(jobs, claimed_at)
+        self.starts.batch()
         ran, failing = 0, set()  # types with a breaker that failed in this batch (the rest goes back)
         for job in jobs:
             if self.stop.requested:
@@ -249,6 +253,7 @@ class Worker:
             if self.run_one(running) not in (SUCCEEDED, RELEASED) and self.store.resolver.breaker_of(job.name):
                 failing.add(job.name)
             ran += 1
+        self.starts.announce_held()
         self.settler.release(self.keeper.take_waiting())
         if self.one_writer or len(jobs) > 1:
             self.settler.write_here()
@@ -259,7 +264,7 @@ class Worker:
     def run_one(self, running: Running) -> str:
         """Run one job and hand its outcome over; return the outcome's kind."""
         job = running.job
-        self.announce(running)
+        self.starts.announce(running)
         with running.traced.current():
             prepared = prepare(job, running.cancelled, self.services)
             if isinstance(prepared, Ran):
@@ -271,14 +276,6 @@ class Worker:
             else:
                 ran = call(job, prepared)
         return self.settle(running, ran)
-
-    def announce(self, running: Running) -> None:
-        """The job starts: its event, and its run's span (`jobsup.observe.tracing`)."""
-        job = running.job
-        running.traced = tracing.run(job)
-        waited = None if job.due_at is None else round((host_clock() - job.due_at).total_seconds(), 6)
-        fields: dict[str, Any] = {"job": job.id, "name": job.name, "attempt": job.attempt, "queue": job.queue}
-        emit("job.started", **fields, worker=self.label, waited=waited)
 
     def settle(self, running: Running, ran: Ran) -> str:
         job = running.job
@@ -341,7 +338,7 @@ class Worker:
                         if running is None:  # its lease would lapse before it could run: released
                             emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
                             continue
-                        self.announce(running)
+                        self.starts.announce(running)
                         pool.start(running)
                 self.title(f"running {pool.running} of {pool.size}")
             # More may be waiting when the claim filled every free place: look again as soon

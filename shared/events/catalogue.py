@@ -81,6 +81,7 @@ KINDS: dict[str, Kind] = {
     "queue.resumed": Kind(meaning="an operator resumed a queue"),
     # -- a job, inside the process that handles it -----------------------------------------
     "jobs.succeeded": _INFO,  # the successes one settle wrote: their count, ids, names, run time (and EACH)
+    "jobs.started": Kind(DEBUG),  # the starts of a batch run one by one, once it has run (`jobsup.worker.starts`)
     "job.cancel_requested": _INFO,
     "job.cancelling": _INFO,
     "job.released": _INFO,
@@ -157,11 +158,13 @@ TYPES: dict[str, str] = {name: kind.meaning for name, kind in KINDS.items() if k
 
 
 # Events of many jobs at once, and the per-job event each of their jobs stands for: the event
-# carries its jobs in `each`, a tuple of EACH_FIELDS per job, and the log shows each as a line
-# of that kind (at its level). One event per settle, not one per job: at a claim batch of 100
-# an event per success was a tenth of a worker's CPU.
-EACH = {"jobs.succeeded": "job.succeeded"}
-EACH_FIELDS = ("job", "name", "attempt", "queue", "seconds")
+# carries its jobs in `each`, a tuple of the fields named here per job, and the log shows each
+# as a line of that kind (at its level). One event per settle or batch, not one per job: at a
+# claim batch of 100 an event per success and per start were each a tenth of a worker's CPU.
+EACH = {
+    "jobs.succeeded": ("job.succeeded", ("job", "name", "attempt", "queue", "seconds")),
+    "jobs.started": ("job.started", ("job", "name", "attempt", "queue", "waited")),
+}
 
 
 def level(kind: str) -> int:

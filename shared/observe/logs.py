@@ -37,16 +37,23 @@ def record(kind: str, fields: dict[str, Any]) -> None:
     extra = {"event": kind, "fields": present, UNSCRUBBED: shown is not None and shown is raised}
     log.log(level, "%s %s", kind, text, exc_info=exc_info, extra=extra)
     if each:
-        _each(catalogue.EACH[kind], each, present.get("worker"))
+        _each(kind, each, present.get("worker"))
 
 
-def _each(kind: str, jobs: Iterable[tuple[Any, ...]], worker: str | None) -> None:
-    if not log.isEnabledFor(catalogue.level(kind)):
+def shows(kind: str) -> bool:
+    """Does the log show events of `kind` (is its level enabled)?"""
+    return log.isEnabledFor(catalogue.level(kind))
+
+
+def _each(batch: str, jobs: Iterable[tuple[Any, ...]], worker: str | None) -> None:
+    kind, names = catalogue.EACH[batch]
+    if not shows(kind):
         return
+    *same, last = names  # the worker goes before the last (the run time, or the wait), as in a job's own event
     for job in jobs:
-        fields = dict(zip(catalogue.EACH_FIELDS, job, strict=True))
-        seconds = fields.pop("seconds")
-        record(kind, {**fields, "worker": worker, "seconds": None if seconds is None else round(seconds, 6)})
+        *values, measured = job
+        fields = dict(zip(same, values, strict=True))
+        record(kind, {**fields, "worker": worker, last: None if measured is None else round(measured, 6)})
 
 
 UNSCRUBBED = "jobsup_unscrubbed"  # a record's exc_info is a job's raw exception: not for jobsup's lines

@@ -239,7 +239,12 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         if kind == "lease.expired":
             _metrics()["expired"].inc()
         return
-    if kind == "jobs.succeeded":  # a settle's successes, a tuple each (`catalogue.EACH_FIELDS`)
+    if kind == "jobs.started":  # a batch's starts, a tuple each (`catalogue.EACH`)
+        for _, _, _, queue, waited in fields["each"]:
+            if waited is not None:
+                _observe("wait", max(0.0, waited), queue)
+        return
+    if kind == "jobs.succeeded":  # a settle's successes, a tuple each (`catalogue.EACH`)
         for _, name, _, queue, seconds in fields["each"]:
             job = job_label(name)
             _count("completed", queue, job, "succeeded")
