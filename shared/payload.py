@@ -24,7 +24,8 @@ PAYLOAD_CAP = 1024 * 1024
 
 def encode_payload(payload: Any) -> str:
     """Return `payload` as compact JSON text, or raise `InvalidPayload` naming where it fails."""
-    _check(payload, "payload")
+    if not _plain(payload):
+        _check(payload, "payload")  # raises, naming where (or passes a subclass the look skipped)
     text = _encode(payload)
     check_length(len(text))
     return text
@@ -45,6 +46,23 @@ def decode_payload(text: str) -> Any:
         return json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(f"stored payload is not valid JSON ({exc.__class__.__name__})") from None
+
+
+def _plain(value: Any) -> bool:
+    """Is `value` made of exactly the types JSON holds as they are (no subclass, a finite
+    float)? The look every enqueue takes: `_check`'s walk names where a payload fails, but
+    builds a path for every value it passes (a third of a bulk enqueue's own CPU), so it
+    runs only when this one says no."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(key) is str and _plain(item) for key, item in value.items())
+    if kind is list:
+        return all(_plain(item) for item in value)
+    return False
 
 
 def _check(value: Any, path: str) -> None:

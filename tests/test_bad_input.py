@@ -35,6 +35,23 @@ def test_payloads_that_are_not_json_are_refused_with_their_path(payload: object,
         encode_payload(payload)
 
 
+def test_subclasses_of_json_types_are_payloads_as_before_the_fast_look() -> None:
+    # `_plain` takes exact types only; anything else goes through the walk that names paths.
+    import collections
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    class Tag(str):
+        pass
+
+    payload = {"level": Level.HIGH, "tag": Tag("x"), "more": collections.OrderedDict(a=[True, None, 1.5])}
+    assert encode_payload(payload) == '{"level":2,"tag":"x","more":{"a":[true,null,1.5]}}'
+    with pytest.raises(jobsup.InvalidPayload, match=r"payload\['more'\]\['a'\]\[1\] is inf"):
+        encode_payload({"more": collections.OrderedDict(a=[1, float("inf")])})
+
+
 def test_a_payload_over_the_cap_is_refused_and_one_at_it_is_not() -> None:
     from jobsup.payload import PAYLOAD_CAP
 
