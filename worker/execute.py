@@ -79,13 +79,15 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     except (InvalidPayload, RecursionError) as exc:
         return Ran(DISCARDED, f"InvalidPayload: {exc}")  # retrying cannot mend it
     # Sensitive: what was sealed, and what this code marks sensitive (a row may predate it).
-    sensitive = sealed_fields(payload) | (registered.params.sensitive if registered.params else frozenset())
-    try:
-        payload = unsealed(job, payload)
-    except (SealedParameterError, ConfigurationError) as exc:
-        # Retried: the key may be added to JOBSUP_ENCRYPTION_KEYS by the next attempt.
-        emit("secrets.unseal_failed", job=job.id, name=job.name, error=exc)
-        return Ran(FAILED, f"{type(exc).__name__}: {exc}")
+    sealed = sealed_fields(payload)
+    sensitive = sealed | registered.params.sensitive if registered.params else sealed
+    if sealed:  # (`unsealed` would look for them again: most payloads have none)
+        try:
+            payload = unsealed(job, payload)
+        except (SealedParameterError, ConfigurationError) as exc:
+            # Retried: the key may be added to JOBSUP_ENCRYPTION_KEYS by the next attempt.
+            emit("secrets.unseal_failed", job=job.id, name=job.name, error=exc)
+            return Ran(FAILED, f"{type(exc).__name__}: {exc}")
     # Found from the stored row again if a text needs them (not the payload the job is
     # given, which it may change before it fails).
     secrets = Secrets.deferred(lambda: secrets_of(unsealed(job, decode_payload(job.payload)), sensitive))

@@ -22,7 +22,7 @@ from sqlalchemy.sql.operators import custom_op
 
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
-from jobsup.store.rows import ClaimedJob
+from jobsup.store.rows import ClaimedJob, Held, Lease, needs_steps
 from jobsup.store.schema import BREAKER_STATES, PENDING, RUNNING, STATUSES, breaker, job, job_attempt, queue_state
 
 # What a claim returns, in this order (see `jobsup.store.rows.ClaimedJob`), followed by the
@@ -218,7 +218,16 @@ def claimed_job(row: Any) -> ClaimedJob:
     # Filled as a frozen dataclass's own __init__ would, without its per-field
     # object.__setattr__: 1.6 µs a job down to 0.5 (`test_store.py` holds the two equal).
     job = object.__new__(ClaimedJob)
-    job.__dict__.update(zip(_CLAIMED_NAMES, row, strict=False))
+    values = job.__dict__
+    values.update(zip(_CLAIMED_NAMES, row, strict=False))
+    # Its cached properties, made now the same way: every job's settle reads them, and
+    # cached_property's look (before Python 3.12, a lock too) cost more than making them.
+    lease = object.__new__(Lease)
+    lease.__dict__.update(job_id=values["id"], owner=values["owner"], attempt=values["attempt"])
+    steps = needs_steps(job)
+    held = object.__new__(Held)
+    held.__dict__.update(lease=lease, name=values["name"], queue=values["queue"], needs_steps=steps)
+    values.update(lease=lease, needs_steps=steps, held=held)
     return job
 
 
