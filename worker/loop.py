@@ -31,7 +31,7 @@ from jobsup.observe.events import emit
 from jobsup.store.claim import Claimed
 from jobsup.store.database import Database
 from jobsup.store.dialects import Listener, OwnerLock
-from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
+from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob
 from jobsup.store.store import Store
 from jobsup.worker.aio import EventLoop
 from jobsup.worker.claimsize import ClaimSize
@@ -282,20 +282,16 @@ class Worker:
         running.returned = True
         self.services.finished(job)
         seconds = time.monotonic() - running.started
-        outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.spec.label)
-        with running.traced.current():  # a failure's settle, written here, is the run's child
-            self.write(running, outcome)
-        running.traced.end(outcome.kind, outcome.error)
-        return outcome.kind
-
-    def write(self, running: Running, outcome: Outcome) -> None:
-        job = running.job
+        outcome = outcome_of(job, ran, running.reason, running.timeout, seconds=seconds, worker=self.label)
         if outcome.kind in (SUCCEEDED, RELEASED):
             self.keeper.end(running)  # should the worker die now, the job is released, not charged
-            self.settler.add(job, outcome)
+            self.settler.add(job, outcome)  # written with others, later: not the run's child
         else:
-            self.settler.write_now(job, outcome)  # the slot says "running" until it is written
+            with running.traced.current():  # a failure's settle, written here, is the run's child
+                self.settler.write_now(job, outcome)  # the slot says "running" until it is written
             self.keeper.end(running)
+        running.traced.end(outcome.kind, outcome.error)
+        return outcome.kind
 
     def run_concurrently(self, pool: Pool) -> int:
         """Up to the pool's size at once: claim what fits, start it, and settle each job as
