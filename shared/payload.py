@@ -24,7 +24,11 @@ PAYLOAD_CAP = 1024 * 1024
 
 def encode_payload(payload: Any) -> str:
     """Return `payload` as compact JSON text, or raise `InvalidPayload` naming where it fails."""
-    if not _plain(payload):
+    try:
+        plain = _plain(payload)
+    except RecursionError:  # nested deeper than this look goes: the walk decides
+        plain = False
+    if not plain:
         _check(payload, "payload")  # raises, naming where (or passes a subclass the look skipped)
     text = _encode(payload)
     check_length(len(text))
@@ -58,10 +62,16 @@ def _plain(value: Any) -> bool:
         return True
     if kind is float:
         return math.isfinite(value)
-    if kind is dict:
-        return all(type(key) is str and _plain(item) for key, item in value.items())
+    if kind is dict:  # loops, not all(): one frame a level, as deep as `_check` goes
+        for key, item in value.items():  # noqa: SIM110 (all() takes two frames more a level)
+            if type(key) is not str or not _plain(item):
+                return False
+        return True
     if kind is list:
-        return all(_plain(item) for item in value)
+        for item in value:  # noqa: SIM110
+            if not _plain(item):
+                return False
+        return True
     return False
 
 

@@ -52,6 +52,13 @@ def test_subclasses_of_json_types_are_payloads_as_before_the_fast_look() -> None
         encode_payload({"more": collections.OrderedDict(a=[1, float("inf")])})
 
 
+def test_a_payload_nested_hundreds_deep_is_encoded_as_before_the_fast_look() -> None:
+    deep: object = 1
+    for _ in range(400):
+        deep = [{"a": deep}]
+    assert encode_payload(deep).startswith('[{"a":[{"a":')
+
+
 def test_a_payload_over_the_cap_is_refused_and_one_at_it_is_not() -> None:
     from jobsup.payload import PAYLOAD_CAP
 

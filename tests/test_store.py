@@ -439,6 +439,7 @@ def test_a_claimed_job_built_from_a_row_equals_one_built_by_its_own_init(client:
     values = [getattr(built, f.name) for f in fields(ClaimedJob)]
     assert built == ClaimedJob(*values) and hash(built) == hash(ClaimedJob(*values))
     assert claimed_job([*values, "a dialect's own column"]) == built
+    assert {"lease", "held", "needs_steps"} <= built.__dict__.keys()  # made with the job, not at first use
     by_init = ClaimedJob(*values)  # its cached properties made by the properties themselves
     assert (built.lease, built.held, built.needs_steps) == (by_init.lease, by_init.held, by_init.needs_steps)
     assert built.needs_steps and built.held.needs_steps  # its concurrency key: its settle has steps

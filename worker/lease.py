@@ -120,7 +120,7 @@ class LeaseKeeper:
         """`settler` writes the releases this thread decides; `ending` is set once the process
         is ending (nothing starts then); `pooled`: the worker starts what it claims at once;
         `end_now(running, code)` ends the process for a job that will not stop; `title(doing)`
-        sets the process title; `announce_starts()` announces the starts a batch holds."""
+        sets the process title; `announce_starts()` announces the starts a batch holds (each tick)."""
         self.spec, self.transitions, self.slot, self.stop, self.settler = spec, transitions, slot, stop, settler
         self.ending, self.pooled, self.end_now, self.title = ending, pooled, end_now, title
         self.announce_starts = announce_starts
@@ -240,6 +240,7 @@ class LeaseKeeper:
     def _enforce_forever(self) -> None:
         while True:
             time.sleep(self.tick)
+            self.announce_starts()  # a batch's held starts: counted within a tick (`jobsup.worker.starts`)
             try:
                 metrics.write_deferred()
             except Exception as exc:  # counts are lost, never the leases this thread keeps
@@ -372,15 +373,12 @@ class LeaseKeeper:
 
     def _show_long(self, running: list[Running], now: float) -> None:
         """A batch's jobs are not each named in the title as they start (a title costs about
-        as much as a short job's events): one that has run for a tick is (and the batch's held
-        starts announced). Under the lock, so a job that has ended is never named after the
-        main thread titled what came next."""
-        long = [job for job in running if now >= job.started + self.tick]
-        if long:
-            self.announce_starts()  # its start among them: counted now, not once the batch has run
+        as much as a short job's events): one that has run for a tick is. Under the lock, so
+        a job that has ended is never named after the main thread titled what came next."""
         with self.lock:
-            for job in long:
-                self._show(job)
+            for job in running:
+                if now >= job.started + self.tick:
+                    self._show(job)
 
     def _release_waiting(self) -> None:
         self.settler.release(self.take_waiting())

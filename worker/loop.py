@@ -143,6 +143,7 @@ class Worker:
                     self.idle()
         except BaseException:
             # A crash: what was already finished is still written, for a bounded time.
+            self.starts.announce_held()
             self.settler.release(self.keeper.take_waiting())
             self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
             metrics.write_deferred()
@@ -378,6 +379,7 @@ class Worker:
         self.keeper.bystanders()
         self.settler.release(self.keeper.take_waiting())
         self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
+        self.starts.announce_held()
         metrics.write_deferred()
         emit("worker.ending", worker=self.spec.label, job=running.job.id, reason=exits.NAMES[code])
         exits.now(code)

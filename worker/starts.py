@@ -2,9 +2,10 @@
 the metrics, and a log line at DEBUG) and its run's span (`jobsup.observe.tracing`).
 
 The starts of a batch run one by one are held and announced together, as one `jobs.started`
-event (its jobs in `each`, see `catalogue.EACH`): once the batch has run, or sooner, by the
-lease thread, once a job has run for a tick (so a long job's start is counted within a
-quarter second, as the worker's other samples are, `jobsup.observe.metrics`). Unless the log
+event (its jobs in `each`, see `catalogue.EACH`): once the batch has run, and by the lease
+thread at each of its ticks meanwhile, just before it writes the worker's metric samples (so
+a start is counted within a quarter second, as the worker's other samples are,
+`jobsup.observe.metrics`), and on the way out of a crash. Unless the log
 shows each start (DEBUG): then each job's line is written as it starts, so a job that hangs
 has its start in the log. At a claim batch of 100 an event per start was about a fifteenth
 of a worker's CPU; a pool's jobs, which start as places free, each have their event.
@@ -57,7 +58,7 @@ class Starts:
         )
 
     def announce_held(self, *, ended: bool = True) -> None:
-        """Announce the starts held: the batch has run (`ended`), or a job of it runs long."""
+        """Announce the starts held: the batch has run (`ended`), or the lease thread ticks."""
         with self.lock:
             held = self.held
             self.held = None if ended or held is None else []

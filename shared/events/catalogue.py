@@ -81,7 +81,7 @@ KINDS: dict[str, Kind] = {
     "queue.resumed": Kind(meaning="an operator resumed a queue"),
     # -- a job, inside the process that handles it -----------------------------------------
     "jobs.succeeded": _INFO,  # the successes one settle wrote: their count, ids, names, run time (and EACH)
-    "jobs.started": Kind(DEBUG),  # the starts of a batch run one by one, once it has run (`jobsup.worker.starts`)
+    "jobs.started": Kind(DEBUG),  # the starts a batch run one by one held (`jobsup.worker.starts`)
     "job.cancel_requested": _INFO,
     "job.cancelling": _INFO,
     "job.released": _INFO,
