@@ -146,7 +146,7 @@ def test_jobs_run_by_the_pool_join_their_traces_plain_and_async(
     for each in jobs:
         running = worker.keeper.begin(each, None)
         assert running is not None
-        worker.announce(running)
+        worker.starts.announce(running)
         pool.start(running)
     done: list[Any] = []
     wait_until(lambda: done.extend(pool.collect()) or len(done) == 3, timeout=10, what="the three calls")
