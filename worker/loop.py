@@ -118,7 +118,7 @@ class Worker:
         self.keeper.start()
         self.settler.start()
         self.title("idle")
-        emit("worker.started", worker=self.spec.label, pid=os.getpid(), owner=self.spec.worker_id)
+        emit("worker.started", worker=self.label, pid=os.getpid(), owner=self.spec.worker_id)
         try:
             if self.pool is not None:
                 return self.run_concurrently(self.pool)
@@ -169,14 +169,14 @@ class Worker:
                 try:
                     self.release_orphans(also=jobs)
                 except DatabaseError as exc:  # still unsure: the next claim looks again
-                    emit("db.error", operation="claim", worker=self.spec.label, error=exc)
+                    emit("db.error", operation="claim", worker=self.label, error=exc)
         except DatabaseError as exc:
             # The claim may have committed with its reply lost: its leases would be this
             # worker's without its knowing, unrenewed, so they are looked for once the
             # database answers, well before they could lapse.
             self.claim_unsure = True
             self.idle_backoff = min(max(0.5, self.idle_backoff * 2), 30.0, self.settings.heartbeat)
-            emit("db.error", operation="claim", worker=self.spec.label, error=exc, retry_in=self.idle_backoff)
+            emit("db.error", operation="claim", worker=self.label, error=exc, retry_in=self.idle_backoff)
             return Claimed()
         finally:
             lock.release()
@@ -197,7 +197,7 @@ class Worker:
         released = self.store.transitions.sweep.release_orphans(self.spec.worker_id, known)
         self.claim_unsure = False
         if released:
-            emit("worker.orphans_released", worker=self.spec.label, jobs=released)
+            emit("worker.orphans_released", worker=self.label, jobs=released)
 
     def idle(self, *also: int) -> None:
         """Wait for work (or for `also`, more file descriptors)."""
@@ -214,7 +214,7 @@ class Worker:
             try:
                 listener.drain()
             except DatabaseError as exc:
-                emit("db.error", operation="listen", worker=self.spec.label, error=exc)
+                emit("db.error", operation="listen", worker=self.label, error=exc)
                 self.close_listener()  # reconnect on the next idle wait
             else:
                 if listener.early:
@@ -227,7 +227,7 @@ class Worker:
             try:
                 self.listener = self.db.dialect.listener(self.db, self.spec.queue)
             except DatabaseError as exc:
-                emit("db.error", operation="listen", worker=self.spec.label, error=exc)
+                emit("db.error", operation="listen", worker=self.label, error=exc)
         return self.listener
 
     def close_listener(self) -> None:
@@ -364,7 +364,7 @@ class Worker:
             try:
                 self.release_orphans()
             except DatabaseError as exc:  # the sweep gives them back once they lapse
-                emit("db.error", operation="claim", worker=self.spec.label, error=exc)
+                emit("db.error", operation="claim", worker=self.label, error=exc)
         if self.owner_lock is not None:
             self.owner_lock.release()  # no lease left to protect
         return code
@@ -381,7 +381,7 @@ class Worker:
         self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
         self.starts.announce_held()
         metrics.write_deferred()
-        emit("worker.ending", worker=self.spec.label, job=running.job.id, reason=exits.NAMES[code])
+        emit("worker.ending", worker=self.label, job=running.job.id, reason=exits.NAMES[code])
         exits.now(code)
 
     def timeout_of(self, job: ClaimedJob) -> float | None:
@@ -391,4 +391,4 @@ class Worker:
         return timeout if timeout is not None else self.queue_timeout
 
     def title(self, doing: str) -> None:
-        setproctitle(f"jobsup: worker {self.spec.label} {doing}")
+        setproctitle(f"jobsup: worker {self.label} {doing}")
