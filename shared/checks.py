@@ -4,6 +4,7 @@ errors is imported here, so every layer can use them."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from jobsup.errors import BadInput
@@ -15,8 +16,13 @@ INT32 = 2**31 - 1
 INT64 = 2**63 - 1  # the largest id (BIGINT) every database stores
 
 
+@functools.lru_cache(maxsize=1024)  # names repeat (a bulk enqueue checks its queue's per job)
+def _is_name(value: str) -> bool:
+    return _NAME.fullmatch(value) is not None
+
+
 def check_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not _NAME.fullmatch(value):
+    if not isinstance(value, str) or not _is_name(value):
         raise BadInput(f"{what} {value!r} is not valid: use 1-200 letters, digits and the characters _ . : -")
     return value
 

@@ -72,6 +72,43 @@ def test_json_payloads_round_trip() -> None:
     assert encode_payload({"a": [1, 2.5, None, True, "é"]}) == '{"a":[1,2.5,null,true,"é"]}'
 
 
+def test_the_encoder_made_once_writes_what_json_dumps_writes() -> None:
+    # A plain payload (and a job's result) is written by the C encoder made once
+    # (`payload._encode_plain`), not by json.dumps: the same text, byte for byte.
+    import enum
+    import json
+
+    from jobsup import payload as payloads
+
+    assert payloads._encode_plain is not payloads._encode, "CPython has the C encoder: the fast path is in use"
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    values = [
+        {},
+        [],
+        "",
+        {"a": [1, 2.5, None, True, False, "é", "\u2028", "\x00", 'q"\\']},
+        {"big": 2**70, "neg": -1, "small": 1e-300, "exp": 1e300, "zero": -0.0},
+        [[[{"k": {"n": [1]}}]]],
+        {"level": Level.HIGH, "tuple": (1, 2)},  # not plain: the public encoder, same text
+        {1: "int key"},  # json.dumps's own conversion of the key, kept
+    ]
+    for value in values:
+        expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        assert payloads.to_json(value) == expected
+        if payloads._plain(value):
+            assert encode_payload(value) == expected
+    for bad, error in ((float("nan"), ValueError), (object(), TypeError)):
+        with pytest.raises(error):
+            payloads.to_json(bad)
+    cycle: list[object] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        payloads.to_json(cycle)
+
+
 @pytest.mark.parametrize(
     ("text", "seconds"), [("250ms", 0.25), ("10s", 10), ("5m", 300), ("1h", 3600), ("2", 2), (1.5, 1.5)]
 )

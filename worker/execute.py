@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from jobsup.errors import Cancelled, ConfigurationError, Discard, InvalidPayload
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.paramcheck import check
-from jobsup.payload import decode_payload
+from jobsup.payload import decode_payload, to_json
 from jobsup.registry import lookup
 from jobsup.scrub import Secrets, error_text, scrub, secrets_of, validation_text
 from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyring, sealed_fields
@@ -215,7 +214,7 @@ def _result(job: ClaimedJob, value: Any) -> str | None:
     if value is None:
         return None
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = to_json(value)  # the encoder made once, not json.dumps's new one per call
     except (TypeError, ValueError, RecursionError) as exc:
         emit("job.result_dropped", job=job.id, name=job.name, reason=f"not JSON ({type(exc).__name__})")
         return None
