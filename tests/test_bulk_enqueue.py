@@ -98,3 +98,48 @@ def test_a_bulk_enqueue_holds_the_garbage_collector_off_and_restores_it(sqlite_u
         gc.enable()
         gc.callbacks.remove(count)
     client.close()
+
+
+def _jobs_written(client: jobsup.Client) -> int:
+    with client.database.read() as conn:
+        return len(conn.execute(sql_select(job.c.id)).all())
+
+
+def _builders() -> list[str]:
+    import threading
+
+    return [thread.name for thread in threading.enumerate() if thread.name == "jobsup-enqueue-build"]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("bad_at", [7, 2 * INSERT_CHUNK + 2])
+def test_a_bad_job_anywhere_in_a_long_bulk_enqueue_names_its_place_and_writes_nothing(
+    postgres_url: str, bad_at: int
+) -> None:
+    # A long list is built a chunk at a time beside the insert of the chunk before
+    # (`jobsup.client.bulk`): a bad job in the last chunk is found after the first two were
+    # inserted, and they roll back with it.
+    client = jobsup.Client(postgres_url)
+    assert client.database.dialect.bulk_chunk == INSERT_CHUNK
+    specs: list[dict[str, Any]] = [{"name": "a", "payload": {"i": i}} for i in range(2 * INSERT_CHUNK + 3)]
+    specs[bad_at] = {"name": "a", "payload": {"when": float("nan")}}
+    with pytest.raises(jobsup.InvalidPayload, match=rf"^jobs\[{bad_at}\]: payload\['when'\] is nan"):
+        client.enqueue_many(specs)
+    assert _jobs_written(client) == 0
+    assert _builders() == []
+    assert len(client.enqueue_many(specs[:bad_at] + specs[bad_at + 1 :])) == len(specs) - 1  # the rest, alone
+    client.close()
+
+
+@pytest.mark.postgres
+def test_a_long_bulk_enqueue_whose_insert_fails_stops_its_builder_and_writes_nothing(postgres_url: str) -> None:
+    from jobsup.store import faults
+
+    client = jobsup.Client(postgres_url)
+    client.enqueue("a")  # the schema check, before the fault window opens
+    faults.install(client.database.engine, "any", "any:enqueue@0s+30s")
+    with pytest.raises(jobsup.DatabaseUnavailable):
+        client.enqueue_many([{"name": "a", "payload": {"i": i}} for i in range(3 * INSERT_CHUNK)])
+    assert _builders() == []
+    client.close()
+    assert _jobs_written(jobsup.Client(postgres_url)) == 1

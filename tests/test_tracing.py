@@ -188,6 +188,23 @@ def test_an_enqueue_outside_any_span_stores_no_context_and_runs_as_a_root_span(
     assert run.parent is None
 
 
+@pytest.mark.postgres
+def test_a_long_bulk_enqueue_built_beside_its_insert_carries_the_callers_trace(
+    postgres_url: str, spans: InMemorySpanExporter
+) -> None:
+    # A long list is built in a thread of its own (`jobsup.client.bulk`), in a copy of the
+    # caller's context: its jobs take the caller's trace, as a short list's do.
+    client = jobsup.Client(postgres_url)
+    chunk = client.database.dialect.bulk_chunk
+    with trace.get_tracer("the-web-app").start_as_current_span("POST /import") as request:
+        ids = client.enqueue_many([{"name": "trace-ok"}] * (chunk + 1))
+    trace_id = format(request.get_span_context().trace_id, "032x")
+    with client.database.read() as conn:
+        stored = conn.execute(select(job.c.traceparent).where(job.c.id.in_([ids[0], ids[-1]]))).scalars().all()
+    assert len(stored) == 2 and all(value is not None and value.split("-")[1] == trace_id for value in stored)
+    client.close()
+
+
 def test_without_opentelemetry_nothing_of_it_is_imported_and_jobs_still_run(sqlite_url: str) -> None:
     script = f"""
 import sys

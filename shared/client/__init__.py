@@ -10,7 +10,7 @@ import base64
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal, Unpack
 
@@ -20,6 +20,7 @@ from jobsup.audit import actor_of
 from jobsup.checks import INT64, check_limit, check_name
 from jobsup.client.activity import last_hour
 from jobsup.client.batches import Batches
+from jobsup.client.bulk import enqueue_side_by_side
 from jobsup.client.core import ClientCore, collector_paused, found, row_id
 from jobsup.client.operations import AuditTrail, Breakers, DeadLetters, ParkedEvents, Queues, Workers
 from jobsup.client.schedules import Calendars, Schedules, add_schedule
@@ -127,9 +128,16 @@ class Client:
         allow_unknown: bool = False,
     ) -> list[int]:
         """Store many jobs in one round trip per batch; each is a mapping with ``name``,
-        ``payload`` and the options of `enqueue`. All are checked before any is written.
-        Python's garbage collector is held off meanwhile (`collector_paused`)."""
+        ``payload`` and the options of `enqueue`. All are checked before any is committed: a
+        bad one leaves none written. Python's garbage collector is held off meanwhile
+        (`collector_paused`). On PostgreSQL a long list is built and inserted side by side
+        (`jobsup.client.bulk`)."""
         with collector_paused():
+            chunk = self.store.db.dialect.bulk_chunk
+            if connection is None and chunk:
+                jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
+                if len(jobs) > chunk:
+                    return enqueue_side_by_side(self._core, jobs, allow_unknown, chunk)
             news = self._core.build_many(jobs, allow_unknown, "jobs")
             if not news:
                 return []

@@ -89,12 +89,15 @@ class ClientCore:
         new.traceparent = tracing.traceparent()  # the caller's trace, for the worker's span
         return new
 
-    def build_many(self, jobs: Iterable[Mapping[str, Any]], allow_unknown: bool, what: str) -> list[NewJob]:
+    def build_many(
+        self, jobs: Iterable[Mapping[str, Any]], allow_unknown: bool, what: str, first: int = 0
+    ) -> list[NewJob]:
         """New jobs from mappings with ``name``, ``payload`` and `enqueue`'s options; an
-        error names the item (``jobs[3]: ...``)."""
+        error names the item (``jobs[3]: ...``; `first`: the place of the first, when `jobs`
+        is a slice of the caller's list)."""
         news = []
         types: dict[object, JobType] = {}  # looked up once per name, not once per job
-        for index, spec in enumerate(jobs):
+        for index, spec in enumerate(jobs, first):
             try:
                 # A plain dict first: the ABC's isinstance costs a bulk enqueue 1 us a job.
                 if (type(spec) is not dict and not isinstance(spec, Mapping)) or "name" not in spec:

@@ -67,6 +67,7 @@ class SQLServerDialect(
 ):
     name = "mssql"
     atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
+    bulk_chunk = 0  # built whole, then inserted: it inserts row by row
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
     transaction_options: Mapping[str, Any] = {}

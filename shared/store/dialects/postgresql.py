@@ -175,6 +175,7 @@ class NotifyListener:
 class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInsert, FilteredKeyIndex, SavepointInsert):
     name = "postgresql"
     atomic_insert_rows = INSERT_CHUNK
+    bulk_chunk = INSERT_CHUNK
     read_options: Mapping[str, Any] = {}
     statement_options: Mapping[str, Any] = {}
     transaction_options: Mapping[str, Any] = {}

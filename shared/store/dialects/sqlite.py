@@ -160,6 +160,7 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
     name = "sqlite"
     transaction_options: Mapping[str, Any] = {_BEGIN: "BEGIN IMMEDIATE"}
     atomic_insert_rows = sys.maxsize  # its statement() is a transaction too (BEGIN IMMEDIATE)
+    bulk_chunk = 0  # built whole first: its one write lock would be held while Python builds
     read_options: Mapping[str, Any] = {_BEGIN: None}
     statement_options: Mapping[str, Any] = {}
 
