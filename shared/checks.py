@@ -22,7 +22,7 @@ def _is_name(value: str) -> bool:
 
 
 def check_name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not _is_name(value):
+    if not isinstance(value, str) or len(value) > 200 or not _is_name(value):  # no long text in the cache
         raise BadInput(f"{what} {value!r} is not valid: use 1-200 letters, digits and the characters _ . : -")
     return value
 

@@ -111,6 +111,26 @@ def _builders() -> list[str]:
     return [thread.name for thread in threading.enumerate() if thread.name == "jobsup-enqueue-build"]
 
 
+def _enqueue_within(client: jobsup.Client, specs: Any, seconds: float = 120.0) -> list[int] | BaseException:
+    """`client.enqueue_many(specs)` in a thread, given `seconds`: a builder that never
+    stopped would hang the call, and this fails the test instead."""
+    import threading
+
+    got: list[list[int] | BaseException] = []
+
+    def call() -> None:
+        try:
+            got.append(client.enqueue_many(specs))
+        except BaseException as exc:
+            got.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(seconds)
+    assert not caller.is_alive(), f"enqueue_many did not return in {seconds} s"
+    return got[0]
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("bad_at", [7, 2 * INSERT_CHUNK + 2])
 def test_a_bad_job_anywhere_in_a_long_bulk_enqueue_names_its_place_and_writes_nothing(
@@ -123,8 +143,9 @@ def test_a_bad_job_anywhere_in_a_long_bulk_enqueue_names_its_place_and_writes_no
     assert client.database.dialect.bulk_chunk == INSERT_CHUNK
     specs: list[dict[str, Any]] = [{"name": "a", "payload": {"i": i}} for i in range(2 * INSERT_CHUNK + 3)]
     specs[bad_at] = {"name": "a", "payload": {"when": float("nan")}}
-    with pytest.raises(jobsup.InvalidPayload, match=rf"^jobs\[{bad_at}\]: payload\['when'\] is nan"):
-        client.enqueue_many(specs)
+    raised = _enqueue_within(client, specs)
+    assert isinstance(raised, jobsup.InvalidPayload)
+    assert str(raised).startswith(f"jobs[{bad_at}]: payload['when'] is nan")
     assert _jobs_written(client) == 0
     assert _builders() == []
     assert len(client.enqueue_many(specs[:bad_at] + specs[bad_at + 1 :])) == len(specs) - 1  # the rest, alone
@@ -137,9 +158,34 @@ def test_a_long_bulk_enqueue_whose_insert_fails_stops_its_builder_and_writes_not
 
     client = jobsup.Client(postgres_url)
     client.enqueue("a")  # the schema check, before the fault window opens
-    faults.install(client.database.engine, "any", "any:enqueue@0s+30s")
-    with pytest.raises(jobsup.DatabaseUnavailable):
-        client.enqueue_many([{"name": "a", "payload": {"i": i}} for i in range(3 * INSERT_CHUNK)])
+    faults.install(client.database.engine, "any", "any:enqueue@0s+60s")
+    raised = _enqueue_within(client, [{"name": "a", "payload": {"i": i}} for i in range(3 * INSERT_CHUNK)])
+    assert isinstance(raised, jobsup.DatabaseUnavailable)
     assert _builders() == []
     client.close()
     assert _jobs_written(jobsup.Client(postgres_url)) == 1
+
+
+@pytest.mark.postgres
+def test_a_long_bulk_enqueue_takes_any_sequence_or_iterable(postgres_url: str) -> None:
+    # The builder slices the list: a sequence that cannot be sliced (a deque) or a
+    # generator is made a list first.
+    import collections
+
+    client = jobsup.Client(postgres_url)
+    specs = [{"name": "a", "payload": {"i": i}} for i in range(INSERT_CHUNK + 2)]
+    ids = client.enqueue_many(collections.deque(specs))
+    assert len(ids) == len(specs) and ids == sorted(ids)
+    assert len(client.enqueue_many(spec for spec in specs)) == len(specs)
+    assert _jobs_written(client) == 2 * len(specs)
+    client.close()
+
+
+def test_a_bad_bulk_enqueue_is_refused_before_the_database_is_asked() -> None:
+    # Nothing listens on port 1: a call that reached the database would fail with
+    # DatabaseUnavailable, not name the bad job.
+    client = jobsup.Client("postgresql+psycopg://postgres@127.0.0.1:1/nowhere")
+    with pytest.raises(jobsup.BadInput, match=r"^jobs\[0\]: job name 5 is not valid"):
+        client.enqueue_many([{"name": 5}])
+    assert client.enqueue_many([]) == []
+    client.close()

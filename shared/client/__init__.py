@@ -10,7 +10,7 @@ import base64
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Literal, Unpack
 
@@ -133,9 +133,9 @@ class Client:
         (`collector_paused`). On PostgreSQL a long list is built and inserted side by side
         (`jobsup.client.bulk`)."""
         with collector_paused():
-            chunk = self.store.db.dialect.bulk_chunk
+            chunk = self.database.dialect.bulk_chunk  # not self.store: no round trip before the checks
             if connection is None and chunk:
-                jobs = jobs if isinstance(jobs, Sequence) else list(jobs)
+                jobs = jobs if isinstance(jobs, list | tuple) else list(jobs)  # sliced by the builder
                 if len(jobs) > chunk:
                     return enqueue_side_by_side(self._core, jobs, allow_unknown, chunk)
             news = self._core.build_many(jobs, allow_unknown, "jobs")

@@ -10,6 +10,11 @@ What the caller sees is unchanged. Every job is checked before the commit, and a
 named by its place in the whole list (``jobs[7001]: ...``), leaves nothing written: the
 chunks already inserted roll back with the transaction. The ids come back in the list's
 order, and the enqueue's log lines and metrics are emitted once, after the commit.
+
+The cost: the transaction is open while the later chunks are built, not only while they
+are inserted. What an insert locks until the commit (a concurrency key's row, which the
+settles of that key's jobs wait for; a new unique key, which an enqueue of the same key
+waits for) stays locked that much longer: for plain no-op jobs about a third more.
 """
 
 from __future__ import annotations

@@ -90,9 +90,9 @@ class Dialect(Protocol):
     # (outside a transaction block): more need a transaction.
     atomic_insert_rows: int
     # A bulk enqueue longer than this many jobs is built and inserted side by side, a chunk
-    # at a time (`jobsup.client.bulk`); 0: built whole, then inserted. Only where rows being
-    # inserted hold back no other writer: SQLite's one write lock would be held while
-    # Python builds.
+    # at a time (`jobsup.client.bulk`); 0: built whole, then inserted. Not where the insert
+    # holds back every other writer: SQLite's one write lock would be held while Python
+    # builds.
     bulk_chunk: int
 
     def create_engine(self, url: URL) -> Engine:
