@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import Fleeting, batches, claim_to_call, lost, rate_windows, retention
+from tests.chaos.checker import Fleeting, batches, bulks, claim_to_call, lost, rate_windows, retention
 from tests.chaos.events import problems
 from tests.chaos.ledger import Ledger
 from tests.chaos.sidechannel import Run
@@ -242,3 +242,27 @@ def test_fleeting_successes_never_purged_are_reported(tmp_path: Path) -> None:
     assert [v.invariant for v in retention(runs, ledger, late, Fleeting())] == ["r:never-purged"]
     soon = EndState(kept, {}, {}, {}, set(), [], {}, read_at=t0 + 5)  # not yet due a purge
     assert retention(runs, ledger, soon, Fleeting()) == []
+
+
+def test_a_bulk_enqueue_written_in_part_is_reported_whole_or_none_is_not(tmp_path: Path) -> None:
+    """(j) a bulk enqueue is all or nothing, whether it returned or raised."""
+
+    def row(job_id: int, tag: str) -> JobRow:
+        payload = json.dumps({"s": 0, "bulk": tag})
+        return JobRow(job_id, "plain", "default", "succeeded", T0, None, None, None, None, None, payload)
+
+    rows = [row(1, "whole"), row(2, "whole"), row(3, "half"), row(4, "raised-all"), row(5, "raised-all")]
+    rows += [row(6, "raised-part"), row(7, "short"), row(8, "short")]
+    ledger = Ledger(
+        tmp_path,
+        bulks={
+            "whole": (2, [1, 2]),  # returned, both written: fine
+            "half": (2, [3, 9]),  # returned an id with no row of it
+            "raised-all": (2, None),  # raised after its commit: all written, fine
+            "raised-none": (2, None),  # raised before: none written, fine
+            "raised-part": (2, None),  # raised, and one of two written
+            "short": (3, [7, 8]),  # returned fewer ids than it was given jobs
+        },
+    )
+    found = sorted((v.invariant, sorted(v.jobs)) for v in bulks(ledger, ended(rows)))
+    assert found == [("j:bulk-partial", [6]), ("j:bulk-partial", [7]), ("j:bulk-partial", [9])]

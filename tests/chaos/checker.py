@@ -64,6 +64,7 @@ def check(
     found += triggers(runs, ledger, end)
     found += stuck(end, unmoved)
     found += lost(runs, ledger, end)
+    found += bulks(ledger, end)
     found += retention(runs, ledger, end, fleeting or Fleeting())
     found += secrets(runs, end, texts, marker)
     return sorted(found, key=lambda v: v.at or float("inf"))
@@ -463,6 +464,32 @@ def lost(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
                     {job.id},
                 )
             )
+    return found
+
+
+def bulks(ledger: Ledger, end: EndState) -> list[Violation]:
+    """(j) a bulk enqueue is all or nothing: one that returned wrote exactly the jobs whose
+    ids it returned, one that raised wrote all of its jobs or none."""
+    written: dict[str, set[int]] = defaultdict(set)
+    for job in end.jobs.values():
+        if job.name == "plain" and (tag := _payload(job).get("bulk")) is not None:
+            written[tag].add(job.id)
+    found = []
+    for tag, (size, ids) in ledger.bulks.items():
+        rows = written.get(tag, set())
+        if ids is not None and (len(ids) != size or rows != set(ids)):
+            found.append(
+                Violation(
+                    "j:bulk-partial",
+                    AT_END,
+                    f"bulk {tag} of {size} returned {len(ids)} ids; {len(rows)} rows are its, "
+                    f"{len(rows ^ set(ids))} of them or of the ids not both",
+                    (rows ^ set(ids)) or set(ids[:1]),
+                )
+            )
+        elif ids is None and len(rows) not in (0, size):
+            said = f"bulk {tag} of {size} raised and wrote {len(rows)} of its jobs"
+            found.append(Violation("j:bulk-partial", AT_END, said, rows))
     return found
 
 

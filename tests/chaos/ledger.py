@@ -30,6 +30,8 @@ class Ledger:
     batches: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> callbacks given, children
     workflows: dict[int, list[int]] = field(default_factory=dict)  # id -> step job ids
     triggers: dict[str, int] = field(default_factory=dict)  # tag -> the parent job that carries it
+    # tag -> (jobs asked for, the ids returned; None: the call raised). Noted before the call.
+    bulks: dict[str, tuple[int, list[int] | None]] = field(default_factory=dict)
     cancelled_running: list[tuple[float, int]] = field(default_factory=list)
     retried: set[int] = field(default_factory=set)  # dead letters the campaign retried
     retried_at: dict[int, list[float]] = field(default_factory=dict)  # each, when its retries were issued

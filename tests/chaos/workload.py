@@ -41,6 +41,7 @@ class Workload:
             (2, self.pooled),
             (1, self.secret),
             (2, self.fleeting),
+            (1, self.bulk),
         ]
 
     def step(self) -> str | None:
@@ -84,6 +85,20 @@ class Workload:
         specs = [{"name": "fleeting", "payload": self.payload()} for _ in range(self.rng.randint(1, 5))]
         ids = self.ledger.took("fleeting", self.client.enqueue_many(specs))
         return f"enqueue fleeting {ids}"
+
+    def bulk(self) -> str:
+        """A bulk enqueue longer than the database's side-by-side chunk (on PostgreSQL built
+        and inserted a chunk at a time, `jobsup.client.bulk`): all or none of it is written,
+        whatever fault lands meanwhile (checked by `checker.bulks`)."""
+        chunk = self.client.database.dialect.bulk_chunk
+        size = chunk + self.rng.randint(1, 200) if chunk else self.rng.randint(200, 400)
+        tag = uuid.uuid4().hex[:8]
+        self.ledger.bulks[tag] = (size, None)  # before the call: a raise leaves it None
+        specs = [{"name": "plain", "payload": {"s": 0, "bulk": tag}} for _ in range(size)]
+        ids = self.client.enqueue_many(specs)
+        self.ledger.bulks[tag] = (size, ids)
+        self.ledger.took("plain", ids)
+        return f"enqueue bulk tag={tag} ({len(ids)})"
 
     def keyed(self) -> str:
         ids = []
