@@ -48,11 +48,7 @@ PAYLOAD_CAP = 1024 * 1024
 
 def encode_payload(payload: Any) -> str:
     """Return `payload` as compact JSON text, or raise `InvalidPayload` naming where it fails."""
-    try:
-        plain = _plain(payload)
-    except RecursionError:  # nested deeper than this look goes: the walk decides
-        plain = False
-    if plain:
+    if _looks_plain(payload):
         text = _encode_plain(payload)
     else:
         _check(payload, "payload")  # raises, naming where (or passes a subclass the look skipped)
@@ -64,11 +60,16 @@ def encode_payload(payload: Any) -> str:
 def to_json(value: Any) -> str:
     """`value` as the same compact JSON, with json's own errors (`TypeError`, `ValueError`,
     `RecursionError`) rather than `InvalidPayload`, and no cap: a job's result."""
+    return _encode_plain(value) if _looks_plain(value) else _encode(value)
+
+
+def _looks_plain(value: Any) -> bool:
+    """`_plain`, and False for a value nested deeper than its look goes (the walk, or the
+    public encoder, decides)."""
     try:
-        plain = _plain(value)
+        return _plain(value)
     except RecursionError:
-        plain = False
-    return _encode_plain(value) if plain else _encode(value)
+        return False
 
 
 def check_length(length: int) -> None:

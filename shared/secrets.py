@@ -65,7 +65,7 @@ def has_sealed(payload: Any) -> bool:
     if not isinstance(payload, dict):
         return False
     for item in payload.values():  # noqa: SIM110 (a loop, not any() over a generator: a bulk enqueue asks per job)
-        if isinstance(item, dict) and len(item) == 1 and MARK in item:  # is_sealed, inline
+        if is_sealed(item):
             return True
     return False
 

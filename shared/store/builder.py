@@ -214,7 +214,7 @@ def refuse_sealed(job_name: str, payload: Any) -> None:
     ciphertext read from another row and passed back in would otherwise be stored as an
     ordinary value and opened with the new row (an untyped job, or a schedule re-added
     under the same name)."""
-    if isinstance(payload, dict) and payload and has_sealed(payload):
+    if has_sealed(payload):
         field = sorted(sealed_fields(payload))[0]
         raise InvalidPayload(
             f"payload of job {job_name!r}: field {field!r} is a sealed object ({{{MARK!r}: ...}}); "
