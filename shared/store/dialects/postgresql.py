@@ -77,6 +77,7 @@ from jobsup.store.dialects.common import (
     RowByRowInsert,
     SavepointInsert,
 )
+from jobsup.store.dialects.drivertext import DriverText
 from jobsup.store.dialects.fences import ArrayFence
 from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
@@ -259,7 +260,9 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInser
         queues = {new.queue for new in jobs}
         if len(jobs) == 1:
             params = {**row_params(jobs[0], clock), "p_channels": [channel(jobs[0].queue)]}
-            return [int(conn.execute(self.insert_one, params).scalar_one())], queues
+            if conn.dialect.driver != "psycopg":
+                return [int(conn.execute(self.insert_one, params).scalar_one())], queues
+            return [int(conn.exec_driver_sql(*self.insert_one_text.bind(params)).scalar_one())], queues
         if conn.dialect.driver != "psycopg":  # the caller's connection= on another driver
             return RowByRowInsert.insert_jobs(self, conn, jobs, clock)
         ids: list[int] = []
@@ -279,6 +282,10 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInser
     @cached_property
     def insert_one(self) -> Select[Any]:
         return self._waking(values_insert(self.clock()).returning(job.c.id))
+
+    @cached_property
+    def insert_one_text(self) -> DriverText:  # a single enqueue: the call applications make most
+        return DriverText.of(self.insert_one)
 
     def insert_many(self, varying: frozenset[str]) -> str:
         """The unnest insert of the `varying` columns (the others bound once, as `c_...`),

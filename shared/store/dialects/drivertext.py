@@ -1,0 +1,53 @@
+"""A Core statement compiled once to psycopg's own text, for a statement run so often that
+SQLAlchemy's work around each execution counts.
+
+Executing a compiled Core statement makes SQLAlchemy look its compiled form up in the cache,
+build the parameters from the statement's binds and set up the result's typed columns. Run as its text,
+a single enqueue on PostgreSQL took 296 us of the caller's CPU instead of 347 (medians of
+eight interleaved rounds of 1,500, 2026-12-06). The text is
+run with `Connection.exec_driver_sql`, so the connection's events (fault injection), its
+execution options and the translation of driver errors are those of any other statement.
+What SQLAlchemy's execution did with the values is done here too: the statement's own bound
+literals are added, and each typed parameter goes through its type's bind processing (a
+`UTCDateTime` refuses a naive datetime and is sent in UTC). A statement run this way must
+return only untyped columns (ids, counts): its rows are the driver's, unprocessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.sql.expression import Executable
+
+
+@dataclass(frozen=True, slots=True)
+class DriverText:
+    text: str
+    constants: dict[str, Any]  # values the statement binds itself (a literal 0, ...)
+    processors: dict[str, Callable[[Any], Any]]  # per parameter name, its type's bind processing
+
+    @classmethod
+    def of(cls, statement: Executable) -> DriverText:
+        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+        dialect = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+        compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+        processors = {}
+        for name, bind in compiled.binds.items():
+            process = bind.type.bind_processor(dialect)
+            if process is not None:
+                processors[name] = process
+        constants = {name: value for name, value in compiled.params.items() if value is not None}
+        return cls(str(compiled), constants, processors)
+
+    def bind(self, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The text and the driver's parameters for `params` (every parameter the statement
+        names but binds itself)."""
+        bound = {**self.constants, **params}
+        for name, process in self.processors.items():
+            value = bound.get(name)
+            if value is not None:
+                bound[name] = process(value)
+        return self.text, bound
