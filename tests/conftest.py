@@ -14,8 +14,10 @@ minutes of suite time for nothing the conformance tests do not already cover).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -82,6 +84,30 @@ MARIADB_SUITE = {
 
 def pytest_configure(config: pytest.Config) -> None:
     competing.on_configure(config)
+
+
+# A test marked `many_connections` (several supervisors on one server at once) takes this
+# lock for its whole run, fixtures included, so at most one such test at a time holds its
+# connections. Under `pytest -n 4` such tests side by side, beside the rest of the suite, can
+# reach PostgreSQL's max_connections (100): workers that cannot renew their leases lose them
+# (a job then runs twice, as at-least-once allows, which these tests rightly refuse in a
+# healthy run) and other tests fail to connect. With a script holding 62 connections, the
+# four-supervisor test beside two other files of supervisors did both.
+MANY_CONNECTIONS_LOCK = Path(tempfile.gettempdir()) / "jobsup-tests-many-connections.lock"
+
+
+@pytest.fixture(autouse=True)
+def _many_connections_one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Autouse, so it is set up before the test's other function fixtures (its supervisors)
+    and torn down after them."""
+    callspec = getattr(request.node, "callspec", None)
+    on_sqlite = callspec is not None and callspec.params.get("url") == "sqlite"
+    if request.node.get_closest_marker("many_connections") is None or on_sqlite:
+        yield
+        return
+    with open(MANY_CONNECTIONS_LOCK, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # blocks until the test holding it has ended
+        yield
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

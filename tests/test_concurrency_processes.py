@@ -19,7 +19,7 @@ from jobsup.store.schema import job
 from harness import records, status_of
 from helpers import wait_until
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.many_connections]
 
 
 def most_at_once(spans: list[tuple[float, float]]) -> int:

@@ -20,6 +20,7 @@ from helpers import wait_until
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.many_connections
 def test_four_supervisors_never_start_more_than_the_rate(url: str, start: Any, record: Path) -> None:
     client = jobsup.Client(url)
     ids = client.enqueue_many([{"name": "rated-work", "payload": {}} for _ in range(30)])

@@ -76,6 +76,7 @@ def callback_runs(client: jobsup.Client, record: Path) -> dict[int, list[dict[st
     return runs
 
 
+@pytest.mark.many_connections
 def test_batches_and_triggers_fire_exactly_once_under_four_competing_supervisors(
     client: jobsup.Client, start: Any, record: Path, url: str
 ) -> None:
