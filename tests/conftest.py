@@ -105,9 +105,15 @@ def _many_connections_one_at_a_time(request: pytest.FixtureRequest) -> Iterator[
     if request.node.get_closest_marker("many_connections") is None or on_sqlite:
         yield
         return
-    with open(MANY_CONNECTIONS_LOCK, "a") as held:
+    try:  # read-only, and made only if missing: another user's file in /tmp still serves
+        held = os.open(MANY_CONNECTIONS_LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        held = os.open(MANY_CONNECTIONS_LOCK, os.O_RDONLY | os.O_CREAT, 0o666)
+    try:
         fcntl.flock(held, fcntl.LOCK_EX)  # blocks until the test holding it has ended
         yield
+    finally:
+        os.close(held)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 from sqlalchemy import select as sql_select
+from sqlalchemy.exc import StatementError
 
 import jobsup
 from jobsup.store.dialects.postgresql import INSERT_CHUNK, NotifyListener
@@ -207,11 +208,14 @@ def test_a_single_enqueue_run_as_driver_text_writes_what_the_bulk_insert_writes(
         "concurrency_key": "k", "concurrency_limit": 2, "sla_start_by": slot + timedelta(minutes=1),
         "sla_finish_by": slot + timedelta(minutes=2), "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
     }  # fmt: skip
-    one = client.store.transitions.enqueue([NewJob(**fields)])
-    many = client.store.transitions.enqueue([NewJob(**fields)] * 2)
-    columns = [c for c in job.c if c.name not in ("id", "created_at", "updated_at")]
-    with client.database.read() as conn:
-        rows = {r.id: r for r in conn.execute(sql_select(job.c.id, *columns)).all()}
+    try:
+        one = client.store.transitions.enqueue([NewJob(**fields)])
+        many = client.store.transitions.enqueue([NewJob(**fields)] * 2)
+        columns = [c for c in job.c if c.name not in ("id", "created_at", "updated_at")]
+        with client.database.read() as conn:
+            rows = {r.id: r for r in conn.execute(sql_select(job.c.id, *columns)).all()}
+    finally:
+        client.close()
     assert rows[one[0]][1:] == rows[many[0]][1:]
     assert rows[one[0]].run_at == slot and rows[one[0]].scheduled_slot == slot
 
@@ -220,7 +224,10 @@ def test_a_single_enqueue_run_as_driver_text_writes_what_the_bulk_insert_writes(
 def test_a_single_enqueue_of_a_naive_datetime_is_refused_not_shifted(postgres_url: str) -> None:
     client = jobsup.Client(postgres_url)
     naive = NewJob("a", "default", "{}", 0, datetime(2026, 12, 6, 12, 0), 5, None)
-    with pytest.raises(ValueError, match="aware datetimes only"):
-        client.store.transitions.enqueue([naive])
-    with client.database.read() as conn:
-        assert conn.execute(sql_select(job.c.id)).first() is None
+    try:
+        with pytest.raises(StatementError, match="aware datetimes only"):  # as SQLAlchemy's execution said it
+            client.store.transitions.enqueue([naive])
+        with client.database.read() as conn:
+            assert conn.execute(sql_select(job.c.id)).first() is None
+    finally:
+        client.close()
