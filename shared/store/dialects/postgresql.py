@@ -258,12 +258,15 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInser
         self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]
     ) -> tuple[list[int], set[str]]:
         queues = {new.queue for new in jobs}
+        psycopg = conn.dialect.driver == "psycopg"  # else the caller's connection= on another driver
         if len(jobs) == 1:
             params = {**row_params(jobs[0], clock), "p_channels": [channel(jobs[0].queue)]}
-            if conn.dialect.driver != "psycopg":
-                return [int(conn.execute(self.insert_one, params).scalar_one())], queues
-            return [int(conn.exec_driver_sql(*self.insert_one_text.bind(params)).scalar_one())], queues
-        if conn.dialect.driver != "psycopg":  # the caller's connection= on another driver
+            if psycopg:
+                inserted = conn.exec_driver_sql(*self.insert_one_text.bind(params))
+            else:
+                inserted = conn.execute(self.insert_one, params)
+            return [int(inserted.scalar_one())], queues
+        if not psycopg:
             return RowByRowInsert.insert_jobs(self, conn, jobs, clock)
         ids: list[int] = []
         for start in range(0, len(jobs), INSERT_CHUNK):
