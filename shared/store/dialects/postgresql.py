@@ -9,10 +9,9 @@ Quirks and limits:
   CTEs make them atomic without a transaction block. Such a statement reads every table
   from one snapshot taken when it started, so a transition that may wait on a row lock
   held by a claim (a cancel) runs its two writes as two statements instead.
-- Many jobs are inserted from one array per column through ``unnest`` (`INSERT_CHUNK` jobs
-  a statement): the statement text stays the same whatever the count, so the driver does
-  not parse a new query of thousands of placeholders per chunk. The insert NOTIFYs in the
-  same statement, so a plain enqueue is one round trip in autocommit.
+- Many jobs are inserted from one array per column through ``unnest``, and the insert
+  NOTIFYs in the same statement, so a plain enqueue is one round trip in autocommit
+  (`jobsup.store.dialects.pginsert`).
 - Idle workers LISTEN on their own queue's channel (``jobsup:<queue>``), so an enqueue
   wakes only the workers of its queue. The LISTEN connection gets the same connect timeout,
   keepalives and TCP user timeout as every other connection, so a dead or half-open one
@@ -27,8 +26,6 @@ Quirks and limits:
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -40,29 +37,22 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
-    Insert,
     Integer,
     Interval,
     Row,
     Select,
     Table,
-    Text,
     Update,
     bindparam,
     case,
     cast,
-    column,
     create_engine,
     func,
-    insert,
-    literal_column,
     null,
     select,
     text,
-    true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
@@ -74,21 +64,12 @@ from jobsup.store.dialects.common import (
     FilteredKeyIndex,
     NativeReturning,
     NoOwnerLocks,
-    RowByRowInsert,
     SavepointInsert,
 )
-from jobsup.store.dialects.drivertext import DriverText
 from jobsup.store.dialects.fences import ArrayFence
+from jobsup.store.dialects.pginsert import INSERT_CHUNK, UnnestInsert, channel
 from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
-from jobsup.store.insert import (
-    GIVEN,
-    given_of,
-    inserted_values,
-    row_params,
-    values_insert,
-)
-from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
 
 if TYPE_CHECKING:
@@ -113,20 +94,9 @@ _UNDEFINED_TABLE = "42P01"
 _LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout
 
 
-INSERT_CHUNK = 5000  # jobs per INSERT: arrays this long bind in well under a millisecond per 1,000 jobs
-_INSERT_MANY: dict[frozenset[str], str] = {}  # the bulk insert's text per shape of varying columns
-_CHANNEL_BYTES = 63  # NAMEDATALEN - 1: longer channel names are truncated by the server
 # `jobsup start` checks a listen_url by sending this channel a notification (no queue can be
 # named so: queue names have no spaces) and waiting this long for it.
 PROBE_QUEUE, PROBE_WAIT = "listen probe", 3.0
-
-
-def channel(queue: str) -> str:
-    """The NOTIFY channel of `queue`; a name too long for the server is hashed, not cut."""
-    name = f"jobsup:{queue}"
-    if len(name.encode()) <= _CHANNEL_BYTES:
-        return name
-    return "jobsup:" + hashlib.sha1(queue.encode()).hexdigest()
 
 
 class NotifyListener:
@@ -173,7 +143,7 @@ class NotifyListener:
         return not self.conn.closed
 
 
-class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInsert, FilteredKeyIndex, SavepointInsert):
+class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert, FilteredKeyIndex, SavepointInsert):
     name = "postgresql"
     atomic_insert_rows = INSERT_CHUNK
     bulk_chunk = INSERT_CHUNK
@@ -253,78 +223,6 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, RowByRowInser
     def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
         """Both writes in one statement: data-modifying CTEs make them atomic."""
         return Fused.of(first, then)
-
-    def insert_jobs(
-        self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]
-    ) -> tuple[list[int], set[str]]:
-        queues = {new.queue for new in jobs}
-        psycopg = conn.dialect.driver == "psycopg"  # else the caller's connection= on another driver
-        if len(jobs) == 1:
-            params = {**row_params(jobs[0], clock), "p_channels": [channel(jobs[0].queue)]}
-            if psycopg:
-                inserted = conn.exec_driver_sql(*self.insert_one_text.bind(params))
-            else:
-                inserted = conn.execute(self.insert_one, params)
-            return [int(inserted.scalar_one())], queues
-        if not psycopg:
-            return RowByRowInsert.insert_jobs(self, conn, jobs, clock)
-        ids: list[int] = []
-        for start in range(0, len(jobs), INSERT_CHUNK):
-            chunk = jobs[start : start + INSERT_CHUNK]
-            columns = dict(zip(GIVEN, map(list, zip(*map(given_of, chunk), strict=True)), strict=True))
-            # A column with one value for the whole chunk (most are: the job type's settings)
-            # is bound once rather than as an array of copies.
-            varying = frozenset(n for n, v in columns.items() if n == "payload" or v.count(v[0]) != len(v))
-            params = {(f"a_{n}" if n in varying else f"c_{n}"): v if n in varying else v[0] for n, v in columns.items()}
-            params.update(clock, p_channels=sorted({channel(queue) for queue in {new.queue for new in chunk}}))
-            # Identity values are drawn in the order the rows are inserted (unnest's order):
-            # sorted, the ids are the jobs' order.
-            ids.extend(sorted(row[0] for row in conn.exec_driver_sql(self.insert_many(varying), params).all()))
-        return ids, queues
-
-    @cached_property
-    def insert_one(self) -> Select[Any]:
-        return self._waking(values_insert(self.clock()).returning(job.c.id))
-
-    @cached_property
-    def insert_one_text(self) -> DriverText:  # a single enqueue: the call applications make most
-        return DriverText.of(self.insert_one)
-
-    def insert_many(self, varying: frozenset[str]) -> str:
-        """The unnest insert of the `varying` columns (the others bound once, as `c_...`),
-        as the driver's text with its arrays bound in binary: the text format quotes every
-        element of every array in Python, half the cost of a bulk enqueue. Built from one
-        Core statement, compiled once per shape."""
-        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-
-        found = _INSERT_MANY.get(varying)
-        if found is None:
-            compiled = str(self._insert_many(varying).compile(dialect=PGDialect_psycopg()))  # type: ignore[no-untyped-call]
-            found = _INSERT_MANY[varying] = re.sub(r"%\(((?:a_\w+)|p_channels)\)s::", r"%(\1)b::", compiled)
-        return found
-
-    def _insert_many(self, varying: frozenset[str]) -> Select[Any]:
-        names = [name for name in GIVEN if name in varying]
-        arrays = [bindparam(f"a_{name}", type_=ARRAY(job.c[name].type)) for name in names]
-        given = (column(name, job.c[name].type) for name in names)
-        rows = func.unnest(*arrays).table_valued(*given, with_ordinality="ordinal").render_derived()
-
-        def source(name: str) -> Any:
-            return rows.c[name] if name in varying else bindparam(f"c_{name}", type_=job.c[name].type)
-
-        values = inserted_values(source, self.clock())
-        chosen = select(*values.values()).order_by(rows.c.ordinal)
-        return self._waking(insert(job).from_select(list(values), chosen).returning(job.c.id))
-
-    def _waking(self, inserted: Insert) -> Select[Any]:
-        """`inserted` and a NOTIFY on each channel of `p_channels`, in one statement; the
-        NOTIFY goes out when it commits."""
-        rows = inserted.cte("inserted")
-        channels = func.unnest(bindparam("p_channels", type_=ARRAY(Text))).table_valued("channel").render_derived()
-        woken = select(func.count(func.pg_notify(channels.c.channel, literal_column("''"))).label("woken")).subquery(
-            "woken"
-        )
-        return select(rows.c.id, woken.c.woken).select_from(rows.join(woken, true()))
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         # Delivered when the enqueue commits (with the caller's transaction, if it is theirs).
