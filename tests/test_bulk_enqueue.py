@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import json
 import select
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 from sqlalchemy import select as sql_select
-from sqlalchemy.exc import StatementError
 
 import jobsup
-from jobsup.store.dialects.postgresql import INSERT_CHUNK, NotifyListener
-from jobsup.store.rows import NewJob
+from jobsup.store.dialects.pginsert import INSERT_CHUNK
+from jobsup.store.dialects.postgresql import NotifyListener
 from jobsup.store.schema import job
 
 
@@ -192,42 +190,3 @@ def test_a_bad_bulk_enqueue_is_refused_before_the_database_is_asked() -> None:
         client.enqueue_many([{"name": 5}])
     assert client.enqueue_many([]) == []
     client.close()
-
-
-@pytest.mark.postgres
-def test_a_single_enqueue_run_as_driver_text_writes_what_the_bulk_insert_writes(postgres_url: str) -> None:
-    # A single enqueue on PostgreSQL skips SQLAlchemy's execution of its Core statement
-    # (`DriverText`); each column, typed ones in another zone included, must come out as the
-    # bulk insert (arrays through SQLAlchemy's types) writes it.
-    client = jobsup.Client(postgres_url)
-    zone = timezone(timedelta(hours=-5))
-    slot = datetime(2026, 12, 6, 1, 2, 3, 456789, tzinfo=zone)
-    fields = {
-        "name": "a", "queue": "q", "payload": '{"x":1}', "priority": 3, "run_at": slot, "max_attempts": 7,
-        "timeout": 12.5, "unique_key": None, "actor": "me", "scheduled_slot": slot,
-        "concurrency_key": "k", "concurrency_limit": 2, "sla_start_by": slot + timedelta(minutes=1),
-        "sla_finish_by": slot + timedelta(minutes=2), "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
-    }  # fmt: skip
-    try:
-        one = client.store.transitions.enqueue([NewJob(**fields)])
-        many = client.store.transitions.enqueue([NewJob(**fields)] * 2)
-        columns = [c for c in job.c if c.name not in ("id", "created_at", "updated_at")]
-        with client.database.read() as conn:
-            rows = {r.id: r for r in conn.execute(sql_select(job.c.id, *columns)).all()}
-    finally:
-        client.close()
-    assert rows[one[0]][1:] == rows[many[0]][1:]
-    assert rows[one[0]].run_at == slot and rows[one[0]].scheduled_slot == slot
-
-
-@pytest.mark.postgres
-def test_a_single_enqueue_of_a_naive_datetime_is_refused_not_shifted(postgres_url: str) -> None:
-    client = jobsup.Client(postgres_url)
-    naive = NewJob("a", "default", "{}", 0, datetime(2026, 12, 6, 12, 0), 5, None)
-    try:
-        with pytest.raises(StatementError, match="aware datetimes only"):  # as SQLAlchemy's execution said it
-            client.store.transitions.enqueue([naive])
-        with client.database.read() as conn:
-            assert conn.execute(sql_select(job.c.id)).first() is None
-    finally:
-        client.close()

@@ -13,10 +13,10 @@ from sqlalchemy import select, text
 import jobsup
 from jobsup.cron import next_slot
 from jobsup.store.database import Database
+from jobsup.store.firing import ALREADY_FIRED, FIRED
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.schema import job
 from jobsup.store.store import Store
-from jobsup.store.transitions import ALREADY_FIRED, FIRED
 from jobsup.supervisor.recurring import CronTick
 
 T0 = datetime(2030, 1, 7, 9, 0, tzinfo=UTC)  # a Monday

@@ -35,6 +35,9 @@ class BoundDatabase(Database):
         # `engine`: the asyncio engine's sync face, usable inside run_sync.
         self.url, self.dialect, self.engine = url, dialect, engine
 
+    def unwatched(self) -> bool:
+        return False  # `driver_value` takes a pooled connection: this one is lent, inside run_sync
+
     @contextmanager
     def lent(self, conn: Connection, *, theirs: bool) -> Iterator[None]:
         """Make `conn` this database's connection for the code run inside; `theirs`: the

@@ -16,10 +16,11 @@ import logging
 import re
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -113,6 +114,44 @@ class Database:
             with _committing(conn):
                 yield conn
 
+    def unwatched(self) -> bool:
+        """Whether nothing but SQLAlchemy's own execution looks at this database's single
+        statements (no fault injection, tracing or `echo`): `driver_value` may run one."""
+        return not _watched(self.single)
+
+    def driver_value(self, operation: str, text: str, params: Mapping[str, Any]) -> Any:
+        """The first column of the first row of `text`, one statement that commits by itself
+        (on `statement()`'s engine, in autocommit), run on a pooled driver connection without
+        SQLAlchemy's execution around it. Only where `unwatched()`: what watches statements
+        would not see it.
+
+        For the hot single statement whose Python is mostly that execution (a single enqueue
+        on PostgreSQL: about 0.3 ms of an idle process's call). Its errors become jobsup's as
+        `statement()`'s do, and a lost connection invalidates the pool as SQLAlchemy's would.
+        `operation` names it as `statement()`'s does."""
+        assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
+        engine = self.single
+        driver_error = engine.dialect.loaded_dbapi.Error
+        with self._in_use(), self.errors():
+            try:
+                pooled = engine.raw_connection()
+            except driver_error as exc:
+                raise _as_sqlalchemy_reports(engine, exc, None, None, None) from exc
+            try:
+                cursor = pooled.cursor()
+                try:
+                    cursor.execute(text, params)
+                    row = cursor.fetchone()
+                finally:
+                    cursor.close()
+            except driver_error as exc:
+                raise _as_sqlalchemy_reports(engine, exc, text, params, pooled) from exc
+            finally:
+                pooled.close()
+        if row is None:
+            raise DatabaseError(f"{operation}: the statement returned no row")
+        return row[0]
+
     @contextmanager
     def unit(self, connection: Connection | None, operation: str) -> Iterator[Connection]:
         """The caller's connection (its transaction), else a transaction of our own."""
@@ -142,6 +181,35 @@ class Database:
         """Drop pooled connections; after fork pass close=False (the parent still owns them)."""
         for engine in {self.engine, self.single}:
             engine.dispose(close=close)
+
+
+def _watched(engine: Engine) -> bool:
+    """Whether anything but SQLAlchemy's own execution looks at `engine`'s statements."""
+    events = engine.dispatch
+    return bool(
+        events.before_execute
+        or events.after_execute
+        or events.before_cursor_execute
+        or events.after_cursor_execute
+        or engine.dialect.dispatch.handle_error
+        or engine.logger.isEnabledFor(logging.INFO)  # echo
+    )
+
+
+def _as_sqlalchemy_reports(
+    engine: Engine, exc: Any, text: str | None, params: Mapping[str, Any] | None, pooled: Any
+) -> DBAPIError:
+    """The driver's `exc` (on `pooled`, else while connecting) as SQLAlchemy's execution
+    reports it. A lost connection is invalidated with every older one of the pool (each is
+    replaced at its next checkout), as SQLAlchemy does; `Pool._invalidate` is how it does."""
+    dialect = engine.dialect
+    lost = dialect.is_disconnect(exc, None if pooled is None else pooled.dbapi_connection, None)
+    if lost and pooled is not None:
+        engine.pool._invalidate(pooled, exc)
+    driver_error = dialect.loaded_dbapi.Error
+    wrapped = DBAPIError.instance(text, params, exc, driver_error, connection_invalidated=lost, dialect=dialect)
+    assert isinstance(wrapped, DBAPIError)  # a driver error always is one
+    return wrapped
 
 
 def after_commit(conn: Connection | None, callback: Callable[[], object]) -> None:

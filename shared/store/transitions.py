@@ -31,9 +31,6 @@ from jobsup.store.batches import Batches
 from jobsup.store.chain import Chain
 from jobsup.store.claim import Claimed, claim_params, claim_rounds
 from jobsup.store.database import Database
-from jobsup.store.firing import ALREADY_FIRED as ALREADY_FIRED  # the outcomes of a fire
-from jobsup.store.firing import FIRED as FIRED
-from jobsup.store.firing import SKIPPED as SKIPPED
 from jobsup.store.insert import row_params
 from jobsup.store.recurring import RecurringStore
 from jobsup.store.rows import (
@@ -87,8 +84,12 @@ class Transitions:
             # one (PostgreSQL: a single round trip in autocommit), else a transaction.
             alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
             alone = alone and not any(new.writes_twice for new in jobs)
-            with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
-                ids, positions = self.insert(conn, jobs, clock)
+            one = alone and len(jobs) == 1 and self.db.unwatched()  # the call applications make most
+            if one and (driver := self.dialect.insert_one_driver(jobs[0], clock)) is not None:
+                ids, positions = [int(self.db.driver_value("enqueue", *driver))], [0]
+            else:
+                with (self.db.statement if alone else self.db.transaction)("enqueue") as conn:
+                    ids, positions = self.insert(conn, jobs, clock)
             publishing.emit_enqueued(jobs, ids, positions)
         if inserted is not None:
             inserted.extend(positions)
@@ -350,12 +351,11 @@ class Transitions:
         now: datetime | None = None,
         calendar: Calendar | None = None,
     ) -> str:
-        """Fire the schedule's latest due slot once; returns FIRED, ALREADY_FIRED or SKIPPED
+        """Fire the schedule's latest due slot once: `firing`'s FIRED, ALREADY_FIRED or SKIPPED
         (its overlap or calendar said so: counted on the schedule). The schedule moves on by
         compare-and-set on its next run, and the job carries (schedule, slot) under a unique
-        index, so no slot fires twice however many instances try. `calendar` is the one the
-        schedule names. A bad cron, time zone or missing calendar raises `BadInput` (the
-        caller logs it and moves on)."""
+        index, so no slot fires twice however many instances try. `calendar`: the schedule's.
+        A bad cron, time zone or missing calendar raises `BadInput` (the caller logs it and moves on)."""
         return firing.fire(self, recurring, schedule, now=now, calendar=calendar)
 
     # -- the unit of every transition ------------------------------------------------------------

@@ -167,6 +167,12 @@ class Dialect(Protocol):
         """Insert `jobs` (no unique keys among them) at `clock` (`clock_params`); return their
         ids in order, and the queues whose idle workers the insert itself wakes on commit."""
 
+    def insert_one_driver(self, new: NewJob, clock: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        """`new`'s insert, when it is a plain job enqueued alone (no unique key, nothing
+        sealed, no concurrency key, no enqueue step), as the driver's own text and
+        parameters: one statement that commits by itself and wakes the job's queue, for
+        `Database.driver_value`. None where the dialect has none: `insert_jobs` then."""
+
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Inside the enqueue's transaction: wake idle workers of `queues` when it commits."""
 

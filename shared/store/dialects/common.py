@@ -50,6 +50,9 @@ class RowByRowInsert:
     ) -> tuple[list[int], set[str]]:
         return insert_rows(conn, self.insert_statement, jobs, clock), set()
 
+    def insert_one_driver(self, new: NewJob, clock: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+        return None  # `insert_jobs`, through SQLAlchemy: only PostgreSQL's runs as driver text
+
 
 class NoOwnerLocks:
     """Leases lapse on the database's own clock, which every host shares: nothing to hold."""
