@@ -6,28 +6,48 @@ other statement does: errors translated, a lost connection invalidating the pool
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy import select as sql_select
 from sqlalchemy.exc import StatementError
 
 import jobsup
-from jobsup.errors import ConstraintViolation
+from jobsup.errors import ConstraintViolation, DatabaseMisconfigured
 from jobsup.store import faults
+from jobsup.store.database import Database
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
 
 pytestmark = pytest.mark.postgres
 
 
-def _connections_made(client: jobsup.Client) -> list[object]:
-    """Every SQLAlchemy `Connection` the client's single-statement engine makes from now."""
+@pytest.fixture
+def client(postgres_url: str) -> Iterator[jobsup.Client]:
+    client = jobsup.Client(postgres_url)
+    client.enqueue("a")  # the schema check and the first pooled connection
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _connections_made(client: jobsup.Client, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every SQLAlchemy `Connection` the client's single-statement engine makes from now.
+    (Not with a listener: any engine event makes SQLAlchemy dispatch, hence watched.)"""
     made: list[object] = []
-    event.listen(client.database.single, "engine_connect", made.append)
+    engine = client.database.single
+    real = engine.connect
+
+    def connect() -> Any:
+        made.append(connection := real())
+        return connection
+
+    monkeypatch.setattr(engine, "connect", connect)
     return made
 
 
@@ -44,71 +64,108 @@ def _executed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return statements
 
 
+def _backend(client: jobsup.Client) -> int:
+    return int(client.database.driver_value("read", "SELECT pg_backend_pid()", {}))
+
+
 def test_a_plain_single_enqueue_is_one_statement_without_sqlalchemys_execution(
-    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    client: jobsup.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    client = jobsup.Client(postgres_url)
-    client.enqueue("a")  # the schema check and the first connection
-    made, statements = _connections_made(client), _executed(monkeypatch)
+    assert client.database.may_run_on_driver()
+    made, statements = _connections_made(client, monkeypatch), _executed(monkeypatch)
     job_id = client.enqueue("a", {"x": 1})
     assert made == []  # no SQLAlchemy Connection: the pooled driver connection directly
     assert len(statements) == 1 and "pg_notify" in statements[0] and "INSERT" in statements[0]
     stored = client.get(job_id)
     assert stored is not None and stored.status == "pending" and stored.payload == {"x": 1}
-    client.close()
 
 
-def test_a_watched_database_runs_the_single_enqueue_through_sqlalchemy(postgres_url: str) -> None:
-    # Tracing (or `echo`) hooks the engine's statement events: they must see the enqueue.
-    client = jobsup.Client(postgres_url)
-    client.enqueue("a")
+def _on_cursor(seen: list[str]) -> Callable[..., None]:
+    return lambda conn, cursor, statement, *args: seen.append(statement)
+
+
+def test_an_engine_listener_gets_the_single_enqueue_through_sqlalchemy(client: jobsup.Client) -> None:
+    # Tracing hooks the engine's statement events: they must see the enqueue.
     seen: list[str] = []
-    event.listen(client.database.single, "before_cursor_execute", lambda *args: seen.append(args[2]))
-    assert not client.database.unwatched()
+    event.listen(client.database.single, "before_cursor_execute", _on_cursor(seen))
+    assert not client.database.may_run_on_driver()
     client.enqueue("a")
     assert len(seen) == 1 and "pg_notify" in seen[0]
-    client.close()
 
 
-def test_fault_injection_reaches_the_single_enqueue(postgres_url: str) -> None:
-    client = jobsup.Client(postgres_url)
-    client.enqueue("a")  # the schema check, before the fault window opens
+def test_a_listener_on_every_engine_gets_the_single_enqueue_through_sqlalchemy(client: jobsup.Client) -> None:
+    # As instrumentation libraries listen: on the Engine class, before or after the client.
+    seen: list[str] = []
+    listener = _on_cursor(seen)
+    event.listen(Engine, "before_cursor_execute", listener)
+    try:
+        assert not client.database.may_run_on_driver()
+        client.enqueue("a")
+    finally:
+        event.remove(Engine, "before_cursor_execute", listener)
+    assert len(seen) == 1 and "pg_notify" in seen[0]
+
+
+@pytest.mark.parametrize("watcher", ["handle_error", "do_execute", "echo"])
+def test_other_watchers_of_the_statements_turn_the_driver_path_off(client: jobsup.Client, watcher: str) -> None:
+    engine = client.database.single
+    if watcher == "echo":
+        engine.echo = True
+    else:
+        event.listen(engine, watcher, lambda *args: None)
+    assert not client.database.may_run_on_driver()
+    assert client.enqueue("a") > 0
+
+
+def test_fault_injection_reaches_the_single_enqueue(client: jobsup.Client) -> None:
     faults.install(client.database.single, "any", "any:enqueue@0s+60s")
     with pytest.raises(jobsup.DatabaseUnavailable, match="injected fault"):
         client.enqueue("a")
-    client.close()
-    assert len(jobsup.Client(postgres_url).list_jobs()) == 1
+    assert len(client.list_jobs()) == 1  # the fixture's: reads are not in the fault's window
 
 
-def test_a_lost_connection_fails_one_enqueue_and_the_pool_replaces_the_rest(postgres_url: str) -> None:
-    client = jobsup.Client(postgres_url)
-    client.enqueue("a")
+def test_a_lost_connection_fails_one_enqueue_and_the_pool_replaces_the_rest(
+    client: jobsup.Client, postgres_url: str
+) -> None:
     engine = client.database.single
     with engine.connect() as first, engine.connect() as second:  # two pooled connections
         pids = [c.connection.driver_connection.info.backend_pid for c in (first, second)]  # type: ignore[union-attr]
     admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        for pid in pids:
-            assert conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid}).scalar()
-    admin.dispose()
+    try:
+        with admin.connect() as conn:
+            for pid in pids:
+                assert conn.execute(text("SELECT pg_terminate_backend(:pid, 5000)"), {"pid": pid}).scalar()
+    finally:
+        admin.dispose()
     with pytest.raises(jobsup.DatabaseUnavailable):
         client.enqueue("a")
     # The other pooled connection was opened before the lost one: it is replaced at checkout,
     # as SQLAlchemy's execution would have it, rather than failing the next enqueue too.
     assert client.enqueue("a") > 0
     assert len(client.list_jobs()) == 2
-    client.close()
 
 
-def test_a_refused_single_statement_becomes_jobsups_error(postgres_url: str) -> None:
-    client = jobsup.Client(postgres_url)
-    client.enqueue("a")
+def test_a_refused_single_statement_becomes_jobsups_error_and_keeps_its_connection(client: jobsup.Client) -> None:
+    backend = _backend(client)
     with pytest.raises(ConstraintViolation):  # name is NOT NULL
         client.database.driver_value("enqueue", "INSERT INTO jobsup_job (name) VALUES (NULL) RETURNING id", {})
     with pytest.raises(jobsup.DatabaseError, match="division by zero"):
         client.database.driver_value("enqueue", "SELECT 1 / 0", {})
-    assert client.enqueue("a") > 0  # the pooled connection is fine afterwards
-    client.close()
+    assert _backend(client) == backend  # an error of the statement is not a lost connection
+
+
+@pytest.mark.parametrize(
+    ("where", "refused"),
+    [("127.0.0.1:1/test", jobsup.DatabaseUnavailable), ("127.0.0.1/no_such_db", DatabaseMisconfigured)],
+    ids=["nothing-listens", "no-such-database"],
+)
+def test_a_refused_connection_becomes_jobsups_error(where: str, refused: type[Exception]) -> None:
+    db = Database(f"postgresql://postgres@{where}")
+    try:
+        with pytest.raises(refused):
+            db.driver_value("enqueue", "SELECT 1", {})
+    finally:
+        db.dispose()
 
 
 @pytest.mark.parametrize("keyed", [False, True], ids=["plain", "concurrency-key"])

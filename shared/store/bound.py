@@ -35,8 +35,8 @@ class BoundDatabase(Database):
         # `engine`: the asyncio engine's sync face, usable inside run_sync.
         self.url, self.dialect, self.engine = url, dialect, engine
 
-    def unwatched(self) -> bool:
-        return False  # `driver_value` takes a pooled connection: this one is lent, inside run_sync
+    def may_run_on_driver(self) -> bool:
+        return False  # `driver_value` takes a pooled connection: here the one is lent, inside run_sync
 
     @contextmanager
     def lent(self, conn: Connection, *, theirs: bool) -> Iterator[None]:

@@ -8,6 +8,10 @@ rules:
   one round trip instead of BEGIN, statement, COMMIT);
 - `transaction()`: several statements, all or nothing (SQLite: BEGIN IMMEDIATE, so a
   read-then-write never deadlocks on lock upgrade).
+
+One hot statement, a plain single enqueue on PostgreSQL, may skip SQLAlchemy's execution
+and run on `statement()`'s pooled driver connection directly (`driver_value`), where nothing
+watches the engine's statements.
 """
 
 from __future__ import annotations
@@ -114,21 +118,21 @@ class Database:
             with _committing(conn):
                 yield conn
 
-    def unwatched(self) -> bool:
-        """Whether nothing but SQLAlchemy's own execution looks at this database's single
-        statements (no fault injection, tracing or `echo`): `driver_value` may run one."""
+    def may_run_on_driver(self) -> bool:
+        """Whether `driver_value` may run a statement: nothing but SQLAlchemy's own execution
+        would see this database's statements (no event listener, such as fault injection's or
+        a tracer's, and no `echo`)."""
         return not _watched(self.single)
 
     def driver_value(self, operation: str, text: str, params: Mapping[str, Any]) -> Any:
-        """The first column of the first row of `text`, one statement that commits by itself
-        (on `statement()`'s engine, in autocommit), run on a pooled driver connection without
-        SQLAlchemy's execution around it. Only where `unwatched()`: what watches statements
-        would not see it.
+        """The first column of the first row of `text`, one statement committed by itself,
+        run on a pooled connection of `statement()`'s engine without SQLAlchemy's execution
+        around it. Only where `may_run_on_driver()`: what watches statements would not see it.
 
         For the hot single statement whose Python is mostly that execution (a single enqueue
-        on PostgreSQL: about 0.3 ms of an idle process's call). Its errors become jobsup's as
+        on PostgreSQL: about 0.4 ms of an idle process's call). Its errors become jobsup's as
         `statement()`'s do, and a lost connection invalidates the pool as SQLAlchemy's would.
-        `operation` names it as `statement()`'s does."""
+        `operation` is the statement's name, as `statement()` takes it."""
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         engine = self.single
         driver_error = engine.dialect.loaded_dbapi.Error
@@ -136,7 +140,7 @@ class Database:
             try:
                 pooled = engine.raw_connection()
             except driver_error as exc:
-                raise _as_sqlalchemy_reports(engine, exc, None, None, None) from exc
+                raise _wrapped_as_sqlalchemy_would(engine, exc, None, None, None) from exc
             try:
                 cursor = pooled.cursor()
                 try:
@@ -144,8 +148,12 @@ class Database:
                     row = cursor.fetchone()
                 finally:
                     cursor.close()
+                pooled.commit()  # nothing to send in autocommit; elsewhere the pool's reset would undo it
             except driver_error as exc:
-                raise _as_sqlalchemy_reports(engine, exc, text, params, pooled) from exc
+                raise _wrapped_as_sqlalchemy_would(engine, exc, text, params, pooled) from exc
+            except BaseException as exc:  # interrupted (Ctrl-C, a timeout): where the server is, unknown
+                pooled.invalidate(exc)
+                raise
             finally:
                 pooled.close()
         if row is None:
@@ -184,19 +192,18 @@ class Database:
 
 
 def _watched(engine: Engine) -> bool:
-    """Whether anything but SQLAlchemy's own execution looks at `engine`'s statements."""
-    events = engine.dispatch
+    """Whether SQLAlchemy's execution on `engine` would tell anyone of a statement: the
+    flags it checks itself before dispatching any event (set by a listener on this engine,
+    on every Engine or Connection, or on the dialect: fault injection, tracing), and `echo`."""
     return bool(
-        events.before_execute
-        or events.after_execute
-        or events.before_cursor_execute
-        or events.after_cursor_execute
-        or engine.dialect.dispatch.handle_error
-        or engine.logger.isEnabledFor(logging.INFO)  # echo
+        engine._has_events
+        or Connection._has_events
+        or engine.dialect._has_events
+        or engine.logger.isEnabledFor(logging.INFO)
     )
 
 
-def _as_sqlalchemy_reports(
+def _wrapped_as_sqlalchemy_would(
     engine: Engine, exc: Any, text: str | None, params: Mapping[str, Any] | None, pooled: Any
 ) -> DBAPIError:
     """The driver's `exc` (on `pooled`, else while connecting) as SQLAlchemy's execution
@@ -207,7 +214,15 @@ def _as_sqlalchemy_reports(
     if lost and pooled is not None:
         engine.pool._invalidate(pooled, exc)
     driver_error = dialect.loaded_dbapi.Error
-    wrapped = DBAPIError.instance(text, params, exc, driver_error, connection_invalidated=lost, dialect=dialect)
+    wrapped = DBAPIError.instance(
+        text,
+        params,
+        exc,
+        driver_error,
+        hide_parameters=engine.hide_parameters,
+        connection_invalidated=lost,
+        dialect=dialect,
+    )
     assert isinstance(wrapped, DBAPIError)  # a driver error always is one
     return wrapped
 

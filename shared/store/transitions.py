@@ -84,7 +84,7 @@ class Transitions:
             # one (PostgreSQL: a single round trip in autocommit), else a transaction.
             alone = len(jobs) <= self.dialect.atomic_insert_rows and not steps.of("enqueue")
             alone = alone and not any(new.writes_twice for new in jobs)
-            one = alone and len(jobs) == 1 and self.db.unwatched()  # the call applications make most
+            one = alone and len(jobs) == 1 and self.db.may_run_on_driver()  # the call applications make most
             if one and (driver := self.dialect.insert_one_driver(jobs[0], clock)) is not None:
                 ids, positions = [int(self.db.driver_value("enqueue", *driver))], [0]
             else:

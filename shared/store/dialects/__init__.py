@@ -168,10 +168,10 @@ class Dialect(Protocol):
         ids in order, and the queues whose idle workers the insert itself wakes on commit."""
 
     def insert_one_driver(self, new: NewJob, clock: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-        """`new`'s insert, when it is a plain job enqueued alone (no unique key, nothing
-        sealed, no concurrency key, no enqueue step), as the driver's own text and
-        parameters: one statement that commits by itself and wakes the job's queue, for
-        `Database.driver_value`. None where the dialect has none: `insert_jobs` then."""
+        """One job's insert, waking its queue, as the driver's own text and parameters; None
+        where the dialect has none. `Transitions.enqueue` runs it with `Database.driver_value`
+        for a plain job enqueued alone (no unique key, nothing sealed, no concurrency key, no
+        enqueue step), so it must be one statement, whole by itself."""
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         """Inside the enqueue's transaction: wake idle workers of `queues` when it commits."""

@@ -4,14 +4,17 @@ SQLAlchemy's work around each execution counts.
 Executing a compiled Core statement makes SQLAlchemy look its compiled form up in the cache,
 build the parameters from the statement's binds and set up the result's typed columns. Run as
 its text, a single enqueue on PostgreSQL took 296 us of the caller's CPU instead of 347
-(medians of eight interleaved rounds of 1,500, 2026-12-06). The text is run with
-`Connection.exec_driver_sql`, so the connection's execution options, its cursor events (fault
-injection) and the translation of driver errors are those of any other statement; its
-statement-level events see the text, not the Core statement. What SQLAlchemy's execution did
-with the values is done here too: the statement's own bound literals are added, and each
-parameter goes through its type's bind processing as the dialect adapts it (a `UTCDateTime`
-refuses a naive datetime, as a `StatementError`, and is sent in UTC). A statement run this
-way must return only untyped columns (ids, counts): its rows are the driver's, unprocessed.
+(medians of eight interleaved rounds of 1,500, 2026-12-06). A plain job enqueued alone runs
+the text with `Database.driver_value`, on the driver connection, where nothing watches the
+database's statements. Any other (in a transaction, on the caller's connection, or while
+something watches) runs it with `Connection.exec_driver_sql`, so the connection's execution
+options, its cursor events (fault injection) and the translation of driver errors are those
+of any other statement; its statement-level events see the text, not the Core statement.
+What SQLAlchemy's execution did with the values is done here too: the statement's own bound
+literals are added, and each parameter goes through its type's bind processing as the
+dialect adapts it (a `UTCDateTime` refuses a naive datetime, as a `StatementError`, and is
+sent in UTC). A statement run this way must return only untyped columns (ids, counts): its
+rows are the driver's, unprocessed.
 """
 
 from __future__ import annotations
