@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Row, Select, Table, Update
 from sqlalchemy.engine import URL
@@ -31,12 +31,17 @@ SUPPORTED_URLS = (
 )
 
 
+T = TypeVar("T")
+
+
 class Connections(Protocol):
     """The three kinds of connection jobsup uses (see `jobsup.store.database.Database`)."""
 
     def read(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
     def statement(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
     def transaction(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
+    def may_run_on_driver(self) -> bool: ...
+    def driver_run(self, operation: str, text: str, params: Mapping[str, Any], read: Callable[[Any], T]) -> T: ...
 
 
 class Listener(Protocol):
@@ -145,11 +150,12 @@ class Dialect(Protocol):
     def lease_params(self, leases: Sequence[Lease], results: Sequence[str | None] | None = None) -> dict[str, Any]:
         """The parameters of `lease_match` for `leases` (and their `results`, in order)."""
 
-    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         """Take up to `p_limit` claimable jobs (see `jobsup.store.claim`): mark them running
         under `p_owner`'s lease, count the attempt and open its attempt row, and run `after`
         on the claimed rows, all or nothing. Returns the claimed rows `after` kept (it may
-        put some back): `CLAIM_COLUMNS`, then the due time, in claim order."""
+        put some back): `CLAIM_COLUMNS`, then the due time, in claim order (read by position:
+        a claim run as `DriverText` returns tuples)."""
 
     def returning(self, stmt: Update) -> Returning:
         """Prepare, once, the compare-and-set `stmt` (an UPDATE with RETURNING of one table,

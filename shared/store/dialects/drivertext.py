@@ -13,18 +13,20 @@ of any other statement; its statement-level events see the text, not the Core st
 What SQLAlchemy's execution did with the values is done here too: the statement's own bound
 literals are added, and each parameter goes through its type's bind processing as the
 dialect adapts it (a `UTCDateTime` refuses a naive datetime, as a `StatementError`, and is
-sent in UTC). A statement run this way must return only untyped columns (ids, counts): its
-rows are the driver's, unprocessed.
+sent in UTC). Rows read with `rows` get each column's result processing as SQLAlchemy's result
+applies it, chosen by the type the driver reports for the column (a `Seconds` read from a
+numeric becomes a float).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.exc import StatementError
 from sqlalchemy.sql.expression import Executable
+from sqlalchemy.types import TypeEngine
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,10 @@ class DriverText:
     text: str
     constants: dict[str, Any]  # values the statement binds itself (a literal 0, ...)
     processors: dict[str, Callable[[Any], Any]]  # per parameter name, its type's bind processing
+    returned: tuple[TypeEngine[Any], ...] = ()  # the types of the columns it returns, in order
+    dialect: Any = None
+    # Per shape of the driver's reply (its columns' type codes): each column's result processing.
+    readers: dict[tuple[Any, ...], list[Callable[[Any], Any] | None]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, statement: Executable) -> DriverText:
@@ -48,7 +54,8 @@ class DriverText:
             if process is not None:
                 processors[name] = process
         constants = {name: value for name, value in compiled.params.items() if not binds[name].required}
-        return cls(str(compiled), constants, processors)
+        returned = tuple(column.type for column in getattr(statement, "selected_columns", ()))
+        return cls(str(compiled), constants, processors, returned, dialect)
 
     def bind(self, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """The text and the driver's parameters for `params` (every parameter the statement
@@ -63,3 +70,26 @@ class DriverText:
                     kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
                     raise StatementError(f"({kind}) {exc}", self.text, params, exc) from exc
         return self.text, bound
+
+    def rows(self, cursor: Any) -> list[tuple[Any, ...]]:
+        """Every row of `cursor` (which ran this text), each value processed as its column's
+        type makes SQLAlchemy's result do (a `UTCDateTime` in UTC, `Seconds` as a float)."""
+        fetched = cursor.fetchall()
+        shape = tuple(column.type_code for column in cursor.description or ())
+        readers = self.readers.get(shape)
+        if readers is None:
+            if len(shape) != len(self.returned):
+                raise ValueError(f"DriverText: {len(shape)} columns returned, {len(self.returned)} expected")
+            readers = self.readers[shape] = [
+                kind.dialect_impl(self.dialect).result_processor(self.dialect, code)
+                for kind, code in zip(self.returned, shape, strict=True)
+            ]
+        if not any(readers):
+            return [tuple(row) for row in fetched]
+        return [
+            tuple(
+                value if read is None or value is None else read(value)
+                for read, value in zip(readers, row, strict=True)
+            )
+            for row in fetched
+        ]

@@ -247,7 +247,7 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     def open_attempts_statement(self) -> Insert:
         return open_attempt_rows(self.clock())
 
-    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         with db.transaction("claim") as conn:
             ids = list(conn.execute(self.candidates_statement, params).scalars())
             if not ids:

@@ -26,7 +26,6 @@ from sqlalchemy import (
     Engine,
     Float,
     Insert,
-    Row,
     Select,
     Table,
     Update,
@@ -130,7 +129,7 @@ class SQLServerDialect(
     def open_attempts_statement(self) -> Insert:
         return open_attempt_rows(self.clock())
 
-    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         with db.transaction("claim") as conn:
             claimed = conn.execute(self.claim_statement(params["p_limit"]), params).all()
             if not claimed:

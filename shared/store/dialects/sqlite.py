@@ -229,7 +229,7 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
         # The stored ISO text parses as it is; julianday keeps milliseconds.
         return (func.julianday(end) - func.julianday(start)) * literal(86400.0, Float)
 
-    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Row[Any]]:
+    def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         for _ in range(_CLAIM_ROUNDS):
             candidates = self.claim_candidates(db, params)
             if not candidates:

@@ -1,8 +1,9 @@
-"""A single enqueue on PostgreSQL, the call applications make most: its insert runs as the
-driver's own text (`DriverText`) on a pooled driver connection, without SQLAlchemy's
-execution (`Database.driver_value`), unless something watches the database's statements.
-It writes what the bulk insert writes, refuses what SQLAlchemy refused, and fails as any
-other statement does: errors translated, a lost connection invalidating the pool."""
+"""PostgreSQL's hottest single statements, a single enqueue (the call applications make most)
+and a claim (an idle worker's wake-up), run as the driver's own text (`DriverText`) on a
+pooled driver connection, without SQLAlchemy's execution (`Database.driver_run`), unless
+something watches the database's statements. The enqueue writes what the bulk insert writes
+and refuses what SQLAlchemy refused; the claim returns what SQLAlchemy's result did; both
+fail as any other statement does: errors translated, a lost connection invalidating the pool."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from sqlalchemy.exc import StatementError
 import jobsup
 from jobsup.errors import ConstraintViolation, DatabaseMisconfigured
 from jobsup.store import faults
+from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
@@ -93,10 +95,14 @@ def test_an_engine_listener_gets_the_single_enqueue_through_sqlalchemy(client: j
     assert len(seen) == 1 and "pg_notify" in seen[0]
 
 
-def test_a_listener_on_every_engine_gets_the_single_enqueue_through_sqlalchemy(client: jobsup.Client) -> None:
+def test_a_listener_on_every_engine_gets_the_single_enqueue_through_sqlalchemy(
+    client: jobsup.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # As instrumentation libraries listen: on the Engine class, before or after the client.
     seen: list[str] = []
     listener = _on_cursor(seen)
+    # SQLAlchemy never lowers the class's flag again: put it back for the tests after this one.
+    monkeypatch.setattr(Engine, "_has_events", Engine._has_events)
     event.listen(Engine, "before_cursor_execute", listener)
     try:
         assert not client.database.may_run_on_driver()
@@ -205,3 +211,41 @@ def test_a_single_enqueue_of_a_naive_datetime_is_refused_not_shifted(postgres_ur
             assert conn.execute(sql_select(job.c.id)).first() is None
     finally:
         client.close()
+
+
+def test_a_claim_on_the_driver_returns_what_sqlalchemys_result_returns(
+    client: jobsup.Client, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Typed columns (a float timeout stored as numeric, the due time in UTC) must come back as
+    # SQLAlchemy's result processing made them: the worker builds its jobs from these rows.
+    zone = timezone(timedelta(hours=-5))
+    due = datetime(2026, 12, 6, 1, 2, 3, 456789, tzinfo=zone)
+    fields = {
+        "name": "a", "queue": "q", "payload": '{"x":1}', "priority": 3, "run_at": due, "max_attempts": 7,
+        "timeout": 12.5, "actor": "me", "triggers": '[{"job": "t", "on": "any"}]', "concurrency_key": "k",
+        "concurrency_limit": 2, "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    }  # fmt: skip
+    client.store.transitions.enqueue([NewJob(**fields), NewJob(**fields)])
+    watched = jobsup.Client(postgres_url)
+    event.listen(watched.database.single, "before_cursor_execute", lambda *args: None)
+    try:
+        params = claim_params(client.database.dialect, queue="q", owner="w", limit=1, lease=30, now=None)
+        made = _connections_made(client, monkeypatch)
+        (driver,) = client.database.dialect.claim(client.database, params, None)
+        assert made == []  # the driver's connection, not SQLAlchemy's
+        (core,) = watched.database.dialect.claim(watched.database, params, None)
+    finally:
+        watched.close()
+    assert type(core).__name__ == "Row" and driver[0] != core[0]  # two jobs, each path's own
+    assert list(driver[1:]) == list(core[1:])
+    assert [type(v) for v in driver[1:]] == [type(v) for v in core[1:]]
+    assert driver[-1] == due and driver[-1].utcoffset() == core[-1].utcoffset()
+
+
+def test_a_claim_on_the_driver_takes_the_queues_jobs_in_order_and_leaves_the_rest(client: jobsup.Client) -> None:
+    ids = client.enqueue_many([{"name": "a", "priority": p} for p in (0, 5, 1)])
+    params = claim_params(client.database.dialect, queue="default", owner="w", limit=2, lease=30, now=None)
+    rows = client.database.dialect.claim(client.database, params, None)
+    assert [row[0] for row in rows] == [ids[1], ids[2]]  # by priority, then age
+    assert {job.id for job in client.list_jobs(status="running")} == {ids[1], ids[2]}
+    assert ids[0] in {job.id for job in client.list_jobs(status="pending")}
