@@ -8,12 +8,12 @@ fail as any other statement does: errors translated, a lost connection invalidat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, Float, create_engine, event, literal_column, select, text, type_coerce
 from sqlalchemy import select as sql_select
 from sqlalchemy.exc import StatementError
 
@@ -22,6 +22,7 @@ from jobsup.errors import ConstraintViolation, DatabaseMisconfigured
 from jobsup.store import faults
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
+from jobsup.store.dialects.drivertext import DriverText
 from jobsup.store.rows import NewJob
 from jobsup.store.schema import job
 
@@ -214,37 +215,51 @@ def test_a_single_enqueue_of_a_naive_datetime_is_refused_not_shifted(postgres_ur
 
 
 def test_a_claim_on_the_driver_returns_what_sqlalchemys_result_returns(
-    client: jobsup.Client, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Typed columns (a float timeout stored as numeric, the due time in UTC) must come back as
+    # Typed columns (the due time, whatever the session's time zone) must come back as
     # SQLAlchemy's result processing made them: the worker builds its jobs from these rows.
-    zone = timezone(timedelta(hours=-5))
-    due = datetime(2026, 12, 6, 1, 2, 3, 456789, tzinfo=zone)
+    elsewhere = postgres_url + ("&" if "?" in postgres_url else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
+    client, watched = jobsup.Client(elsewhere), jobsup.Client(elsewhere)
+    event.listen(watched.database.single, "before_cursor_execute", lambda *args: None)
+    due = datetime(2026, 12, 6, 1, 2, 3, 456789, tzinfo=timezone(timedelta(hours=-5)))
     fields = {
         "name": "a", "queue": "q", "payload": '{"x":1}', "priority": 3, "run_at": due, "max_attempts": 7,
         "timeout": 12.5, "actor": "me", "triggers": '[{"job": "t", "on": "any"}]', "concurrency_key": "k",
         "concurrency_limit": 2, "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
     }  # fmt: skip
-    client.store.transitions.enqueue([NewJob(**fields), NewJob(**fields)])
-    watched = jobsup.Client(postgres_url)
-    event.listen(watched.database.single, "before_cursor_execute", lambda *args: None)
     try:
+        client.store.transitions.enqueue([NewJob(**fields), NewJob(**fields)])
         params = claim_params(client.database.dialect, queue="q", owner="w", limit=1, lease=30, now=None)
         made = _connections_made(client, monkeypatch)
         (driver,) = client.database.dialect.claim(client.database, params, None)
         assert made == []  # the driver's connection, not SQLAlchemy's
         (core,) = watched.database.dialect.claim(watched.database, params, None)
+        with client.database.read() as conn:  # the session does answer in New York's time
+            assert conn.exec_driver_sql("SELECT now()").scalar_one().utcoffset() != timedelta(0)
     finally:
+        client.close()
         watched.close()
     assert type(core).__name__ == "Row" and driver[0] != core[0]  # two jobs, each path's own
     assert list(driver[1:]) == list(core[1:])
     assert [type(v) for v in driver[1:]] == [type(v) for v in core[1:]]
-    assert driver[-1] == due and driver[-1].utcoffset() == core[-1].utcoffset()
+    assert driver[-1] == due and driver[-1].tzinfo is core[-1].tzinfo is UTC
+
+
+def test_driver_text_rows_process_each_column_by_the_type_the_driver_reports(client: jobsup.Client) -> None:
+    # A Float read from a numeric (the driver's Decimal) is a float, as SQLAlchemy's result gives it.
+    statement = select(type_coerce(literal_column("12.5::numeric"), Float).label("x"))
+    text_ = DriverText.of(statement)
+    (row,) = client.database.driver_run("read", *text_.bind({}), text_.rows)
+    with client.database.read() as conn:
+        (core,) = conn.execute(statement).all()
+    assert row == tuple(core) and type(row[0]) is float is type(core[0])
 
 
 def test_a_claim_on_the_driver_takes_the_queues_jobs_in_order_and_leaves_the_rest(client: jobsup.Client) -> None:
     ids = client.enqueue_many([{"name": "a", "priority": p} for p in (0, 5, 1)])
     params = claim_params(client.database.dialect, queue="default", owner="w", limit=2, lease=30, now=None)
+    assert client.database.may_run_on_driver()
     rows = client.database.dialect.claim(client.database, params, None)
     assert [row[0] for row in rows] == [ids[1], ids[2]]  # by priority, then age
     assert {job.id for job in client.list_jobs(status="running")} == {ids[1], ids[2]}

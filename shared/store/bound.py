@@ -36,7 +36,7 @@ class BoundDatabase(Database):
         self.url, self.dialect, self.engine = url, dialect, engine
 
     def may_run_on_driver(self) -> bool:
-        return False  # `driver_value` takes a pooled connection: here the one is lent, inside run_sync
+        return False  # `driver_run` takes a pooled connection: here the one is lent, inside run_sync
 
     @contextmanager
     def lent(self, conn: Connection, *, theirs: bool) -> Iterator[None]:

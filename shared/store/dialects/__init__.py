@@ -35,7 +35,8 @@ T = TypeVar("T")
 
 
 class Connections(Protocol):
-    """The three kinds of connection jobsup uses (see `jobsup.store.database.Database`)."""
+    """The three kinds of connection jobsup uses, and the driver's own for its hottest
+    statements (see `jobsup.store.database.Database`)."""
 
     def read(self, operation: str = ...) -> AbstractContextManager[Connection]: ...
     def statement(self, operation: str = ...) -> AbstractContextManager[Connection]: ...

@@ -13,9 +13,9 @@ of any other statement; its statement-level events see the text, not the Core st
 What SQLAlchemy's execution did with the values is done here too: the statement's own bound
 literals are added, and each parameter goes through its type's bind processing as the
 dialect adapts it (a `UTCDateTime` refuses a naive datetime, as a `StatementError`, and is
-sent in UTC). Rows read with `rows` get each column's result processing as SQLAlchemy's result
-applies it, chosen by the type the driver reports for the column (a `Seconds` read from a
-numeric becomes a float).
+sent in UTC). Rows read with `rows` (a Select's) get each column's result processing as
+SQLAlchemy's result applies it, chosen by the type the driver reports for the column (a
+`UTCDateTime` comes back in UTC whatever the session's time zone; a NULL stays None).
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ class DriverText:
     text: str
     constants: dict[str, Any]  # values the statement binds itself (a literal 0, ...)
     processors: dict[str, Callable[[Any], Any]]  # per parameter name, its type's bind processing
-    returned: tuple[TypeEngine[Any], ...] = ()  # the types of the columns it returns, in order
-    dialect: Any = None
+    returned: tuple[TypeEngine[Any], ...] = ()  # the types of the columns a Select returns, in order
+    dialect: Any = field(default=None, compare=False, repr=False)
     # Per shape of the driver's reply (its columns' type codes): each column's result processing.
-    readers: dict[tuple[Any, ...], list[Callable[[Any], Any] | None]] = field(default_factory=dict)
+    readers: dict[tuple[Any, ...], list[Callable[[Any], Any] | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(cls, statement: Executable) -> DriverText:
