@@ -311,11 +311,13 @@ def declared_names() -> set[str]:
 @writes_metrics
 def start_series(queues: list[str], steps: list[str]) -> None:
     """Export zeros for the label values known at start, so rate() and alerts see a series
-    before the first restart or the first maintenance error."""
+    before the first restart or the first maintenance error, and a scrape before the first
+    workers are forked sees none live rather than no series."""
     m = _metrics()
     for queue in queues:
         m["restarts"].labels(queue)
         m["boot_failures"].labels(queue)
+        m["workers"].labels(queue)
     for step in steps:
         m["maintenance_errors"].labels(step)
 
