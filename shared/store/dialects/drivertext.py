@@ -4,12 +4,13 @@ SQLAlchemy's work around each execution counts.
 Executing a compiled Core statement makes SQLAlchemy look its compiled form up in the cache,
 build the parameters from the statement's binds and set up the result's typed columns. Run as
 its text, a single enqueue on PostgreSQL took 296 us of the caller's CPU instead of 347
-(medians of eight interleaved rounds of 1,500, 2026-12-06). A plain job enqueued alone runs
-the text with `Database.driver_value`, on the driver connection, where nothing watches the
-database's statements. Any other (in a transaction, on the caller's connection, or while
-something watches) runs it with `Connection.exec_driver_sql`, so the connection's execution
-options, its cursor events (fault injection) and the translation of driver errors are those
-of any other statement; its statement-level events see the text, not the Core statement.
+(medians of eight interleaved rounds of 1,500, 2026-12-06). A plain job enqueued alone, and a
+claim without claim steps, run their text with `Database.driver_run`, on the driver
+connection, where nothing watches the database's statements. Any other (in a transaction,
+on the caller's connection, or while something watches) runs it with
+`Connection.exec_driver_sql`, so the connection's execution options, its cursor events (fault
+injection) and the translation of driver errors are those of any other statement; its
+statement-level events see the text, not the Core statement.
 What SQLAlchemy's execution did with the values is done here too: the statement's own bound
 literals are added, and each parameter goes through its type's bind processing as the
 dialect adapts it (a `UTCDateTime` refuses a naive datetime, as a `StatementError`, and is
@@ -75,7 +76,7 @@ class DriverText:
 
     def rows(self, cursor: Any) -> list[tuple[Any, ...]]:
         """Every row of `cursor` (which ran this text), each value processed as its column's
-        type makes SQLAlchemy's result do (a `UTCDateTime` in UTC, `Seconds` as a float)."""
+        type makes SQLAlchemy's result do (a `UTCDateTime` in UTC)."""
         fetched = cursor.fetchall()
         shape = tuple(column.type_code for column in cursor.description or ())
         readers = self.readers.get(shape)
