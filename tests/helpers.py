@@ -159,7 +159,7 @@ def alive(pid: int) -> bool:
     """Whether process `pid` exists and is not a zombie."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
         return False
     return "State:\tZ" not in status
 
