@@ -23,8 +23,10 @@ from jobsup.store import faults
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
 from jobsup.store.dialects.drivertext import DriverText
-from jobsup.store.rows import NewJob
+from jobsup.store.rows import SUCCEEDED, Held, Lease, NewJob, Outcome
 from jobsup.store.schema import job
+
+from helpers import claim, fail, release
 
 pytestmark = pytest.mark.postgres
 
@@ -264,3 +266,52 @@ def test_a_claim_on_the_driver_takes_the_queues_jobs_in_order_and_leaves_the_res
     assert [row[0] for row in rows] == [ids[1], ids[2]]  # by priority, then age
     assert {job.id for job in client.list_jobs(status="running")} == {ids[1], ids[2]}
     assert ids[0] in {job.id for job in client.list_jobs(status="pending")}
+
+
+def test_settles_on_the_driver_write_and_return_what_sqlalchemys_path_does(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker's settles (a batch's success, a retry, a release) run alone, on the driver
+    # where nothing watches. The same transitions, once on the driver and once watched
+    # (SQLAlchemy's execution): what they write and the rows they return must be the same.
+    client, watched = jobsup.Client(postgres_url), jobsup.Client(postgres_url)
+    event.listen(watched.database.single, "before_cursor_execute", lambda *args: None)
+    written: list[list[tuple[Any, ...]]] = []
+    returned: list[dict[str, Any]] = []
+    try:
+        for each in (client, watched):
+            queue = f"q{len(written)}"
+            ids = each.enqueue_many([{"name": "a", "queue": queue} for _ in range(5)])
+            jobs = claim(each, "w", queue, limit=5)
+            transitions = each.store.transitions
+            made = _connections_made(each, monkeypatch)
+            stale = Held(Lease(ids[1], "w", 99), "a", queue, False)  # another attempt's lease settles nothing
+            outcomes = [Outcome(jobs[0].held, SUCCEEDED, result='{"n": 1}'), Outcome(jobs[1].held, SUCCEEDED)]
+            assert transitions.complete([*outcomes, Outcome(stale, SUCCEEDED)]) == set(ids[:2])
+            assert fail(each, jobs[2], retry_in=60) == "pending"
+            assert release(each, jobs[3:4]) == {ids[3]}
+            params = {
+                "p_outcome": SUCCEEDED, "p_error": None, **each.database.dialect.clock_params(None),
+                **transitions.sql.fence_params([jobs[4].lease], ['"r"']),
+            }  # fmt: skip
+            (row,) = transitions._run("complete", transitions.sql.complete, params, "settle")
+            assert (made == []) is (each is client)  # only the unwatched one skips SQLAlchemy's execution
+            assert row[0] == row.id == ids[4] and row.status == "succeeded"
+            returned.append({name: value for name, value in row._asdict().items() if name not in ("id", "queue")})
+            written.append(_written(each, ids))
+    finally:
+        client.close()
+        watched.close()
+    assert written[0] == written[1] and returned[0] == returned[1]
+    assert written[0][0][:2] == ("succeeded", {"n": 1}) and written[0][2][0] == "pending"
+
+
+def _written(client: jobsup.Client, ids: list[int]) -> list[tuple[Any, ...]]:
+    """What the transitions wrote to the jobs and their attempts, without ids or times."""
+    rows = []
+    for job_id in ids:
+        found = client.get(job_id)
+        assert found is not None
+        history = [(a.attempt, a.outcome, a.error) for a in found.history]
+        rows.append((found.status, found.result, found.attempts, found.last_error, history))
+    return rows

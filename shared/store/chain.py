@@ -18,11 +18,18 @@ alone on a `statement()` connection takes a `transaction()` instead.
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Row, Select, Update, bindparam, select
+
+from jobsup.store.dialects.drivertext import DriverText
+
+if TYPE_CHECKING:
+    from jobsup.store.dialects import Connections
 
 
 class Returning(Protocol):
@@ -51,6 +58,10 @@ class Chain(Protocol):
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         """Run both writes on `conn`; return the compare-and-set's rows."""
 
+    def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
+        """Run both writes as a unit of their own (no steps with them); return the
+        compare-and-set's rows (read by position or by column name)."""
+
 
 @dataclass(frozen=True)
 class Fused:
@@ -65,6 +76,22 @@ class Fused:
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         return conn.execute(self.statement, params).all()
+
+    def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
+        # A worker's batch settle: SQLAlchemy's execution of this many-CTE statement (its
+        # cache key walks the whole tree) was most of the settle's Python.
+        if db.may_run_on_driver():
+            text, row = self.driver_text
+            return db.driver_run(operation, *text.bind(params), lambda cursor: list(map(row, text.rows(cursor))))
+        with db.statement(operation) as conn:
+            return self.run(conn, params)
+
+    @cached_property
+    def driver_text(self) -> tuple[DriverText, Callable[[Sequence[Any]], Any]]:
+        """Its text for the driver, and what makes a row that names its columns as
+        SQLAlchemy's `Row` does (the callers read `row.status`)."""
+        named = namedtuple("Row", self.statement.selected_columns.keys())  # type: ignore[misc]
+        return DriverText.of(self.statement), named._make
 
 
 @dataclass(frozen=True)
@@ -82,3 +109,7 @@ class Sequential:
         if rows:
             conn.execute(self.then, {**params, "p_changed": [row[0] for row in rows]})
         return rows
+
+    def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
+        with db.transaction(operation) as conn:
+            return self.run(conn, params)

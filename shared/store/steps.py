@@ -35,7 +35,7 @@ from jobsup.store.schema import FINISHED_STATUSES
 if TYPE_CHECKING:
     from jobsup.jobtypes import Resolver
     from jobsup.store.batches import Batches
-    from jobsup.store.chain import Chain
+    from jobsup.store.chain import Returning
     from jobsup.store.database import Database
     from jobsup.store.dialects import Dialect
     from jobsup.store.rows import NewJob
@@ -64,7 +64,7 @@ class StepContext(Protocol):
 
     def cancel_where(
         self,
-        chain: Chain,
+        chain: Returning,
         which: Mapping[str, Any],
         now: datetime | None,
         also: Callable[[Connection, dict[str, Any]], object] | None = None,

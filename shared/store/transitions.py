@@ -28,7 +28,7 @@ from jobsup.observe.events import emit
 from jobsup.observe.logs import id_ranges
 from jobsup.store import concurrency_keys, firing, steps
 from jobsup.store.batches import Batches
-from jobsup.store.chain import Chain
+from jobsup.store.chain import Chain, Returning
 from jobsup.store.claim import Claimed, claim_params, claim_rounds
 from jobsup.store.database import Database
 from jobsup.store.insert import row_params
@@ -295,7 +295,7 @@ class Transitions:
 
     def cancel_where(
         self,
-        chain: Chain,
+        chain: Returning,
         which: Mapping[str, Any],
         now: datetime | None,
         also: Callable[[Connection, dict[str, Any]], object] | None = None,
@@ -377,10 +377,8 @@ class Transitions:
         as one unit. `needs_steps`: some of the jobs need the selective steps (`steps.STEPS`:
         `Held.needs_steps`, and types with a breaker), so those run too. One set
         and no step to run: a single-statement chain runs alone (PostgreSQL: one round trip)."""
-        if len(each) == 1 and chain.single and not steps.of(transition, needs_steps=needs_steps):
-            with self.db.statement(operation) as conn:
-                rows = chain.run(conn, each[0])
-            return rows
+        if len(each) == 1 and not steps.of(transition, needs_steps=needs_steps):
+            return chain.run_alone(self.db, each[0], operation)
         matched: list[Row[Any]] = []
         with self.db.transaction(operation) as conn:
             for params in each:

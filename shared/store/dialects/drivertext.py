@@ -53,6 +53,8 @@ class DriverText:
             raise ValueError("DriverText: expanding or callable parameters need SQLAlchemy's execution")
         processors = {}
         for name, bind in binds.items():
+            if name not in compiled.params:  # an anonymous bind is listed under its rendered name too
+                continue
             process = bind.type.dialect_impl(dialect).bind_processor(dialect)  # what SQLAlchemy applies
             if process is not None:
                 processors[name] = process
