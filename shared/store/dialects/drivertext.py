@@ -37,8 +37,9 @@ class DriverText:
     processors: dict[str, Callable[[Any], Any]]  # per parameter name, its type's bind processing
     returned: tuple[TypeEngine[Any], ...] = ()  # the types of the columns a Select returns, in order
     dialect: Any = field(default=None, compare=False, repr=False)
-    # Per shape of the driver's reply (its columns' type codes): each column's result processing.
-    readers: dict[tuple[Any, ...], list[Callable[[Any], Any] | None]] = field(
+    # Per shape of the driver's reply (its columns' type codes): the columns that have result
+    # processing, by position, with it.
+    readers: dict[tuple[Any, ...], list[tuple[int, Callable[[Any], Any]]]] = field(
         default_factory=dict, compare=False, repr=False
     )
 
@@ -85,16 +86,20 @@ class DriverText:
         if readers is None:
             if len(shape) != len(self.returned):
                 raise ValueError(f"DriverText: {len(shape)} columns returned, {len(self.returned)} expected")
-            readers = self.readers[shape] = [
+            processors = [
                 kind.dialect_impl(self.dialect).result_processor(self.dialect, code)
                 for kind, code in zip(self.returned, shape, strict=True)
             ]
-        if not any(readers):
+            readers = self.readers[shape] = [(at, read) for at, read in enumerate(processors) if read is not None]
+        if not readers:
             return [tuple(row) for row in fetched]
-        return [
-            tuple(
-                value if read is None or value is None else read(value)
-                for read, value in zip(readers, row, strict=True)
-            )
-            for row in fetched
-        ]
+        # Only the columns that have processing (a claim's due time, of its fifteen): a pass
+        # over every value took 3.9 µs a row of a claim of 100, this 1.6 (2026-12-06).
+        processed = []
+        for row in fetched:
+            values = list(row)
+            for at, read in readers:
+                if values[at] is not None:
+                    values[at] = read(values[at])
+            processed.append(tuple(values))
+        return processed
