@@ -444,3 +444,19 @@ def test_a_claimed_job_built_from_a_row_equals_one_built_by_its_own_init(client:
     assert (built.lease, built.held, built.needs_steps) == (by_init.lease, by_init.held, by_init.needs_steps)
     assert built.needs_steps and built.held.needs_steps  # its concurrency key: its settle has steps
     assert (built.actor, built.concurrency_key, built.held.lease.job_id) == ("ann", "k", built.id)
+
+
+@pytest.mark.parametrize("field", [None, "workflow_id", "batch_id", "triggers", "concurrency_key"])
+def test_a_claimed_jobs_steps_are_those_needs_steps_finds(field: str | None) -> None:
+    # `claimed_job` tests a row's step fields its own (faster) way: it must agree.
+    from dataclasses import fields
+
+    from jobsup.store.claim import claimed_job
+    from jobsup.store.rows import needs_steps
+
+    values = {f.name: None for f in fields(ClaimedJob)}
+    values.update(id=1, name="a", queue="q", payload="{}", attempt=1, max_attempts=3, owner="w")
+    if field is not None:
+        values[field] = 7 if field.endswith("_id") else "x"
+    built = claimed_job(list(values.values()))
+    assert built.needs_steps is built.held.needs_steps is needs_steps(ClaimedJob(**values)) is (field is not None)

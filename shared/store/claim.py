@@ -22,7 +22,7 @@ from sqlalchemy.sql.operators import custom_op
 
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
-from jobsup.store.rows import ClaimedJob, Held, Lease, needs_steps
+from jobsup.store.rows import NO_STEPS, ClaimedJob, Held, Lease, step_values
 from jobsup.store.schema import BREAKER_STATES, PENDING, RUNNING, STATUSES, breaker, job, job_attempt, queue_state
 
 # What a claim returns, in this order (see `jobsup.store.rows.ClaimedJob`), followed by the
@@ -221,7 +221,7 @@ def claimed_job(row: Any) -> ClaimedJob:
     # cached_property's look (before Python 3.12, a lock too) cost more than making them.
     values = job.__dict__
     lease = filled(Lease, {"job_id": values["id"], "owner": values["owner"], "attempt": values["attempt"]})
-    steps = needs_steps(job)
+    steps = step_values(values) != NO_STEPS  # needs_steps(job)
     held = filled(Held, {"lease": lease, "name": values["name"], "queue": values["queue"], "needs_steps": steps})
     values.update(lease=lease, needs_steps=steps, held=held)
     return job

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import cached_property
+from operator import itemgetter
 from typing import Any, Literal, TypedDict
 
 
@@ -116,6 +117,9 @@ def needs_steps(row: Any) -> bool:
 
 
 _STEP_FIELDS = ("workflow_id", "batch_id", "triggers", "concurrency_key")
+# The same test on a claimed job's own values, for the claim's one-per-job path:
+# ``step_values(values) != NO_STEPS`` (a C call where `needs_steps` is a generator).
+step_values, NO_STEPS = itemgetter(*_STEP_FIELDS), (None,) * len(_STEP_FIELDS)
 
 
 @dataclass(frozen=True)
