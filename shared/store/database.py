@@ -9,7 +9,7 @@ rules:
 - `transaction()`: several statements, all or nothing (SQLite: BEGIN IMMEDIATE, so a
   read-then-write never deadlocks on lock upgrade).
 
-The hottest single statements on PostgreSQL (a plain single enqueue, a claim) may skip
+The hottest single statements on PostgreSQL (a plain single enqueue, a claim, a settle) may skip
 SQLAlchemy's execution and run on `statement()`'s pooled driver connection directly
 (`driver_run`), where nothing watches the engine's statements.
 """
@@ -139,7 +139,7 @@ class Database:
         where `may_run_on_driver()`: what watches statements would not see it.
 
         For the hot single statements whose Python is mostly that execution (PostgreSQL's
-        single enqueue and claim: 0.4-0.6 ms of an idle process's call). Errors become jobsup's
+        single enqueue, claim and settle: 0.4-0.6 ms of an idle process's call). Errors become jobsup's
         as `statement()`'s do; a lost connection invalidates the pool as SQLAlchemy's would."""
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         engine = self.single
