@@ -1,9 +1,10 @@
-"""PostgreSQL's hottest single statements, a single enqueue (the call applications make most)
-and a claim (an idle worker's wake-up), run as the driver's own text (`DriverText`) on a
-pooled driver connection, without SQLAlchemy's execution (`Database.driver_run`), unless
-something watches the database's statements. The enqueue writes what the bulk insert writes
-and refuses what SQLAlchemy refused; the claim returns what SQLAlchemy's result did; both
-fail as any other statement does: errors translated, a lost connection invalidating the pool."""
+"""PostgreSQL's hottest single statements, a single enqueue (the call applications make most),
+a claim (an idle worker's wake-up) and a worker's settle, run as the driver's own text
+(`DriverText`) on a pooled driver connection, without SQLAlchemy's execution
+(`Database.driver_run`), unless something watches the database's statements. The enqueue
+writes what the bulk insert writes and refuses what SQLAlchemy refused; the claim and the
+settles return what SQLAlchemy's result did and the settles write what it wrote; all fail as
+any other statement does: errors translated, a lost connection invalidating the pool."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from jobsup.store import faults
 from jobsup.store.claim import claim_params
 from jobsup.store.database import Database
 from jobsup.store.dialects.drivertext import DriverText
-from jobsup.store.rows import SUCCEEDED, Held, Lease, NewJob, Outcome
+from jobsup.store.rows import LEASE_EXPIRED, SUCCEEDED, Held, Lease, NewJob, Outcome
 from jobsup.store.schema import job
 
 from helpers import claim, fail, release
@@ -271,39 +272,54 @@ def test_a_claim_on_the_driver_takes_the_queues_jobs_in_order_and_leaves_the_res
 def test_settles_on_the_driver_write_and_return_what_sqlalchemys_path_does(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A worker's settles (a batch's success, a retry, a release) run alone, on the driver
-    # where nothing watches. The same transitions, once on the driver and once watched
-    # (SQLAlchemy's execution): what they write and the rows they return must be the same.
+    # A worker's settles (a batch's success, a retry, a release) and the sweep's (a lapsed
+    # lease's) run alone, on the driver where nothing watches. The same transitions, once on
+    # the driver and once watched (SQLAlchemy's execution): what they write and the rows
+    # they return must be the same.
     client, watched = jobsup.Client(postgres_url), jobsup.Client(postgres_url)
     event.listen(watched.database.single, "before_cursor_execute", lambda *args: None)
+    later = datetime.now(UTC) + timedelta(hours=2)  # every lease of the claim has lapsed by then
     written: list[list[tuple[Any, ...]]] = []
-    returned: list[dict[str, Any]] = []
+    returned: list[list[dict[str, Any]]] = []
     try:
         for each in (client, watched):
             queue = f"q{len(written)}"
-            ids = each.enqueue_many([{"name": "a", "queue": queue} for _ in range(5)])
-            jobs = claim(each, "w", queue, limit=5)
-            transitions = each.store.transitions
+            ids = each.enqueue_many([{"name": "a", "queue": queue} for _ in range(8)])
+            jobs = claim(each, "w", queue, limit=8)
+            transitions, dialect = each.store.transitions, each.database.dialect
             made = _connections_made(each, monkeypatch)
             stale = Held(Lease(ids[1], "w", 99), "a", queue, False)  # another attempt's lease settles nothing
             outcomes = [Outcome(jobs[0].held, SUCCEEDED, result='{"n": 1}'), Outcome(jobs[1].held, SUCCEEDED)]
             assert transitions.complete([*outcomes, Outcome(stale, SUCCEEDED)]) == set(ids[:2])
             assert fail(each, jobs[2], retry_in=60) == "pending"
             assert release(each, jobs[3:4]) == {ids[3]}
-            params = {
-                "p_outcome": SUCCEEDED, "p_error": None, **each.database.dialect.clock_params(None),
-                **transitions.sql.fence_params([jobs[4].lease], ['"r"']),
-            }  # fmt: skip
-            (row,) = transitions._run("complete", transitions.sql.complete, params, "settle")
+            sweep = Outcome(jobs[6].held, LEASE_EXPIRED, "lost")
+            assert transitions.fail(sweep, now=later, expired_only=True) == "pending"
+            assert transitions.release([jobs[7].held], now=later, expired_only=True) == {ids[7]}
+            clock = dialect.clock_params(None)
+            succeeded = {"p_outcome": SUCCEEDED, "p_error": None, **clock}
+            succeeded |= transitions.sql.fence_params([jobs[4].lease], ['"r"'])
+            failed = {**dialect.clock_params(None, retry=30), **transitions.sql.fence_params([jobs[5].lease])}
+            failed |= {"p_discard": False, "p_error": "boom", "p_traceback": None, "p_outcome": "failed"}
+            rows = [
+                *transitions._run("complete", transitions.sql.complete, succeeded, "settle"),
+                *transitions._run("fail", transitions.sql.fail, failed, "settle"),
+            ]
             assert (made == []) is (each is client)  # only the unwatched one skips SQLAlchemy's execution
-            assert row[0] == row.id == ids[4] and row.status == "succeeded"
-            returned.append({name: value for name, value in row._asdict().items() if name not in ("id", "queue")})
+            assert [(row[0], row.id, row.status) for row in rows] == [
+                (ids[4], ids[4], "succeeded"),
+                (ids[5], ids[5], "pending"),
+            ]
+            assert rows[1].run_at.tzinfo is UTC  # the due time of the retry, processed as SQLAlchemy does
+            ignored = ("id", "queue", "run_at")  # each path's own jobs, queue and clock
+            returned.append([{k: v for k, v in row._asdict().items() if k not in ignored} for row in rows])
             written.append(_written(each, ids))
     finally:
         client.close()
         watched.close()
     assert written[0] == written[1] and returned[0] == returned[1]
     assert written[0][0][:2] == ("succeeded", {"n": 1}) and written[0][2][0] == "pending"
+    assert [row[0] for row in written[0][5:]] == ["pending", "pending", "pending"]
 
 
 def _written(client: jobsup.Client, ids: list[int]) -> list[tuple[Any, ...]]:

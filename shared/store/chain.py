@@ -4,9 +4,9 @@ prepared once and run as one unit.
 `Fused` is one statement: PostgreSQL's data-modifying CTEs make both writes atomic, so
 outside a transaction it needs no BEGIN and COMMIT. `Sequential` is two statements in the
 caller's transaction; the second finds the changed ids in the expanding `p_changed`. Each
-dialect picks the kind it can do (`Dialect.chain`); a transition whose second statement must
-see rows committed while the first waited for a lock uses `Sequential` on every dialect
-(a fused statement reads them from its first snapshot and would miss them).
+dialect picks the kind it can do (`Dialect.chain`). Run alone (one parameter set, no steps),
+a `Fused` statement runs on the driver connection where nothing watches the statements
+(`Database.driver_run`), as the claim does: it is a worker's settle.
 
 Every compare-and-set that reads back what it changed (an UPDATE with RETURNING) runs
 through a `Returning`, built once per statement by `Dialect.returning`: where the database
@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Row, Select, Update, bindparam, select
 
-from jobsup.store.dialects.drivertext import DriverText
-
 if TYPE_CHECKING:
     from jobsup.store.dialects import Connections
+    from jobsup.store.dialects.drivertext import DriverText
 
 
 class Returning(Protocol):
@@ -53,8 +52,6 @@ class Native:
 
 
 class Chain(Protocol):
-    single: bool  # one statement: atomic without a transaction
-
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         """Run both writes on `conn`; return the compare-and-set's rows."""
 
@@ -66,7 +63,6 @@ class Chain(Protocol):
 @dataclass(frozen=True)
 class Fused:
     statement: Select[Any]
-    single = True
 
     @classmethod
     def of(cls, first: Update, then: Callable[[Any], Update]) -> Fused:
@@ -90,6 +86,9 @@ class Fused:
     def driver_text(self) -> tuple[DriverText, Callable[[Sequence[Any]], Any]]:
         """Its text for the driver, and what makes a row that names its columns as
         SQLAlchemy's `Row` does (the callers read `row.status`)."""
+        # Imported here: the dialects package imports this module (`Dialect.chain`).
+        from jobsup.store.dialects.drivertext import DriverText
+
         named = namedtuple("Row", self.statement.selected_columns.keys())  # type: ignore[misc]
         return DriverText.of(self.statement), named._make
 
@@ -98,7 +97,6 @@ class Fused:
 class Sequential:
     first: Returning
     then: Update
-    single = False
 
     @classmethod
     def of(cls, first: Returning, then: Callable[[Any], Update]) -> Sequential:

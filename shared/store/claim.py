@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, Insert, and_, bindparam, insert, literal_column, or_, select, true
@@ -22,7 +23,7 @@ from sqlalchemy.sql.operators import custom_op
 
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
-from jobsup.store.rows import NO_STEPS, ClaimedJob, Held, Lease, step_values
+from jobsup.store.rows import STEP_FIELDS, ClaimedJob, Held, Lease
 from jobsup.store.schema import BREAKER_STATES, PENDING, RUNNING, STATUSES, breaker, job, job_attempt, queue_state
 
 # What a claim returns, in this order (see `jobsup.store.rows.ClaimedJob`), followed by the
@@ -221,7 +222,7 @@ def claimed_job(row: Any) -> ClaimedJob:
     # cached_property's look (before Python 3.12, a lock too) cost more than making them.
     values = job.__dict__
     lease = filled(Lease, {"job_id": values["id"], "owner": values["owner"], "attempt": values["attempt"]})
-    steps = step_values(values) != NO_STEPS  # needs_steps(job)
+    steps = _step_values(values) != _NO_STEPS  # what needs_steps(job) decides, without its generator
     held = filled(Held, {"lease": lease, "name": values["name"], "queue": values["queue"], "needs_steps": steps})
     values.update(lease=lease, needs_steps=steps, held=held)
     return job
@@ -240,4 +241,6 @@ def filled(cls: type[T], values: Iterable[tuple[str, Any]] | Mapping[str, Any]) 
 
 
 _CLAIMED_NAMES = [f.name for f in fields(ClaimedJob)]
+# A claimed job's step fields in one C call (`rows.needs_steps` is a generator over them).
+_step_values, _NO_STEPS = itemgetter(*STEP_FIELDS), (None,) * len(STEP_FIELDS)
 assert len(_CLAIMED_NAMES) == len(CLAIM_COLUMNS) + 1, "a claim returns CLAIM_COLUMNS and due_at"

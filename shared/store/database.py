@@ -138,8 +138,8 @@ class Database:
         connection of `statement()`'s engine without SQLAlchemy's execution around it. Only
         where `may_run_on_driver()`: what watches statements would not see it.
 
-        For the hot single statements whose Python is mostly that execution (PostgreSQL's
-        single enqueue, claim and settle: 0.4-0.6 ms of an idle process's call). Errors become jobsup's
+        For the hot statements whose Python is mostly that execution (PostgreSQL's single
+        enqueue and claim, 0.4-0.6 ms of an idle call; a worker's settle). Errors become jobsup's
         as `statement()`'s do; a lost connection invalidates the pool as SQLAlchemy's would."""
         assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
         engine = self.single

@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from functools import cached_property
-from operator import itemgetter
 from typing import Any, Literal, TypedDict
 
 
@@ -113,13 +112,10 @@ def needs_steps(row: Any) -> bool:
     `step_statements.STEP_COLUMNS`; a row without them needs none) set off in-transaction
     steps: is it in a workflow or batch, with triggers, or under a concurrency key (its slot
     to hand on)?"""
-    return any(getattr(row, name, None) is not None for name in _STEP_FIELDS)
+    return any(getattr(row, name, None) is not None for name in STEP_FIELDS)
 
 
-_STEP_FIELDS = ("workflow_id", "batch_id", "triggers", "concurrency_key")
-# The same test on a claimed job's own values, for the claim's one-per-job path:
-# ``step_values(values) != NO_STEPS`` (a C call where `needs_steps` is a generator).
-step_values, NO_STEPS = itemgetter(*_STEP_FIELDS), (None,) * len(_STEP_FIELDS)
+STEP_FIELDS = ("workflow_id", "batch_id", "triggers", "concurrency_key")
 
 
 @dataclass(frozen=True)

@@ -376,7 +376,7 @@ class Transitions:
         """Run a compare-and-set once per parameter set, each with its in-transaction steps,
         as one unit. `needs_steps`: some of the jobs need the selective steps (`steps.STEPS`:
         `Held.needs_steps`, and types with a breaker), so those run too. One set
-        and no step to run: a single-statement chain runs alone (PostgreSQL: one round trip)."""
+        and no step to run: the chain runs alone (`Chain.run_alone`; PostgreSQL: one round trip)."""
         if len(each) == 1 and not steps.of(transition, needs_steps=needs_steps):
             return chain.run_alone(self.db, each[0], operation)
         matched: list[Row[Any]] = []

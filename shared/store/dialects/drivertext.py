@@ -6,9 +6,9 @@ build the parameters from the statement's binds and set up the result's typed co
 its text, a single enqueue on PostgreSQL took 296 us of the caller's CPU instead of 347
 (medians of eight interleaved rounds of 1,500, 2026-12-06). A plain job enqueued alone, a
 claim without claim steps and a settle without steps (`chain.Fused.run_alone`) run their text
-with `Database.driver_run`, on the driver
-connection, where nothing watches the database's statements. Any other (in a transaction,
-on the caller's connection, or while something watches) runs it with
+with `Database.driver_run`, on the driver connection, where nothing watches the database's
+statements. Any other (in a transaction, on the caller's connection, or while something
+watches) runs it with
 `Connection.exec_driver_sql`, so the connection's execution options, its cursor events (fault
 injection) and the translation of driver errors are those of any other statement; its
 statement-level events see the text, not the Core statement.
