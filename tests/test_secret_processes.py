@@ -101,12 +101,12 @@ def test_keys_rotate_while_workers_run(url: str, start: Any, record: Path, monke
     rotated = run_jobsup("--database-url", url, "keys", "rotate", env={ENV: f"{K2},{K1}"}, timeout=120)
     assert rotated.returncode == 0, rotated.stderr
     assert "re-sealed" in rotated.stdout and SECRET not in rotated.stdout + rotated.stderr
-    # Every job, not the last few: two workers claim batches, so a later batch can finish
-    # while an earlier one is still running.
 
     def statuses() -> set[str]:
         return {status_of(client, job_id) for job_id in ids}
 
+    # Every job, not the last few: two workers claim batches, so a later batch can finish
+    # while an earlier one is still running.
     wait_until(
         lambda: statuses() <= set(FINISHED_STATUSES), timeout=120, what=lambda: f"all jobs to finish: {statuses()}"
     )

@@ -76,21 +76,20 @@ class Fused:
     def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
         # A worker's batch settle: SQLAlchemy's execution of this many-CTE statement (its
         # cache key walks the whole tree) was most of the settle's Python.
-        if db.may_run_on_driver():
-            text, row = self.driver_text
-            return db.driver_run(operation, *text.bind(params), lambda cursor: list(map(row, text.rows(cursor))))
-        with db.statement(operation) as conn:
-            return self.run(conn, params)
+        return self.driver_text.run_alone(db, operation, params, self.named_row)
 
     @cached_property
-    def driver_text(self) -> tuple[DriverText, Callable[[Sequence[Any]], Any]]:
-        """Its text for the driver, and what makes a row that names its columns as
-        SQLAlchemy's `Row` does (the callers read `row.status`)."""
+    def driver_text(self) -> DriverText:
         # Imported here: the dialects package imports this module (`Dialect.chain`).
         from jobsup.store.dialects.drivertext import DriverText
 
-        named = namedtuple("Row", self.statement.selected_columns.keys())  # type: ignore[misc]
-        return DriverText.of(self.statement), named._make
+        return DriverText.of(self.statement)
+
+    @cached_property
+    def named_row(self) -> Callable[[Sequence[Any]], Any]:
+        """A driver row named as SQLAlchemy's `Row` names it (the callers read `row.status`)."""
+        named: Any = namedtuple("Row", self.statement.selected_columns.keys())  # type: ignore[misc]
+        return named._make
 
 
 @dataclass(frozen=True)

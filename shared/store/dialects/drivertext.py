@@ -7,11 +7,10 @@ its text, a single enqueue on PostgreSQL took 296 us of the caller's CPU instead
 (medians of eight interleaved rounds of 1,500, 2026-12-06). A plain job enqueued alone, a
 claim without claim steps and a settle without steps (`chain.Fused.run_alone`) run their text
 with `Database.driver_run`, on the driver connection, where nothing watches the database's
-statements. Any other (in a transaction, on the caller's connection, or while something
-watches) runs it with
-`Connection.exec_driver_sql`, so the connection's execution options, its cursor events (fault
-injection) and the translation of driver errors are those of any other statement; its
-statement-level events see the text, not the Core statement.
+statements (`DriverText.run_alone` decides, for a Select). Any other (in a transaction, on
+the caller's connection, or while something watches) runs it with `Connection.exec_driver_sql`,
+or runs the Core statement, so the connection's execution options, its cursor events (fault
+injection) and the translation of driver errors are those of any other statement.
 What SQLAlchemy's execution did with the values is done here too: the statement's own bound
 literals are added, and each parameter goes through its type's bind processing as the
 dialect adapts it (a `UTCDateTime` refuses a naive datetime, as a `StatementError`, and is
@@ -22,13 +21,16 @@ SQLAlchemy's result applies it, chosen by the type the driver reports for the co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import StatementError
 from sqlalchemy.sql.expression import Executable
 from sqlalchemy.types import TypeEngine
+
+if TYPE_CHECKING:
+    from jobsup.store.dialects import Connections
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class DriverText:
     processors: dict[str, Callable[[Any], Any]]  # per parameter name, its type's bind processing
     returned: tuple[TypeEngine[Any], ...] = ()  # the types of the columns a Select returns, in order
     dialect: Any = field(default=None, compare=False, repr=False)
+    statement: Any = field(default=None, compare=False, repr=False)  # what it was compiled from
     # Per shape of the driver's reply (its columns' type codes): the columns that have result
     # processing, by position, with it.
     readers: dict[tuple[Any, ...], list[tuple[int, Callable[[Any], Any]]]] = field(
@@ -62,7 +65,7 @@ class DriverText:
                 processors[name] = process
         constants = {name: value for name, value in compiled.params.items() if not binds[name].required}
         returned = tuple(column.type for column in getattr(statement, "selected_columns", ()))
-        return cls(str(compiled), constants, processors, returned, dialect)
+        return cls(str(compiled), constants, processors, returned, dialect, statement)
 
     def bind(self, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """The text and the driver's parameters for `params` (every parameter the statement
@@ -77,6 +80,19 @@ class DriverText:
                     kind = f"{type(exc).__module__}.{type(exc).__qualname__}"
                     raise StatementError(f"({kind}) {exc}", self.text, params, exc) from exc
         return self.text, bound
+
+    def run_alone(
+        self, db: Connections, operation: str, params: Mapping[str, Any], make: Callable[[Any], Any] | None = None
+    ) -> Sequence[Any]:
+        """The rows of this Select run as a statement of its own: its text on the driver
+        connection where nothing watches the statements, else its Core statement through
+        SQLAlchemy on `db.statement()` (whose rows are named). `make` builds each driver row
+        (named, for callers that read a column by name); without it, rows are read by position."""
+        if db.may_run_on_driver():
+            rows = db.driver_run(operation, *self.bind(params), self.rows)
+            return rows if make is None else list(map(make, rows))
+        with db.statement(operation) as conn:
+            return conn.execute(self.statement, params).all()
 
     def rows(self, cursor: Any) -> list[tuple[Any, ...]]:
         """Every row of `cursor` (which ran this text), each value processed as its column's
@@ -93,7 +109,7 @@ class DriverText:
             ]
             readers = self.readers[shape] = [(at, read) for at, read in enumerate(processors) if read is not None]
         if not readers:
-            return [tuple(row) for row in fetched]
+            return list(fetched)  # psycopg's rows are tuples already
         # Only the columns that have processing (a claim's due time, of its fifteen): a pass
         # over every value took 3.9 µs a row of a claim of 100, this 1.6 (2026-12-06).
         processed = []
