@@ -72,3 +72,19 @@ def test_a_process_that_only_registers_jobs_loads_no_database_code() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert [m for m in json.loads(done.stdout) if m.startswith(HEAVY)] == []
+
+
+def test_a_command_and_an_upgrade_at_head_load_no_alembic(sqlite_url: str) -> None:
+    """Alembic is needed only where the schema is behind: loading it was about a tenth of
+    every command's and supervisor's start-up CPU."""
+    code = (
+        "import json, sys\nfrom jobsup.cli import main\nfrom jobsup.store import migrate\n"
+        "from jobsup.store.database import Database\n"
+        f"migrate.upgrade(Database({sqlite_url!r}))\n"
+        f"try:\n    main(['jobs', 'list', '--database-url', {sqlite_url!r}])\nexcept SystemExit:\n    pass\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert [m for m in loaded if m.startswith("alembic")] == []
+    assert done.stdout.startswith("no jobs"), done.stdout
