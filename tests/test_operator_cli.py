@@ -9,19 +9,24 @@ from typing import Any
 import pytest
 
 import jobsup
+from jobsup.registry import registered_types
 
 from helpers import claim, fail, run_jobsup, succeed
 
 
 @pytest.fixture(autouse=True)
 def published(request: pytest.FixtureRequest) -> None:
-    """The tests' job types published, as a deploy step would (`jobsup definitions sync`)."""
+    """The tests' job types published, as a deploy step would. In this process, with what
+    `jobsup definitions sync` runs: a command per test would cost each test another start of
+    the command line (`test_definitions.py` runs `definitions sync` itself)."""
     names = [name for name in ("url", "sqlite_url") if name in request.fixturenames]
     if not names:
         return
-    url = request.getfixturevalue(names[0])
-    result = run_jobsup("definitions", "sync", "--app", "jobapps", "--database-url", url)
-    assert result.returncode == 0 and "published" in result.stdout, result.stderr
+    client = jobsup.Client(request.getfixturevalue(names[0]))
+    try:
+        client.store.definitions.publish(registered_types(), instance="tests:sync")
+    finally:
+        client.close()
 
 
 def jobsup_cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
