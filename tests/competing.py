@@ -56,7 +56,7 @@ _TABLES = (
     "CREATE TABLE IF NOT EXISTS competition_participant ("
     " worker varchar(100) PRIMARY KEY, claimed int, error text, finished boolean NOT NULL DEFAULT false)",
     "CREATE TABLE IF NOT EXISTS competition_claim (job_id bigint NOT NULL, worker varchar(100) NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS competition_supervisor (pid int PRIMARY KEY)",
+    "CREATE TABLE IF NOT EXISTS competition_supervisor (pid int PRIMARY KEY, started bigint NOT NULL)",
 )
 SUPERVISORS = 2
 # The jobs are seeded not yet due, and made due once every competitor is up, so that none
@@ -201,13 +201,16 @@ def on_session_finish(config: pytest.Config) -> None:
             shutil.rmtree(record_dir(run_id(config), backend), ignore_errors=True)
 
 
-def supervisor_pids(name: str, backend: Backend = BACKENDS["postgresql"]) -> list[int]:
+def supervisors(name: str, backend: Backend = BACKENDS["postgresql"]) -> list[tuple[int, int]]:
+    """The run's supervisors, as (pid, start time) pairs."""
     from sqlalchemy import create_engine
 
     engine = create_engine(backend.url(name))
     try:
         with engine.connect() as conn:
-            return list(conn.execute(text("SELECT pid FROM competition_supervisor")).scalars())
+            return [
+                (pid, started) for pid, started in conn.execute(text("SELECT pid, started FROM competition_supervisor"))
+            ]
     except Exception:
         return []  # no run database: nothing was started
     finally:
@@ -215,10 +218,10 @@ def supervisor_pids(name: str, backend: Backend = BACKENDS["postgresql"]) -> lis
 
 
 def stop_supervisors(name: str, backend: Backend = BACKENDS["postgresql"]) -> None:
-    """SIGTERM the run's supervisors and wait (bounded) until they are gone. Only processes
-    still running on the run's database: a supervisor stopped earlier may have left its pid
-    to another test's process by now."""
-    pids = [pid for pid in supervisor_pids(name, backend) if _runs_on(pid, name)]
+    """SIGTERM the run's supervisors and wait (bounded) until they are gone. Only the processes
+    started then: a supervisor stopped earlier may have left its pid to another test's
+    process by now."""
+    pids = [pid for pid, started in supervisors(name, backend) if start_time(pid) == started]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -230,11 +233,15 @@ def stop_supervisors(name: str, backend: Backend = BACKENDS["postgresql"]) -> No
             os.killpg(pid, signal.SIGKILL)
 
 
-def _runs_on(pid: int, name: str) -> bool:
+def start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), which tells it from a later process
+    given the same pid; None once it is gone. Not its command line: a supervisor's title
+    (setproctitle) overwrites it, so the run's database name is no longer in it."""
     try:
-        return name in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
-        return False
+        return None
+    return int(stat.rpartition(")")[2].split()[19])  # field 22, after the parenthesised name
 
 
 def _participate(backend: Backend, name: str, records: Path) -> None:
@@ -306,7 +313,10 @@ def _start_supervisors(backend: Backend, name: str, records: Path) -> None:
             f"{QUEUE}={SUPERVISOR_WORKERS}",
         )
         with db.engine.begin() as conn:
-            conn.execute(text("INSERT INTO competition_supervisor (pid) VALUES (:pid)"), {"pid": supervisor.pid})
+            conn.execute(
+                text("INSERT INTO competition_supervisor (pid, started) VALUES (:pid, :started)"),
+                {"pid": supervisor.pid, "started": start_time(supervisor.pid)},
+            )
     db.dispose()
 
 

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 import competing
-from helpers import wait_until
+from helpers import alive, wait_until
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,10 @@ def test_every_job_claimed_exactly_once_across_xdist_workers(server: str, reques
             return conn.execute(text(live)).scalar_one() == 0
 
     wait_until(drained, timeout=120, what="the supervisors to finish the jobs")
+    started = competing.supervisors(name, backend)
     competing.stop_supervisors(name, backend)
+    # Stopped, not left idling (and polling) for the rest of the run.
+    assert [pid for pid, _ in started if alive(pid)] == []
     records = competing.record_dir(competing.run_id(request.config), backend)
     ran_by_supervisors = [
         int(path.name) for path in records.iterdir() if path.name.isdigit() for _ in path.read_text().splitlines()
