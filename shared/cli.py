@@ -137,6 +137,7 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
     from jobsup.store import migrate
     from jobsup.store.database import Database
     from jobsup.store.dialects import backend_name
+    from jobsup.store.schema import SCHEMA_REVISION
 
     url = target.settings().database_url
     if sql:
@@ -146,7 +147,7 @@ def db_upgrade(target: Target, sql: bool, dialect: str | None) -> None:
         raise click.UsageError("--dialect goes with --sql")
     database = Database(url)
     migrate.upgrade(database)
-    click.echo(f"jobsup schema is at revision {migrate.head_revision()} on {database.safe_url}")
+    click.echo(f"jobsup schema is at revision {SCHEMA_REVISION} on {database.safe_url}")
 
 
 def claim_batch(ctx: click.Context, param: click.Parameter, value: str | None) -> int | str | None:

@@ -313,9 +313,11 @@ def _start_supervisors(backend: Backend, name: str, records: Path) -> None:
             f"{QUEUE}={SUPERVISOR_WORKERS}",
         )
         with db.engine.begin() as conn:
+            started = start_time(supervisor.pid)
+            assert started is not None, f"supervisor {supervisor.pid} ended at once: {supervisor.output()[-2000:]}"
             conn.execute(
                 text("INSERT INTO competition_supervisor (pid, started) VALUES (:pid, :started)"),
-                {"pid": supervisor.pid, "started": start_time(supervisor.pid)},
+                {"pid": supervisor.pid, "started": started},
             )
     db.dispose()
 

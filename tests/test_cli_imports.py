@@ -1,6 +1,7 @@
 """`jobsup --version` and `jobsup --help` answer without loading SQLAlchemy, the store or a
-database driver (checked on `sys.modules` in a fresh interpreter, not by timing), and the
-lines `--help` shows for the commands it has not imported are the commands' own."""
+database driver, and a command on a schema at head without loading Alembic (checked on
+`sys.modules` in a fresh interpreter, not by timing); the lines `--help` shows for the
+commands it has not imported are the commands' own."""
 
 from __future__ import annotations
 
@@ -75,8 +76,8 @@ def test_a_process_that_only_registers_jobs_loads_no_database_code() -> None:
 
 
 def test_a_command_and_an_upgrade_at_head_load_no_alembic(sqlite_url: str) -> None:
-    """Alembic is needed only where the schema is behind: loading it was about a tenth of
-    every command's and supervisor's start-up CPU."""
+    """Alembic is needed only where the schema is behind: loading it was about a quarter of
+    a `jobsup jobs list`'s CPU, and of a supervisor's start."""
     code = (
         "import json, sys\nfrom jobsup.cli import main\nfrom jobsup.store import migrate\n"
         "from jobsup.store.database import Database\n"

@@ -38,6 +38,7 @@ def test_every_job_claimed_exactly_once_across_xdist_workers(server: str, reques
 
     wait_until(drained, timeout=120, what="the supervisors to finish the jobs")
     started = competing.supervisors(name, backend)
+    assert len(started) == competing.SUPERVISORS, started  # else the check below checks nothing
     competing.stop_supervisors(name, backend)
     # Stopped, not left idling (and polling) for the rest of the run.
     assert [pid for pid, _ in started if alive(pid)] == []

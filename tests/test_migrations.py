@@ -140,6 +140,22 @@ def test_offline_mariadb_sql_has_the_claim_index_and_the_live_key_column(dialect
     assert f"version_num='{SCHEMA_REVISION}'" in ddl
 
 
+def test_an_upgrade_of_a_schema_newer_than_this_jobsup_says_to_upgrade_jobsup(url: str) -> None:
+    """A rolled-back deploy: the version table names a revision this code does not know. The
+    upgrade's read of that table finds it is not at head and leaves it to Alembic, which
+    refuses it; the error names the fix."""
+    db = Database(url)
+    with db.transaction() as conn:
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
+    try:
+        with pytest.raises(jobsup.SchemaOutdated, match="upgrade jobsup"):
+            migrate.upgrade(db)
+    finally:
+        with db.transaction() as conn:
+            conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = :head"), {"head": SCHEMA_REVISION})
+        db.dispose()
+
+
 def test_missing_schema_names_the_upgrade_command(tmp_path: Path) -> None:
     client = jobsup.Client(f"sqlite:///{tmp_path / 'empty.db'}")
     with pytest.raises(jobsup.SchemaOutdated, match="run `jobsup db upgrade`"):

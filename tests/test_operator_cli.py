@@ -9,22 +9,24 @@ from typing import Any
 import pytest
 
 import jobsup
-from jobsup.registry import registered_types
+from jobsup.registry import lookup, registered_types
 
 from helpers import claim, fail, run_jobsup, succeed
 
 
 @pytest.fixture(autouse=True)
 def published(request: pytest.FixtureRequest) -> None:
-    """The tests' job types published, as a deploy step would. In this process, with what
-    `jobsup definitions sync` runs: a command per test would cost each test another start of
-    the command line (`test_definitions.py` runs `definitions sync` itself)."""
+    """The job types of `jobapps` published, as a deploy step would. In this process, as
+    `jobsup definitions sync --app jobapps` publishes them: a command per test would cost
+    each test another start of the command line (`test_definitions.py` runs the command
+    itself). Only jobapps' types: this process has registered other test modules' too."""
     names = [name for name in ("url", "sqlite_url") if name in request.fixturenames]
     if not names:
         return
+    types = [t for t in registered_types() if (r := lookup(t.name)) is not None and r.function.__module__ == "jobapps"]
     client = jobsup.Client(request.getfixturevalue(names[0]))
     try:
-        client.store.definitions.publish(registered_types(), instance="tests:sync")
+        client.store.definitions.publish(types, instance="tests:sync")
     finally:
         client.close()
 

@@ -4,8 +4,8 @@ Many instances may start together on one fresh database; each upgrade runs in on
 transaction that first takes the dialect's migration lock (a PostgreSQL advisory lock,
 SQLite's BEGIN EXCLUSIVE, SQL Server's sp_getapplock), so the first does the work and the
 rest find the schema already at head. A schema already at head (every start but the first)
-is found by reading the version table, without importing Alembic (about a tenth of a
-process's start-up).
+is found by reading the version table, without the lock and without importing Alembic
+(about a quarter of a `jobsup jobs list`'s CPU).
 """
 
 from __future__ import annotations
@@ -35,8 +35,11 @@ def _config(output: TextIO | None = None) -> Config:
 
 def upgrade(db: Database) -> None:
     """Bring `db`'s schema to this code's revision, safely alongside other instances."""
+    # Exactly this revision, and nothing else, is at head; anything else (no schema, an older
+    # or a newer revision) goes through Alembic under the lock, which upgrades or refuses it.
+    # A schema is never taken back down, so one found at head stays there.
     if _revisions(db) == [SCHEMA_REVISION]:
-        return  # at head: nothing to lock or run (a schema is never taken back down)
+        return
     from alembic import command
     from alembic.util.exc import CommandError
 
