@@ -313,11 +313,9 @@ def _start_supervisors(backend: Backend, name: str, records: Path) -> None:
             f"{QUEUE}={SUPERVISOR_WORKERS}",
         )
         with db.engine.begin() as conn:
-            started = start_time(supervisor.pid)
-            assert started is not None, f"supervisor {supervisor.pid} ended at once: {supervisor.output()[-2000:]}"
-            conn.execute(
+            conn.execute(  # a child not yet reaped, so its /proc entry is there even if it ended
                 text("INSERT INTO competition_supervisor (pid, started) VALUES (:pid, :started)"),
-                {"pid": supervisor.pid, "started": started},
+                {"pid": supervisor.pid, "started": start_time(supervisor.pid)},
             )
     db.dispose()
 
