@@ -35,10 +35,9 @@ def _config(output: TextIO | None = None) -> Config:
 
 def upgrade(db: Database) -> None:
     """Bring `db`'s schema to this code's revision, safely alongside other instances."""
-    # Only a version table holding exactly this revision is at head; anything else (no schema,
-    # an older or a newer revision) goes through Alembic under the lock, which upgrades or
-    # refuses it.
-    # A schema is never taken back down, so one found at head stays there.
+    # Only a version table holding exactly this revision is at head, and a schema is never
+    # taken back down, so one found at head stays there. Anything else (no schema, an older or
+    # a newer revision) goes through Alembic under the lock, which upgrades or refuses it.
     if _revisions(db) == [SCHEMA_REVISION]:
         return
     from alembic import command
