@@ -51,6 +51,7 @@ def measure(depth: str, jobs: int, batch: int) -> dict[str, float]:
     from sqlalchemy import create_engine, text
 
     import jobsup
+    from jobsup.observe import metrics
     from jobsup.store import migrate
     from jobsup.store.database import Database
 
@@ -83,6 +84,7 @@ def measure(depth: str, jobs: int, batch: int) -> dict[str, float]:
         # objects, about 2 ms per 1,000 jobs more in the process here.
         gc.collect()
         gc.freeze()
+        metrics.defer_job_samples()  # as `Worker.run`: the per-job samples summed, not written each
         loop.round(batch)  # warm: the statements prepared, each path taken once
         done, cpu, db_cpu = 0, time.process_time(), backends_cpu()
         while ran := loop.round(batch):
