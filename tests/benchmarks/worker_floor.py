@@ -1,26 +1,33 @@
-"""What a worker at claim batch 100 cannot spend less than, on PostgreSQL: the CPU per 1,000
-no-op jobs of a claim-and-settle loop in one process, with its backend's, at four depths.
+"""Where a worker's CPU goes at claim batch 100, on PostgreSQL: the CPU per 1,000 no-op jobs
+of a claim-and-settle loop, with its backends', to four depths, each the one before it and
+more (docs/explanation/performance.md, "Where claim batch 100 stands").
 
 - ``statements``: claim 100 jobs and settle them as succeeded through `Transitions`, the
   statements a worker runs (the claim that opens an attempt row, the fenced settle that
   closes it, a result per row), and nothing else;
-- ``bare``: the same, and each job's payload decoded and its function called with one
-  context made for all, its outcome recorded: running a Python function per job at the
+- ``bare``: ``statements``, and each job's payload decoded and its function called with one
+  context made for all, its outcome recorded: calling a Python function per job at the
   least, whatever the runner;
-- ``run``: instead, each job run as jobsup's worker runs it: its function looked up, its
-  payload decoded, its own context made (its log, its cancel event, its progress), the
-  call, the outcome (`jobsup.worker.execute`);
-- ``worker``: the same, and the worker loop's bookkeeping around each job: the lease
-  keeper's begin and end (the slot the supervisor reads), the start's announcement, the
-  settler's record (`Worker.run_batch`); not the lease threads' ticks.
+- ``run``: ``statements``, and each job run as jobsup's worker runs it instead: its function
+  looked up, its own context (its log, its cancel event, its progress writer), the call,
+  the outcome (`jobsup.worker.execute`);
+- ``worker``: ``run``, and the worker loop's bookkeeping around each job (`Worker.run_batch`):
+  the lease keeper's begin and end (with the slot the supervisor reads), the start's
+  announcement, the settler's record and its write.
 
-A whole run (`../shared/bench/peers/`, ``cpu_profile.py``) adds a second worker process, the
-supervisor and the lease threads. Compare each depth with a peer's whole run in the same
-session (``cpu_profile.py --peer pgqueuer --n 20000 --procs 2 --batch-size 100``), as
-`tests/benchmarks/peers.md` says. The process's CPU is `time.process_time`; its backend's is
+The loops run in processes forked from one that froze its heap, as a supervisor forks its
+workers, with the per-job metric samples summed as a worker sums them; ``--procs 2`` runs
+two, claiming from one queue. Left out, against a whole run (`../shared/bench/peers/`,
+``cpu_profile.py``): the lease and settle threads' ticks, the supervisor, the process
+title, a job's timeout lookup and tracing context, the claim's lock and span, the INFO line
+of each settle, metric files shared between processes, and each process's first batch.
+Compare each depth with a peer's whole run in the same session (``cpu_profile.py --peer
+pgqueuer --n 20000 --procs 2 --batch-size 100``), round by round, as
+`tests/benchmarks/peers.md` says. A process's CPU is `time.process_time`; its backend's is
 read from ``/proc/PID/schedstat``, so the database must run on this machine.
 
     python tests/benchmarks/worker_floor.py --rounds 3
+    python tests/benchmarks/worker_floor.py --rounds 3 --procs 2 --depths worker
 """
 
 from __future__ import annotations
@@ -39,19 +46,18 @@ from typing import Any
 
 ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEPTHS = ("statements", "bare", "run", "worker")
-OWNER = "floor:default#1:0"
 
 
 def noop(ctx: Any, payload: Any) -> None:
     return None
 
 
-def measure(depth: str, jobs: int, batch: int) -> dict[str, float]:
-    """One depth's loop over `jobs` no-op jobs in a new database (run in a process of its own)."""
+def measure(depth: str, jobs: int, batch: int, procs: int) -> dict[str, float]:
+    """One depth's loop over `jobs` no-op jobs in a new database, in `procs` processes forked
+    from this one as a supervisor forks its workers, all claiming from the same queue."""
     from sqlalchemy import create_engine, text
 
     import jobsup
-    from jobsup.observe import metrics
     from jobsup.store import migrate
     from jobsup.store.database import Database
 
@@ -61,35 +67,43 @@ def measure(depth: str, jobs: int, batch: int) -> dict[str, float]:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
 
-    def backends_cpu() -> float:
+    def backends_cpu() -> dict[int, float]:
+        """Each client backend's time on a CPU, in seconds (`schedstat`: nanoseconds, where
+        `stat` counts 10 ms ticks)."""
         with admin.connect() as conn:
-            query = text("SELECT pid FROM pg_stat_activity WHERE datname = :name")
+            query = text("SELECT pid FROM pg_stat_activity WHERE datname = :name AND backend_type = 'client backend'")
             pids = [row[0] for row in conn.execute(query, {"name": name})]
-        total = 0.0
+        times = {}
         for pid in pids:
-            with open(f"/proc/{pid}/schedstat") as stat:  # nanoseconds on a CPU (`stat` counts ticks)
-                total += int(stat.read().split()[0]) / 1e9
-        return total
+            with open(f"/proc/{pid}/schedstat") as stat:
+                times[pid] = int(stat.read().split()[0]) / 1e9
+        return times
 
     try:
-        db = Database(url, role="worker")
+        db = Database(url)
         migrate.upgrade(db)
+        db.dispose()
         jobsup.job("floor-noop")(noop)
         client = jobsup.Client(url)
         client.enqueue_many([{"name": "floor-noop"} for _ in range(jobs)])
         client.close()
-        loop = Loop(depth, db)
-        # Out of the collector's reach, as a worker's heap is (the supervisor freezes what it
-        # holds before it forks): otherwise each full collection walks every module's
-        # objects, about 2 ms per 1,000 jobs more in the process here.
+        # Out of the collector's reach before the fork, as the supervisor does (without it
+        # each full collection walks every module's objects: about 2 ms per 1,000 jobs more).
         gc.collect()
         gc.freeze()
-        metrics.defer_job_samples()  # as `Worker.run`: the per-job samples summed, not written each
-        loop.round(batch)  # warm: the statements prepared, each path taken once
-        done, cpu, db_cpu = 0, time.process_time(), backends_cpu()
-        while ran := loop.round(batch):
-            done += ran
-        cpu, db_cpu = time.process_time() - cpu, backends_cpu() - db_cpu
+        loops = [Forked(depth, url, batch, index) for index in range(procs)]
+        for loop in loops:
+            loop.wait_ready()
+        before = backends_cpu()
+        for loop in loops:
+            loop.go()
+        results = [loop.result() for loop in loops]
+        after = backends_cpu()  # the loops' connections are still open
+        for loop in loops:
+            loop.end()
+        done = sum(int(result["jobs"]) for result in results)
+        cpu = sum(result["cpu"] for result in results)
+        db_cpu = sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
         return {"process": cpu / done * 1e6, "backend": db_cpu / done * 1e6, "jobs": done}
     finally:
         with admin.connect() as conn:
@@ -97,10 +111,63 @@ def measure(depth: str, jobs: int, batch: int) -> dict[str, float]:
         admin.dispose()
 
 
+class Forked:
+    """One loop in a forked process: it connects and runs a batch to warm up, waits for the
+    go, runs until the queue is empty, reports its CPU, and keeps its connection until told
+    to end (so its backend's time can still be read)."""
+
+    def __init__(self, depth: str, url: str, batch: int, index: int) -> None:
+        to_child, self.to_child = os.pipe()
+        self.from_child, to_parent = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            os.close(self.to_child)
+            os.close(self.from_child)
+            try:
+                self._child(depth, url, batch, index, to_child, to_parent)
+            finally:
+                os._exit(1)  # never back into the parent's code
+        os.close(to_child)
+        os.close(to_parent)
+        self.replies = os.fdopen(self.from_child)
+
+    @staticmethod
+    def _child(depth: str, url: str, batch: int, index: int, orders: int, replies: int) -> None:
+        from jobsup.observe import metrics
+        from jobsup.store.database import Database
+
+        loop = Loop(depth, Database(url, role="worker"), owner=f"floor:default#{index + 1}:{os.getpid()}")
+        metrics.defer_job_samples()  # as `Worker.run`: the per-job samples summed, not written each
+        loop.round(batch)  # warm: the statements prepared, each path taken once
+        os.write(replies, b"ready\n")
+        os.read(orders, 1)
+        done, cpu = 0, time.process_time()
+        while ran := loop.round(batch):
+            done += ran
+        cpu = time.process_time() - cpu
+        os.write(replies, (json.dumps({"cpu": cpu, "jobs": done}) + "\n").encode())
+        os.read(orders, 1)
+        os._exit(0)
+
+    def wait_ready(self) -> None:
+        if self.replies.readline() != "ready\n":
+            sys.exit("a loop process failed before it was ready")
+
+    def go(self) -> None:
+        os.write(self.to_child, b"g")
+
+    def result(self) -> dict[str, float]:
+        return json.loads(self.replies.readline())
+
+    def end(self) -> None:
+        os.write(self.to_child, b"e")
+        os.waitpid(self.pid, 0)
+
+
 class Loop:
     """Claim a batch, run it to `depth`, settle it."""
 
-    def __init__(self, depth: str, db: Any) -> None:
+    def __init__(self, depth: str, db: Any, owner: str) -> None:
         from jobsup.context import JobContext
         from jobsup.settings import load
         from jobsup.store.store import Store
@@ -112,13 +179,13 @@ class Loop:
         from jobsup.worker.starts import Starts
         from jobsup.worker.stop import StopRequest
 
-        self.depth = depth
+        self.depth, self.owner = depth, owner
         store = Store(db, holds_leases=True)
         self.transitions = store.transitions
         self.services = JobServices(store)
         self.shared_context = JobContext(0, "floor-noop", "default", 1, 1, {}, None)
         settings = load()
-        spec = WorkerSpec(settings, "default", 1, OWNER, os.getppid())
+        spec = WorkerSpec(settings, "default", 1, owner, os.getppid())
         self.settler = Settler(
             self.transitions, lease=settings.lease, label=spec.label, written=lambda jobs: self.keeper.drop(jobs)
         )
@@ -142,7 +209,7 @@ class Loop:
         from jobsup.worker.lease import CancelEvent
 
         claimed_at = time.monotonic()
-        claimed = self.transitions.claim("default", OWNER, limit=batch, lease=300.0)
+        claimed = self.transitions.claim("default", self.owner, limit=batch, lease=300.0)
         outcomes = []
         if self.depth == "statements":
             outcomes = [Outcome(job.held, SUCCEEDED) for job in claimed]
@@ -180,9 +247,10 @@ class Loop:
         return len(claimed)
 
 
-def one(depth: str, jobs: int, batch: int) -> dict[str, float]:
+def one(depth: str, jobs: int, batch: int, procs: int) -> dict[str, float]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("JOBSUP_")}
     args = [sys.executable, __file__, "--child", depth, "--jobs", str(jobs), "--batch", str(batch)]
+    args += ["--procs", str(procs)]
     done = subprocess.run(args, capture_output=True, text=True, env=env)
     if done.returncode:
         sys.exit(f"the {depth} run failed:\n{done.stderr[-3000:]}")
@@ -191,19 +259,20 @@ def one(depth: str, jobs: int, batch: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=20_000)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=20_000, help="no-op jobs enqueued for each run")
+    parser.add_argument("--batch", type=int, default=100, help="jobs a claim takes")
+    parser.add_argument("--procs", type=int, default=1, help="loop processes claiming from the one queue")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds, the depths alternating in each")
     parser.add_argument("--depths", nargs="+", choices=DEPTHS, default=list(DEPTHS))
     parser.add_argument("--child", choices=DEPTHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child, args.jobs, args.batch)))
+        print(json.dumps(measure(args.child, args.jobs, args.batch, args.procs)))
         return
     figures: dict[str, list[dict[str, float]]] = {depth: [] for depth in args.depths}
     for _ in range(args.rounds):  # the depths alternate within each round
         for depth in args.depths:
-            figures[depth].append(one(depth, args.jobs, args.batch))
+            figures[depth].append(one(depth, args.jobs, args.batch, args.procs))
     print("| depth | process ms / 1,000 jobs | backend | both (median, min-max) |")
     print("| --- | ---: | ---: | ---: |")
     for depth, runs in figures.items():
