@@ -1,10 +1,11 @@
 """Where a worker's CPU goes at claim batch 100, on PostgreSQL: the CPU per 1,000 no-op jobs
-of a claim-and-settle loop, with its backends', to four depths, each the one before it and
-more (docs/explanation/performance.md, "Where claim batch 100 stands").
+of a claim-and-settle loop, with its backends', to four depths: each adds to ``statements``,
+``run`` replaces ``bare``'s call with jobsup's, and ``worker`` adds to ``run``
+(docs/explanation/performance.md, "Where claim batch 100 stands").
 
 - ``statements``: claim 100 jobs and settle them as succeeded through `Transitions`, the
-  statements a worker runs (the claim that opens an attempt row, the fenced settle that
-  closes it, a result per row), and nothing else;
+  statements a worker runs (the claim that opens an attempt row, the settle that closes it,
+  fenced on the lease's owner and attempt, each job's result in its row), and nothing else;
 - ``bare``: ``statements``, and each job's payload decoded and its function called with one
   context made for all, its outcome recorded: calling a Python function per job at the
   least, whatever the runner;
@@ -24,7 +25,8 @@ of each settle, metric files shared between processes, and each process's first 
 Compare each depth with a peer's whole run in the same session (``cpu_profile.py --peer
 pgqueuer --n 20000 --procs 2 --batch-size 100``), round by round, as
 `tests/benchmarks/peers.md` says. A process's CPU is `time.process_time`; its backend's is
-read from ``/proc/PID/schedstat``, so the database must run on this machine.
+read from ``/proc/PID/schedstat``, so the database must run on this machine, in the same
+pid namespace, reached as ``postgres@127.0.0.1:5432`` (`ADMIN`).
 
     python tests/benchmarks/worker_floor.py --rounds 3
     python tests/benchmarks/worker_floor.py --rounds 3 --procs 2 --depths worker
@@ -41,8 +43,9 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 DEPTHS = ("statements", "bare", "run", "worker")
@@ -91,7 +94,9 @@ def measure(depth: str, jobs: int, batch: int, procs: int) -> dict[str, float]:
         # each full collection walks every module's objects: about 2 ms per 1,000 jobs more).
         gc.collect()
         gc.freeze()
-        loops = [Forked(depth, url, batch, index) for index in range(procs)]
+        loops: list[Forked] = []
+        for index in range(procs):
+            loops.append(Forked(depth, url, batch, index, loops))
         for loop in loops:
             loop.wait_ready()
         before = backends_cpu()
@@ -103,7 +108,9 @@ def measure(depth: str, jobs: int, batch: int, procs: int) -> dict[str, float]:
             loop.end()
         done = sum(int(result["jobs"]) for result in results)
         cpu = sum(result["cpu"] for result in results)
-        db_cpu = sum(after[pid] - before[pid] for pid in after.keys() & before.keys())
+        if after.keys() != before.keys():  # a backend's time would be missed
+            sys.exit(f"the loops' backends changed during the run: {sorted(before)} then {sorted(after)}")
+        db_cpu = sum(after[pid] - before[pid] for pid in after)
         return {"process": cpu / done * 1e6, "backend": db_cpu / done * 1e6, "jobs": done}
     finally:
         with admin.connect() as conn:
@@ -116,20 +123,28 @@ class Forked:
     go, runs until the queue is empty, reports its CPU, and keeps its connection until told
     to end (so its backend's time can still be read)."""
 
-    def __init__(self, depth: str, url: str, batch: int, index: int) -> None:
+    def __init__(self, depth: str, url: str, batch: int, index: int, siblings: list[Forked]) -> None:
         to_child, self.to_child = os.pipe()
         self.from_child, to_parent = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
-            os.close(self.to_child)
-            os.close(self.from_child)
             try:
+                # The parent's ends, ours and the earlier loops' (each must see its own
+                # pipe's end when the parent goes, not when a later sibling does).
+                for fd in [self.to_child, self.from_child, *(f for s in siblings for f in s.parent_fds())]:
+                    os.close(fd)
                 self._child(depth, url, batch, index, to_child, to_parent)
+            except BaseException:
+                traceback.print_exc()
+                sys.stderr.flush()
             finally:
                 os._exit(1)  # never back into the parent's code
         os.close(to_child)
         os.close(to_parent)
         self.replies = os.fdopen(self.from_child)
+
+    def parent_fds(self) -> list[int]:
+        return [self.to_child, self.from_child]
 
     @staticmethod
     def _child(depth: str, url: str, batch: int, index: int, orders: int, replies: int) -> None:
@@ -140,24 +155,34 @@ class Forked:
         metrics.defer_job_samples()  # as `Worker.run`: the per-job samples summed, not written each
         loop.round(batch)  # warm: the statements prepared, each path taken once
         os.write(replies, b"ready\n")
-        os.read(orders, 1)
+        if os.read(orders, 1) != b"g":  # the parent is gone
+            return
         done, cpu = 0, time.process_time()
         while ran := loop.round(batch):
             done += ran
         cpu = time.process_time() - cpu
         os.write(replies, (json.dumps({"cpu": cpu, "jobs": done}) + "\n").encode())
-        os.read(orders, 1)
-        os._exit(0)
+        if os.read(orders, 1) == b"e":
+            os._exit(0)
 
     def wait_ready(self) -> None:
         if self.replies.readline() != "ready\n":
-            sys.exit("a loop process failed before it was ready")
+            self.failed("before it was ready")
 
     def go(self) -> None:
         os.write(self.to_child, b"g")
 
     def result(self) -> dict[str, float]:
-        return json.loads(self.replies.readline())
+        line = self.replies.readline()
+        if not line:
+            self.failed("in its loop")
+        return json.loads(line)
+
+    def failed(self, when: str) -> NoReturn:
+        _, status = os.waitpid(self.pid, 0)
+        sys.exit(
+            f"loop process {self.pid} failed {when} (exit {os.waitstatus_to_exitcode(status)}; its traceback is above)"
+        )
 
     def end(self) -> None:
         os.write(self.to_child, b"e")
@@ -273,7 +298,7 @@ def main() -> None:
     for _ in range(args.rounds):  # the depths alternate within each round
         for depth in args.depths:
             figures[depth].append(one(depth, args.jobs, args.batch, args.procs))
-    print("| depth | process ms / 1,000 jobs | backend | both (median, min-max) |")
+    print("| depth | processes, ms per 1,000 jobs (median) | backends (median) | both: median (min-max) |")
     print("| --- | ---: | ---: | ---: |")
     for depth, runs in figures.items():
         both = [run["process"] + run["backend"] for run in runs]
