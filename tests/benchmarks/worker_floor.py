@@ -12,16 +12,16 @@ of a claim-and-settle loop, with its backends', to four depths: each adds to ``s
 - ``run``: ``statements``, and each job run as jobsup's worker runs it instead: its function
   looked up, its own context (its log, its cancel event, its progress writer), the call,
   the outcome (`jobsup.worker.execute`);
-- ``worker``: ``run``, and the worker loop's bookkeeping around each job (`Worker.run_batch`):
-  the lease keeper's begin and end (with the slot the supervisor reads), the start's
-  announcement, the settler's record and its write.
+- ``worker``: a `Worker`'s own claim and `Worker.run_batch`: ``run`` and the loop's
+  bookkeeping around each job (the lease keeper's begin and end, with the slot the
+  supervisor reads; the start's announcement; the timeout's lookup; the settler's record and
+  its write), its lease and settle threads not started.
 
 The loops run in processes forked from one that froze its heap, as a supervisor forks its
 workers, with the per-job metric samples summed as a worker sums them; ``--procs 2`` runs
 two, claiming from one queue. Left out, against a whole run (`../shared/bench/peers/`,
-``cpu_profile.py``): the lease and settle threads' ticks, the supervisor, the process
-title, a job's timeout lookup and tracing context, the claim's lock and span, the INFO line
-of each settle, metric files shared between processes, and each process's first batch.
+``cpu_profile.py``): the lease and settle threads' ticks, the supervisor, the INFO line of
+each settle, metric files shared between processes, and each process's first batch.
 Compare each depth with a peer's whole run in the same session (``cpu_profile.py --peer
 pgqueuer --n 20000 --procs 2 --batch-size 100``), round by round, as
 `tests/benchmarks/peers.md` says. A process's CPU is `time.process_time`; its backend's is
@@ -41,7 +41,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import traceback
 import uuid
@@ -107,6 +106,8 @@ def measure(depth: str, jobs: int, batch: int, procs: int) -> dict[str, float]:
         for loop in loops:
             loop.end()
         done = sum(int(result["jobs"]) for result in results)
+        if done + sum(int(result["warm"]) for result in results) != jobs:  # a claim failed and ended a loop early
+            sys.exit(f"the loops ran {done} jobs after their first batches, not all {jobs}: see the log above")
         cpu = sum(result["cpu"] for result in results)
         if after.keys() != before.keys():  # a backend's time would be missed
             sys.exit(f"the loops' backends changed during the run: {sorted(before)} then {sorted(after)}")
@@ -153,7 +154,7 @@ class Forked:
 
         loop = Loop(depth, Database(url, role="worker"), owner=f"floor:default#{index + 1}:{os.getpid()}")
         metrics.defer_job_samples()  # as `Worker.run`: the per-job samples summed, not written each
-        loop.round(batch)  # warm: the statements prepared, each path taken once
+        warm = loop.round(batch)  # warm: the statements prepared, each path taken once
         os.write(replies, b"ready\n")
         if os.read(orders, 1) != b"g":  # the parent is gone
             return
@@ -161,7 +162,7 @@ class Forked:
         while ran := loop.round(batch):
             done += ran
         cpu = time.process_time() - cpu
-        os.write(replies, (json.dumps({"cpu": cpu, "jobs": done}) + "\n").encode())
+        os.write(replies, (json.dumps({"cpu": cpu, "jobs": done, "warm": warm}) + "\n").encode())
         if os.read(orders, 1) == b"e":
             os._exit(0)
 
@@ -190,50 +191,34 @@ class Forked:
 
 
 class Loop:
-    """Claim a batch, run it to `depth`, settle it."""
+    """Claim a batch, run it to `depth`, settle it. The `worker` depth is a `Worker`'s own
+    claim and `run_batch`, its lease threads not started."""
 
     def __init__(self, depth: str, db: Any, owner: str) -> None:
         from jobsup.context import JobContext
         from jobsup.settings import load
-        from jobsup.store.store import Store
-        from jobsup.worker.lease import LeaseKeeper
-        from jobsup.worker.services import JobServices
-        from jobsup.worker.settler import Settler
+        from jobsup.worker.loop import Worker
         from jobsup.worker.slot import SlotTable
         from jobsup.worker.spec import WorkerSpec
-        from jobsup.worker.starts import Starts
         from jobsup.worker.stop import StopRequest
 
         self.depth, self.owner = depth, owner
-        store = Store(db, holds_leases=True)
-        self.transitions = store.transitions
-        self.services = JobServices(store)
+        spec = WorkerSpec(load(), "default", 1, owner, os.getppid())
+        self.worker = Worker(spec, db, StopRequest(), SlotTable(1, 1).slot(0), owner_lock=None)
+        self.transitions, self.services = self.worker.store.transitions, self.worker.services
         self.shared_context = JobContext(0, "floor-noop", "default", 1, 1, {}, None)
-        settings = load()
-        spec = WorkerSpec(settings, "default", 1, owner, os.getppid())
-        self.settler = Settler(
-            self.transitions, lease=settings.lease, label=spec.label, written=lambda jobs: self.keeper.drop(jobs)
-        )
-        self.keeper = LeaseKeeper(
-            spec,
-            self.transitions,
-            SlotTable(1, 1).slot(0),
-            StopRequest(),
-            self.settler,
-            ending=threading.Event(),
-            pooled=False,
-            end_now=lambda running, code: None,
-            title=lambda doing: None,
-            announce_starts=lambda: None,
-        )
-        self.starts = Starts(spec.label)
 
     def round(self, batch: int) -> int:
         from jobsup.store.rows import SUCCEEDED, Outcome
         from jobsup.worker.execute import Ran, call, outcome_of, prepare
         from jobsup.worker.lease import CancelEvent
 
-        claimed_at = time.monotonic()
+        if self.depth == "worker":
+            claimed_at = time.monotonic()
+            jobs = self.worker.claim(limit=batch)
+            if jobs:
+                self.worker.run_batch(jobs, claimed_at)
+            return len(jobs)
         claimed = self.transitions.claim("default", self.owner, limit=batch, lease=300.0)
         outcomes = []
         if self.depth == "statements":
@@ -243,30 +228,13 @@ class Loop:
                 started = time.monotonic()
                 noop(self.shared_context, json.loads(job.payload))
                 outcomes.append(Outcome(job.held, SUCCEEDED, seconds=time.monotonic() - started, worker="floor"))
-        elif self.depth == "run":
+        else:  # run
             for job in claimed:
                 started = time.monotonic()
                 prepared = prepare(job, CancelEvent(), self.services)
                 ran = prepared if isinstance(prepared, Ran) else call(job, prepared)
                 self.services.finished(job)
                 outcomes.append(outcome_of(job, ran, None, None, seconds=time.monotonic() - started, worker="floor"))
-        else:  # worker: as `Worker.run_batch` and `Worker.settle`
-            self.keeper.hold(claimed, claimed_at)
-            self.starts.batch()
-            for job in claimed:
-                running = self.keeper.begin(job, None)
-                assert running is not None
-                self.starts.announce(running)
-                prepared = prepare(job, running.cancelled, self.services)
-                ran = prepared if isinstance(prepared, Ran) else call(job, prepared)
-                running.returned = True
-                self.services.finished(job)
-                seconds = time.monotonic() - running.started
-                outcome = outcome_of(job, ran, running.reason, None, seconds=seconds, worker="floor")
-                self.keeper.end(running)
-                self.settler.add(job, outcome)
-            self.starts.announce_held()
-            self.settler.write_here()
         if outcomes:
             self.transitions.complete(outcomes)
         return len(claimed)
