@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import Fleeting, batches, bulks, claim_to_call, lost, rate_windows, retention
+from tests.chaos.checker import Fleeting, attempt_rows, batches, bulks, claim_to_call, lost, rate_windows, retention
 from tests.chaos.events import problems
 from tests.chaos.ledger import Ledger
 from tests.chaos.sidechannel import Run
@@ -60,6 +60,26 @@ def test_a_released_claim_counts_in_the_window_though_its_attempt_number_comes_a
     jobs = [rated(n, T0 + timedelta(seconds=0.1 + 0.1 * n)) for n in range(5)]
     jobs[0].attempts.insert(0, (1, "released", "owner", T0))
     assert [v.invariant for v in rate_windows([], ended(jobs))] == ["c:rate-window"]
+
+
+def test_an_attempt_missing_from_the_history_or_ended_twice_is_reported_a_released_one_is_not() -> None:
+    def job(status: str, *attempts: tuple[int, str | None]) -> JobRow:
+        row = rated(1, T0)
+        row.status, row.attempts = status, [(n, outcome, "owner", T0) for n, outcome in attempts]
+        return row
+
+    runs = [Run(1, 1, 1, "rated", 0.0), Run(1, 2, 1, "rated", 1.0)]
+    # Attempt 1 released (its number comes back), then failed; 2 under way on the job row.
+    kept = job("running", (1, "released"), (1, "failed"), (2, None))
+    assert attempt_rows(runs, ended([kept])) == []
+    assert attempt_rows(runs, ended([job("succeeded", (1, "failed"), (2, "succeeded"))])) == []
+    found = {
+        "k:run-without-attempt": job("pending", (1, "failed")),
+        "k:attempt-ended-twice": job("pending", (1, "failed"), (1, "lease_expired"), (2, "failed")),
+        "k:success-not-one-attempt": job("succeeded", (1, "succeeded"), (2, "failed")),
+    }
+    for invariant, end in found.items():
+        assert [v.invariant for v in attempt_rows(runs, ended([end]))] == [invariant]
 
 
 def test_a_batch_callback_enqueued_but_never_run_is_judged_not_a_crash(tmp_path: Path) -> None:

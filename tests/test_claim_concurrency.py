@@ -144,23 +144,28 @@ def test_sqlite_claim_skips_a_job_cancelled_between_read_and_update(sqlite_url: 
     assert client.get(job_id).history == ()  # type: ignore[union-attr]
 
 
-def test_a_failed_claim_uses_no_attempt(sqlite_url: str) -> None:
-    """The attempt count and the attempt row commit with the claim or not at all."""
+def test_an_attempt_row_that_cannot_be_written_leaves_its_job_running(sqlite_url: str) -> None:
+    """A job's end and its attempt's row commit together or not at all (on SQLite two
+    statements in one transaction): a refused row leaves the job running, its lease held."""
     from sqlalchemy import text
 
     client, _, db = _sqlite_parts(sqlite_url)
     job_id = client.enqueue("a")
-    with db.transaction() as conn:  # make the attempt insert fail inside the claim
+    (claimed,) = claim(client)
+    with db.transaction() as conn:  # make the attempt's row fail inside the settle
         conn.execute(
             text("CREATE TRIGGER refuse BEFORE INSERT ON jobsup_job_attempt BEGIN SELECT RAISE(ABORT, 'injected'); END")
         )
     with pytest.raises(jobsup.DatabaseError, match="injected"):
-        claim(client)
+        succeed(client, [claimed])
     stored = client.get(job_id)
-    assert stored is not None and (stored.status, stored.attempts, stored.lease_owner) == ("pending", 0, None)
+    assert stored is not None and (stored.status, stored.attempts, stored.lease_owner) == ("running", 1, "w1")
+    assert [(a.attempt, a.outcome) for a in stored.history] == [(1, None)]  # the one under way
     with db.transaction() as conn:
         conn.execute(text("DROP TRIGGER refuse"))
-    assert claim(client)[0].attempt == 1
+    assert succeed(client, [claimed]) == {job_id}
+    ended = client.get(job_id)
+    assert ended is not None and [(a.attempt, a.outcome) for a in ended.history] == [(1, "succeeded")]
 
 
 def test_claim_with_now_in_the_past_does_not_take_later_jobs(url: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import multiprocessing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +273,7 @@ def test_missing_schema_on_postgres_names_the_upgrade_command(pg_server: str) ->
 
 
 @pytest.mark.postgres
-def test_postgres_job_tables_vacuum_early_and_attempts_update_in_place(postgres_url: str) -> None:
+def test_postgres_job_tables_vacuum_early_and_attempts_fill_their_pages(postgres_url: str) -> None:
     db = Database(postgres_url)
     with db.read() as conn:
         options = dict(
@@ -281,4 +282,90 @@ def test_postgres_job_tables_vacuum_early_and_attempts_update_in_place(postgres_
     db.dispose()
     assert "autovacuum_vacuum_scale_factor=0.02" in options["jobsup_job"]
     assert "autovacuum_vacuum_scale_factor=0.02" in options["jobsup_job_attempt"]
-    assert "fillfactor=50" in options["jobsup_job_attempt"]  # room for its settle's HOT update (0017)
+    # An attempt's row is written once, when it ends (0018): no room is kept for an update (0017's).
+    assert not [option for option in options["jobsup_job_attempt"] if option.startswith("fillfactor")]
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.postgres),
+        pytest.param("mariadb", marks=pytest.mark.mariadb),
+    ]
+)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema yet, on each server."""
+    name = f"jobsup_empty_{tmp_path.name[-20:].replace('-', '_')}".lower()
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'jobsup.db'}"
+    elif request.param == "postgresql":
+        request.getfixturevalue("pg_server")
+        create_pg_database(name)
+        yield pg_url(name)
+        drop_pg_database(name)
+    else:
+        request.getfixturevalue("mariadb_server")
+        create_mariadb_database(name)
+        yield mariadb_database_url(name)
+        drop_mariadb_database(name)
+
+
+def _migrate(db: Database, revision: str, *, down: bool = False) -> None:
+    from alembic import command
+
+    config = migrate._config()
+    with db.engine.begin() as conn:
+        config.attributes["connection"] = conn
+        (command.downgrade if down else command.upgrade)(config, revision)
+
+
+def test_the_upgrade_to_0018_moves_each_running_attempt_onto_its_job_and_back(empty_url: str) -> None:
+    """Revision 0018: a running job's open attempt row becomes its job row's start and
+    progress (an attempt's row is written when it ends); the downgrade opens it again."""
+    db = Database(empty_url)
+    _migrate(db, "0017")
+    at, later = "2026-12-06 10:00:00", "2026-12-06 10:05:00"
+    with db.engine.begin() as conn:
+        for job_id, status, attempts, owner in ((1, "running", 2, "w1"), (2, "succeeded", 1, None)):
+            conn.execute(
+                text(
+                    "INSERT INTO jobsup_job (id, name, queue, priority, payload, status, run_at, attempts,"
+                    " max_attempts, lease_owner, created_at, updated_at) VALUES (:id, 'a', 'default', 0, '{}',"
+                    " :status, :at, :attempts, 3, :owner, :at, :at)"
+                ),
+                {
+                    "id": job_id,
+                    "status": status,
+                    "at": at,
+                    "attempts": attempts,
+                    "owner": owner,
+                },
+            )
+        attempt = (
+            "INSERT INTO jobsup_job_attempt (job_id, attempt, owner, started_at, finished_at, outcome, progress)"
+            " VALUES (:job, :attempt, 'w1', :started, :finished, :outcome, :progress)"
+        )
+        for row in (
+            {"job": 1, "attempt": 1, "started": at, "finished": at, "outcome": "failed", "progress": "0.2"},
+            {"job": 1, "attempt": 2, "started": later, "finished": None, "outcome": None, "progress": "0.5"},
+            {"job": 2, "attempt": 1, "started": at, "finished": at, "outcome": "succeeded", "progress": None},
+        ):
+            conn.execute(text(attempt), row)
+    _migrate(db, "0018")
+    client = jobsup.Client(empty_url)
+    running = client.get(1)
+    assert running is not None and running.progress == 0.5
+    assert [(a.attempt, a.outcome, a.progress) for a in running.history] == [(1, "failed", 0.2), (2, None, 0.5)]
+    assert running.history[1].started_at is not None and running.history[1].started_at.minute == 5
+    finished = client.get(2)
+    assert finished is not None and [(a.attempt, a.outcome) for a in finished.history] == [(1, "succeeded")]
+    with db.read() as conn:
+        assert conn.execute(text("SELECT COUNT(*) FROM jobsup_job_attempt WHERE finished_at IS NULL")).scalar_one() == 0
+    client.close()
+    _migrate(db, "0017", down=True)
+    with db.read() as conn:
+        reopened = conn.execute(
+            text("SELECT job_id, attempt, owner, progress FROM jobsup_job_attempt WHERE finished_at IS NULL")
+        ).all()
+    assert [tuple(row) for row in reopened] == [(1, 2, "w1", "0.5")]
+    db.dispose()

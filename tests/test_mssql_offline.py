@@ -75,7 +75,13 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
     ),
     "complete": (
         lambda t: t.complete([Outcome(HELD, SUCCEEDED, result='{"ok":1}')]),
-        ["result=:p_result OUTPUT inserted.id, inserted.status, inserted.workflow_id", "UPDATE jobsup_job_attempt"],
+        [
+            "result=:p_result OUTPUT inserted.id, inserted.status, inserted.workflow_id",
+            # The attempt's row, written once from the job row the first statement left.
+            "INSERT INTO jobsup_job_attempt (job_id, attempt, owner, started_at, finished_at, outcome, error, "
+            "traceback, progress) SELECT changed.id, changed.attempts, :p_owner",
+            "WHERE jobsup_job.id IN (:p_changed_1)) AS changed",
+        ],
         {"status": "succeeded", "p_result": '{"ok":1}', "p_outcome": "succeeded"},
     ),
     "fail": (
@@ -92,6 +98,7 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
         [
             "status=CASE WHEN (jobsup_job.cancel_requested_at IS NOT NULL)",
             "attempts=(jobsup_job.attempts - :attempts_1)",
+            "SELECT changed.id, changed.attempts + :attempts_1 AS anon_1",  # its row keeps the number it ran as
         ],
         {"p_outcome": "released"},
     ),
@@ -172,12 +179,12 @@ def test_firing_a_recurring_slot_compiles(db: OfflineDatabase) -> None:
     assert params["j_recurring_name"] == "nightly" and params["j_scheduled_slot"] == T0
 
 
-def test_the_claim_writes_the_attempt_rows_in_its_transaction(db: OfflineDatabase) -> None:
+def test_the_claim_is_one_statement_that_notes_the_attempts_start(db: OfflineDatabase) -> None:
     claimed = transitions(db).claim("default", "w", limit=1, lease=60.0)
     assert [job.id for job in claimed] == [7]
+    assert len(db.sql) == 1  # the attempt's row is written when it ends
     assert db.sql[0].startswith("UPDATE jobsup_job SET status=:status, attempts=(jobsup_job.attempts + :attempts_1)")
-    assert db.sql[1].startswith("INSERT INTO jobsup_job_attempt (job_id, attempt, owner, started_at)")
-    assert db.params[1]["a_job"] == 7 and db.params[1]["p_owner"] == "w"
+    assert "started_at=coalesce(:p_now, sysutcdatetime()), progress=:progress" in db.sql[0]
 
 
 def test_operator_reads_compile(db: OfflineDatabase) -> None:

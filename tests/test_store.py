@@ -460,3 +460,31 @@ def test_a_claimed_jobs_steps_are_those_needs_steps_finds(field: str | None) -> 
         values[field] = 7 if field.endswith("_id") else "x"
     built = claimed_job(list(values.values()))
     assert built.needs_steps is built.held.needs_steps is needs_steps(ClaimedJob(**values)) is (field is not None)
+
+
+def test_the_history_shows_the_attempt_under_way_once_though_its_row_lands_between_the_reads(
+    client: jobsup.Client,
+) -> None:
+    """`job_get` reads the job row, then the attempt rows: an attempt that ends in between is
+    in both (its row carries the start its job row had). So is the open row a worker of the
+    code before schema revision 0018 made at its claim, its job row's start left empty."""
+    from sqlalchemy import insert, update
+
+    job_id = client.enqueue("a")
+    (claimed,) = claim(client)
+    get = client.get(job_id)
+    assert get is not None and [(a.attempt, a.outcome, a.owner) for a in get.history] == [(1, None, "w1")]
+    started = get.history[0].started_at
+    with client.database.transaction() as conn:  # the row, as the attempt's end writes it
+        row = {"job_id": job_id, "attempt": 1, "owner": "w1", "started_at": started}
+        conn.execute(insert(job_attempt).values(**row, finished_at=started, outcome="succeeded"))
+    seen = client.get(job_id)
+    assert seen is not None and seen.status == "running"
+    assert [(a.attempt, a.outcome) for a in seen.history] == [(1, "succeeded")]
+    with client.database.transaction() as conn:  # an older worker's claim: an open row, no start
+        conn.execute(job_attempt.delete())
+        conn.execute(insert(job_attempt).values(**row))
+        conn.execute(update(job).where(job.c.id == job_id).values(started_at=None))
+    older = client.get(job_id)
+    assert older is not None and [(a.attempt, a.outcome, a.started_at) for a in older.history] == [(1, None, started)]
+    assert claimed.id == job_id

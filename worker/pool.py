@@ -1,7 +1,7 @@
 """Running several jobs of one worker at once (a queue's ``concurrency``): plain functions
 on a pool of threads, ``async def`` functions on the worker's event loop. Each job keeps
 everything it has when run alone (its lease, fenced on owner and attempt; its timeout and
-cancel event, enforced by the lease threads; its attempt row); the pool only runs the calls
+cancel event, enforced by the lease threads; its attempt's row when it ends); the pool only runs the calls
 and hands what they did back to the main thread, which settles them. A finished call pokes
 a pipe the main thread waits on with the rest of its wakeups.
 """

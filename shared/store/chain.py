@@ -1,9 +1,10 @@
-"""A compare-and-set and the write that depends on it (closing the job's open attempt row),
-prepared once and run as one unit.
+"""A compare-and-set and the write that depends on it (the ended attempt's row), prepared
+once and run as one unit.
 
 `Fused` is one statement: PostgreSQL's data-modifying CTEs make both writes atomic, so
-outside a transaction it needs no BEGIN and COMMIT. `Sequential` is two statements in the
-caller's transaction; the second finds the changed ids in the expanding `p_changed`. Each
+outside a transaction it needs no BEGIN and COMMIT, and the second reads the first's
+RETURNING. `Sequential` is two statements in the caller's transaction; the second reads the
+changed rows by their ids, in the expanding `p_changed`. Each
 dialect picks the kind it can do (`Dialect.chain`). Run alone (one parameter set, no steps),
 a `Fused` statement runs on the driver connection where nothing watches the statements
 (`Database.driver_run`), as the claim does: it is a worker's settle.
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, Row, Select, Update, bindparam, select
+from sqlalchemy import Connection, Insert, Row, Select, Update, bindparam, select
 
 if TYPE_CHECKING:
     from jobsup.store.dialects import Connections
@@ -65,10 +66,13 @@ class Fused:
     statement: Select[Any]
 
     @classmethod
-    def of(cls, first: Update, then: Callable[[Any], Update]) -> Fused:
-        changed = first.cte("changed")
-        id_column = next(iter(changed.c))
-        return cls(select(*changed.c).add_cte(then(select(id_column)).cte("followed")))
+    def of(cls, first: Update, then: Callable[[Any], Insert], reads: Sequence[Any] = ()) -> Fused:
+        """`then` reads the changed rows in the columns of `first`'s RETURNING and of
+        `reads`. The caller gets back only the RETURNING's: every column returned is read and
+        converted in Python for every row."""
+        changed = first.returning(*reads).cte("changed")
+        returned = list(changed.c)[: len(first.exported_columns)]  # `reads` come after
+        return cls(select(*returned).add_cte(then(changed).cte("followed")))
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         return conn.execute(self.statement, params).all()
@@ -95,11 +99,17 @@ class Fused:
 @dataclass(frozen=True)
 class Sequential:
     first: Returning
-    then: Update
+    then: Insert
 
     @classmethod
-    def of(cls, first: Returning, then: Callable[[Any], Update]) -> Sequential:
-        return cls(first, then(bindparam("p_changed", expanding=True)))
+    def of(
+        cls, first: Update, returning: Returning, then: Callable[[Any], Insert], reads: Sequence[Any] = ()
+    ) -> Sequential:
+        """`returning`: `first` as the dialect runs it. `then` reads the rows `first` changed,
+        as it left them, in the columns of its RETURNING and `reads` (what `Fused` hands over)."""
+        ids = first.table.c.id.in_(bindparam("p_changed", expanding=True))
+        changed = select(*first.exported_columns, *reads).where(ids).subquery("changed")
+        return cls(returning, then(changed))
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         rows = self.first.run(conn, params)

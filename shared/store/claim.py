@@ -16,15 +16,14 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Insert, and_, bindparam, insert, literal_column, or_, select, true
+from sqlalchemy import ColumnElement, and_, bindparam, literal_column, or_, select, true
 from sqlalchemy.sql.elements import UnaryExpression
-from sqlalchemy.sql.expression import FromClause
 from sqlalchemy.sql.operators import custom_op
 
 from jobsup.errors import DatabaseError
 from jobsup.observe.events import emit
 from jobsup.store.rows import STEP_FIELDS, ClaimedJob, Held, Lease
-from jobsup.store.schema import BREAKER_STATES, PENDING, RUNNING, STATUSES, breaker, job, job_attempt, queue_state
+from jobsup.store.schema import BREAKER_STATES, PENDING, RUNNING, STATUSES, breaker, job, queue_state
 
 # What a claim returns, in this order (see `jobsup.store.rows.ClaimedJob`), followed by the
 # due time, which each dialect returns in a form an odd stored value cannot break.
@@ -149,27 +148,10 @@ def claim_values(clock: ColumnElement[datetime], lease_expires_at: ColumnElement
         # A request to cancel an attempt that has ended (the job reopened by a workflow retry,
         # or retried from the dead letters) is not this attempt's.
         "cancel_requested_at": None,
+        # The attempt starts: its row is written when it ends (`Statements.write_attempts`).
+        "started_at": clock,
+        "progress": None,
     }
-
-
-def open_attempts(claimed: FromClause, now: ColumnElement[datetime]) -> Insert:
-    """INSERT the attempt rows of the jobs in `claimed` (a CTE or VALUES with CLAIM_COLUMNS)."""
-    return insert(job_attempt).from_select(
-        ["job_id", "attempt", "owner", "started_at"],
-        select(claimed.c.id, claimed.c.attempts, claimed.c.lease_owner, now),
-    )
-
-
-def open_attempt_rows(now: ColumnElement[datetime]) -> Insert:
-    """INSERT one attempt row per parameter set of `attempt_rows` (dialects that cannot
-    write them in the claim's own statement run this second, in its transaction)."""
-    return insert(job_attempt).values(
-        job_id=bindparam("a_job"), attempt=bindparam("a_attempt"), owner=bindparam("p_owner"), started_at=now
-    )
-
-
-def attempt_rows(rows: Any, params: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{**params, "a_job": row.id, "a_attempt": row.attempts} for row in rows]
 
 
 def claim_rounds(

@@ -1,38 +1,32 @@
-"""A running job's progress (`ctx.set_progress`): written by its worker onto the row of the
-attempt that reported it, only while that attempt has not ended (an ended attempt keeps what
-it had), and read with the job's history (`Reads.job_get`)."""
+"""A running job's progress (`ctx.set_progress`): written by its worker onto its job's row,
+only while the attempt that reported it runs; the attempt's row takes it when the attempt
+ends (`Statements.write_attempts`), and keeps it. Read with the job's history
+(`Reads.job_get`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-from sqlalchemy import bindparam, update
+from typing import TYPE_CHECKING
 
 from jobsup.store.database import Database
-from jobsup.store.schema import job_attempt
 
-_WRITE = (
-    update(job_attempt)
-    .where(
-        job_attempt.c.job_id == bindparam("p_job"),
-        job_attempt.c.attempt == bindparam("p_attempt"),
-        job_attempt.c.finished_at.is_(None),
-    )
-    .values(progress=bindparam("p_progress"))
-)
+if TYPE_CHECKING:
+    from jobsup.store.statements import Statements
 
 
 class Progress:
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, db: Database, sql: Statements) -> None:
+        self.db, self.sql = db, sql
 
     def write(self, reports: Mapping[tuple[int, int], str]) -> None:
         """Store each attempt's latest report, by (job id, attempt), as JSON text, in one
         transaction."""
         if reports:
+            # In id order, as a renewal and a settle lock job rows (`fences.py`): two
+            # transactions that lock several rows each in one order cannot deadlock.
             rows = [
                 {"p_job": job_id, "p_attempt": attempt, "p_progress": text}
-                for (job_id, attempt), text in reports.items()
+                for (job_id, attempt), text in sorted(reports.items())
             ]
             with self.db.transaction("joblog") as conn:
-                conn.execute(_WRITE, rows)
+                conn.execute(self.sql.write_progress, rows)

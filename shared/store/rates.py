@@ -146,9 +146,9 @@ def admit_claimed(conn: Connection, change: Change) -> None:
         for row in rows:
             later = window.place(now, turns.get(row.id))
             if later is None:
-                conn.execute(t.sql.restart_claimed_attempt, {"p_job": row.id, "p_attempt": row.attempts, "p_at": now})
+                conn.execute(t.sql.restart_claimed_attempt, {"p_job": row.id, "p_at": now})
                 continue
+            # Its attempt never ran: it leaves no row (one is written when an attempt ends).
             conn.execute(t.sql.put_back_for_rate, {"p_job": row.id, "p_owner": row.lease_owner, "p_turn": later})
-            conn.execute(t.sql.drop_claimed_attempt, {"p_job": row.id, "p_attempt": row.attempts})
             change.dropped[row.id] = later
         window.save(conn)

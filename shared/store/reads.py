@@ -48,6 +48,11 @@ class Reads:
             )
             for a in attempts
         )
+        if row.status == RUNNING and not _written(attempts, row):  # its row is written when it ends
+            running = Attempt(
+                row.attempts, None, row.lease_owner, row.started_at, None, None, decode_stored(row.progress)
+            )
+            history = (*history, running)
         return _job(row, history, sensitive.get(row.name, frozenset()), reruns)
 
     def job_list(
@@ -172,14 +177,16 @@ class Reads:
         the first of their attempts started, and when the last succeeded one finished."""
         of_queue = and_(job.c.queue == queue, job.c.id.between(first_id, last_id))
         finished = select(func.count(), func.max(job.c.finished_at)).where(of_queue, status_is(SUCCEEDED))
-        started = (
+        ended = (
             select(func.min(job_attempt.c.started_at))
             .select_from(job_attempt.join(job, job_attempt.c.job_id == job.c.id))
             .where(of_queue)
         )
+        latest = select(func.min(job.c.started_at)).where(of_queue)  # an attempt under way has no row yet
         with self.db.read("inspect") as conn:
             succeeded, last_finish = conn.execute(finished).one()
-            first_start = conn.execute(started).scalar_one()
+            starts = [conn.execute(ended).scalar_one(), conn.execute(latest).scalar_one()]
+        first_start = min((start for start in starts if start is not None), default=None)
         return int(succeeded), first_start, last_finish
 
 
@@ -216,6 +223,19 @@ def finished_statement(
     if since is not None:
         stmt = stmt.where(job.c.finished_at >= since)
     return stmt
+
+
+def _written(attempts: Sequence[Any], job_row: Any) -> bool:
+    """Whether the attempt `job_row` has under way is among `attempts` already: it ended
+    between the two reads (its row holds the start the job row holds), or its worker ran code
+    from before schema revision 0018, which opened its row at the claim and left the job
+    row's start empty."""
+    return any(
+        a.attempt == job_row.attempts
+        and a.owner == job_row.lease_owner
+        and (a.started_at == job_row.started_at or (job_row.started_at is None and a.finished_at is None))
+        for a in attempts
+    )
 
 
 def jobs_of(conn: Any, rows: Sequence[Any]) -> list[Job]:

@@ -35,7 +35,7 @@ FINISHED_STATUSES = (SUCCEEDED, DEAD_LETTERED, CANCELLED)
 OUTCOMES = ("succeeded", "failed", "timed_out", "lease_expired", "released", "cancelled")
 
 # Bumped with every Alembic revision; a test checks it equals the migrations' head.
-SCHEMA_REVISION = "0017"
+SCHEMA_REVISION = "0018"
 VERSION_TABLE = "jobsup_alembic_version"
 
 metadata = MetaData()
@@ -94,12 +94,13 @@ job = Table(
     # An operator cancelled it while it ran: its end, when its worker writes it, is `cancelled`.
     Column("cancel_requested_at", UTCDateTime),
     Column("rerun_of", BigInteger),  # the finished job it was made again from (`jobsup jobs rerun`)
+    Column("started_at", UTCDateTime),  # the attempt under way (or the last); its row is written at its end
+    Column("progress", LongText),  # JSON: what it last reported (`ctx.set_progress`)
     # SQLite would otherwise hand the id of a purged newest job to the next one.
     sqlite_autoincrement=True,
 )
 
-# A surrogate key rather than (job_id, attempt): a released attempt does not count, so the
-# next claim reuses its number, and both rows belong in the history.
+# A row per ended attempt (`write_attempts`); a surrogate key: a release's number comes back.
 job_attempt = Table(
     "jobsup_job_attempt",
     metadata,

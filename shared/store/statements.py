@@ -1,10 +1,11 @@
 """The SQL of every transition, written once, dialect-neutral, and built once per dialect.
 
 Each transition out of `running` is a compare-and-set fenced on the lease (`fence`): still
-held by the bound owner `p_owner`, at the bound attempts. Its second half closes the job's
-open attempt row (`close_attempts`); the dialect decides how the two are made one unit
-(`jobsup.store.chain`). Statements take the clock as bound parameters (`Dialect.clock`), so
-a statement is compiled once and a test can fix the instant.
+held by the bound owner `p_owner`, at the bound attempts. Its second half writes the
+attempt's row (`write_attempts`) from what the first left on the job row; the dialect
+decides how the two are made one unit (`jobsup.store.chain`). Statements take the clock as
+bound parameters (`Dialect.clock`), so a statement is compiled once and a test can fix the
+instant.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sqlalchemy import (
     bindparam,
     case,
     func,
+    insert,
     null,
     or_,
     select,
@@ -52,6 +54,9 @@ CANCEL_REQUESTED = job.c.cancel_requested_at.is_not(None)
 # What an event of a settled job says of it (`jobsup.events.publishing`), returned by the
 # settle itself so that building the event reads nothing again.
 EVENT_COLUMNS = (job.c.queue, job.c.attempts, job.c.actor)
+# What the attempt's row is written from, beside what the transition that ends it returns
+# (`write_attempts`; its caller does not get them back).
+ATTEMPT_COLUMNS = (job.c.started_at, job.c.progress)
 
 
 class Statements(StepStatements):
@@ -89,17 +94,26 @@ class Statements(StepStatements):
             raise ValueError("one fenced write covers the leases of one owner")
         return {"p_owner": owners.pop(), **self.dialect.lease_params(leases, results)}
 
-    def close_attempts(self, job_ids: Any) -> Update:
-        """The second half of every transition out of `running`: close the job's open attempt."""
-        return (
-            update(job_attempt)
-            .where(job_attempt.c.job_id.in_(job_ids), job_attempt.c.finished_at.is_(None))
-            .values(
-                finished_at=self.dialect.clock(),
-                outcome=bindparam("p_outcome"),
-                error=bindparam("p_error"),
-                traceback=bindparam("p_traceback", None),  # given by `fail` only: the others keep none
-            )
+    def write_attempts(self, ended: Any, *, released: bool = False) -> Insert:
+        """The second half of every transition out of `running`: write the attempt's row.
+        `ended` holds the changed job rows as the first half left them (their start and
+        progress untouched); a release gave its attempt back (`attempts - 1`), so its row
+        carries the number it ran as."""
+        clock, row = self.dialect.clock(), job_attempt.c
+        # Typed: a parameter in a SELECT list has no column to take its type from.
+        return insert(job_attempt).from_select(
+            ["job_id", "attempt", "owner", "started_at", "finished_at", "outcome", "error", "traceback", "progress"],
+            select(
+                ended.c.id,
+                ended.c.attempts + 1 if released else ended.c.attempts,
+                bindparam("p_owner", type_=row.owner.type),  # the fence's: the owner whose lease ended
+                func.coalesce(ended.c.started_at, clock),  # (a row claimed before it had a start)
+                clock,
+                bindparam("p_outcome", type_=row.outcome.type),
+                bindparam("p_error", type_=row.error.type),
+                bindparam("p_traceback", None, type_=row.traceback.type),  # `fail`'s only: the others keep none
+                ended.c.progress,
+            ),
         )
 
     # -- enqueue -----------------------------------------------------------------------------
@@ -167,7 +181,7 @@ class Statements(StepStatements):
             )
             .returning(job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS)
         )
-        return self.dialect.chain(first, self.close_attempts)
+        return self.dialect.chain(first, self.write_attempts, ATTEMPT_COLUMNS)
 
     def _fail(self, *, expired_only: bool) -> Chain:
         clock = self.dialect.clock()
@@ -186,10 +200,16 @@ class Statements(StepStatements):
                 lease_expires_at=None,
             )
             .returning(
-                job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS, job.c.last_error, job.c.run_at
+                job.c.id,
+                job.c.status,
+                *STEP_COLUMNS,
+                job.c.name,
+                *EVENT_COLUMNS,
+                job.c.last_error,
+                job.c.run_at,
             )
         )
-        return self.dialect.chain(first, self.close_attempts)
+        return self.dialect.chain(first, self.write_attempts, ATTEMPT_COLUMNS)
 
     @cached_property
     def fail(self) -> Chain:
@@ -215,7 +235,7 @@ class Statements(StepStatements):
             )
             .returning(job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS)
         )
-        return self.dialect.chain(first, self.close_attempts)
+        return self.dialect.chain(first, lambda ended: self.write_attempts(ended, released=True), ATTEMPT_COLUMNS)
 
     @cached_property
     def release(self) -> Chain:
@@ -225,6 +245,16 @@ class Statements(StepStatements):
     def release_expired(self) -> Chain:
         """`release` that also requires the lease to have lapsed (the sweep's)."""
         return self._release(expired_only=True)
+
+    @cached_property
+    def write_progress(self) -> Update:
+        """A running attempt's latest progress report (`jobsup.store.progress`), on its job's
+        row while that attempt runs: its row, written when it ends, takes it from there."""
+        return (
+            update(job)
+            .where(job.c.id == bindparam("p_job"), job.c.attempts == bindparam("p_attempt"), status_is(RUNNING))
+            .values(progress=bindparam("p_progress"))
+        )
 
     # -- the sweep -----------------------------------------------------------------------------
 
@@ -241,18 +271,10 @@ class Statements(StepStatements):
 
     @cached_property
     def lapsed_of(self) -> Select[Any]:
-        """One owner's lapsed leases, each with the time of the claim that took it (its open
+        """One owner's lapsed leases, each with the time of the claim that took it (its
         attempt's start), in the order the owner runs them."""
-        attempt = job_attempt.alias("open_attempt")
-        opened = and_(
-            attempt.c.job_id == job.c.id, attempt.c.attempt == job.c.attempts, attempt.c.finished_at.is_(None)
-        )
-        claimed = func.coalesce(attempt.c.started_at, job.c.updated_at).label("started_at")
-        return (
-            self.held_by.add_columns(claimed)
-            .select_from(job.outerjoin(attempt, opened))
-            .where(job.c.lease_expires_at < self.dialect.clock())
-        )
+        claimed = func.coalesce(job.c.started_at, job.c.updated_at).label("started_at")
+        return self.held_by.add_columns(claimed).where(job.c.lease_expires_at < self.dialect.clock())
 
     @cached_property
     def held_by(self) -> Select[Any]:
@@ -269,9 +291,10 @@ class Statements(StepStatements):
         """Waiting and pending jobs end `cancelled` at once; a running job is only marked
         (`cancel_requested_at`): it keeps its lease and all it holds (a key's slot, its place
         as a probe, its workflow step unfinished) while its function may still run, and its
-        end, whoever writes it, is `cancelled` (`fail`, `release`). So no attempt is closed
-        here: only a running job has one open. (A cancel that waited on the lock of a claim
-        committing sees the row as claimed, running, and marks it.)"""
+        end, whoever writes it, is `cancelled` (`fail`, `release`), with its attempt's row. So
+        no attempt's row is written here: only a running job has an attempt under way. (A
+        cancel that waited on the lock of a claim committing sees the row as claimed, running,
+        and marks it.)"""
         clock = self.dialect.clock()
         running = status_is(RUNNING)
         first = (

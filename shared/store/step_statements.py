@@ -7,11 +7,11 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Delete, Integer, Select, Update, bindparam, delete, func, select, update
+from sqlalchemy import Integer, Select, Update, bindparam, func, select, update
 
 from jobsup.store.chain import Returning
 from jobsup.store.claim import status_is
-from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, WAITING, job, job_attempt, job_dependency
+from jobsup.store.schema import CANCELLED, DEAD_LETTERED, PENDING, RUNNING, WAITING, job, job_dependency
 
 # What the in-transaction steps of a job that finished need to know of it (`jobsup.store.steps.after_finish`).
 # (and `jobsup.store.concurrency_keys`: a concurrency key's slot, held unless it waits with no dependency).
@@ -81,31 +81,15 @@ class StepStatements:
                 lease_expires_at=None,
                 run_at=bindparam("p_turn"),
                 rate_turn=bindparam("p_turn"),
+                started_at=None,  # the attempt never ran
             )
         )
 
     @cached_property
     def restart_claimed_attempt(self) -> Update:
-        """The attempt row that claim opened starts when its window let it (`p_at`)."""
-        return (
-            update(job_attempt)
-            .where(
-                job_attempt.c.job_id == bindparam("p_job"),
-                job_attempt.c.attempt == bindparam("p_attempt"),
-                job_attempt.c.finished_at.is_(None),
-            )
-            .values(started_at=bindparam("p_at"))
-        )
-
-    @cached_property
-    def drop_claimed_attempt(self) -> Delete:
-        """The attempt row that claim opened: it never ran. (Open only: a released attempt
-        left a closed row of the same number.)"""
-        return delete(job_attempt).where(
-            job_attempt.c.job_id == bindparam("p_job"),
-            job_attempt.c.attempt == bindparam("p_attempt"),
-            job_attempt.c.finished_at.is_(None),
-        )
+        """The attempt that claim began starts when its window let it (`p_at`), in the
+        same transaction."""
+        return update(job).where(job.c.id == bindparam("p_job")).values(started_at=bindparam("p_at"))
 
     # -- workflow steps waiting on their dependencies (`jobsup.store.workflows`) ----------
 

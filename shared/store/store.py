@@ -46,7 +46,7 @@ class Store:
         self.processes = ProcessTable(db)
         self.workflows, self.batches = self.transitions.workflows, self.transitions.batches
         self.logs = JobLogs(db)
-        self.progress = Progress(db)
+        self.progress = Progress(db, self.transitions.sql)
         self.sealed = SealedRows(db, self.transitions.sql)
         self.audit = Audit(db)
         self.outbox = Outbox(db, self.audit)

@@ -4,8 +4,9 @@ of a claim-and-settle loop, with its backends', to four depths: each adds to ``s
 (docs/explanation/performance.md, "Where claim batch 100 stands").
 
 - ``statements``: claim 100 jobs and settle them as succeeded through `Transitions`, the
-  statements a worker runs (the claim that opens an attempt row, the settle that closes it,
-  fenced on the lease's owner and attempt, each job's result in its row), and nothing else;
+  statements a worker runs (the claim, which notes each attempt's start on its job row; the
+  settle, fenced on the lease's owner and attempt, each job's result in its row and each
+  attempt's row written), and nothing else;
 - ``bare``: ``statements``, and each job's payload decoded and its function called with one
   context made for all, its outcome recorded: calling a Python function per job at the
   least, whatever the runner;

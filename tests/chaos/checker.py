@@ -64,6 +64,7 @@ def check(
     found += triggers(runs, ledger, end)
     found += stuck(end, unmoved)
     found += lost(runs, ledger, end)
+    found += attempt_rows(runs, end)
     found += bulks(ledger, end)
     found += retention(runs, ledger, end, fleeting or Fleeting())
     found += secrets(runs, end, texts, marker)
@@ -126,7 +127,7 @@ def key_limits(runs: list[Run]) -> list[Violation]:
 def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
     """(c) A window counts a start at the claim (docs/how-to/rate-limits.md: it holds for the claims; a call
     follows its claim by the claim's commit and the worker's scheduling delay). So: never
-    more claims in any window of the period than the limit, read from the attempt rows, whose
+    more claims in any window of the period than the limit, read from the attempts, whose
     `started_at` is the instant the window recorded (the database's clock); and no call kept
     waiting behind another job of its worker after its claim (a batch's job waiting behind a
     slow one did, before claim batches of rate-limited queues became one job: it ran beside
@@ -140,7 +141,7 @@ def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
     after another too, and would need a check of their own."""
     found = []
     for name, (limit, per) in RATES.items():
-        # Every claim, a released one too: its attempt row stays, closed, and the window
+        # Every claim, a released one too: its attempt's row stays, and the window
         # counted it; a later claim of the job may carry the same attempt number.
         claimed_at: dict[tuple[int, int], list[float]] = defaultdict(list)
         for job in end.jobs.values():
@@ -461,6 +462,40 @@ def lost(runs: list[Run], ledger: Ledger, end: EndState) -> list[Violation]:
                     "g:success-never-ran",
                     AT_END,
                     f"job {job.id} ({job.name}) succeeded but no run of it returned",
+                    {job.id},
+                )
+            )
+    return found
+
+
+def attempt_rows(runs: list[Run], end: EndState) -> list[Violation]:
+    """(k) the history is every attempt once: each run of a job is an attempt the job's
+    history holds (a row written when the attempt ended, or the attempt under way on the job
+    row), no attempt ended twice (its number may come back only after a release, which does
+    not count), and a job that succeeded ended exactly one attempt so, its last."""
+    found = []
+    ran: dict[int, set[int]] = defaultdict(set)
+    for run in runs:
+        ran[run.job].add(run.attempt)
+    for job in end.jobs.values():
+        numbers = {attempt for attempt, _, _, _ in job.attempts}
+        if missing := sorted(ran.get(job.id, set()) - numbers):
+            found.append(
+                Violation("k:run-without-attempt", AT_END, f"job {job.id} ran as attempts {missing}: no row", {job.id})
+            )
+        ended = [(attempt, outcome) for attempt, outcome, _, _ in job.attempts if outcome not in (None, "released")]
+        twice = sorted({attempt for attempt, _ in ended if [a for a, _ in ended].count(attempt) > 1})
+        if twice:
+            found.append(
+                Violation("k:attempt-ended-twice", AT_END, f"job {job.id}: attempts {twice} ended twice", {job.id})
+            )
+        succeeded = [attempt for attempt, outcome in ended if outcome == "succeeded"]
+        if job.status == "succeeded" and (len(succeeded) != 1 or ended[-1][1] != "succeeded"):
+            found.append(
+                Violation(
+                    "k:success-not-one-attempt",
+                    AT_END,
+                    f"job {job.id} succeeded, its ended attempts say {ended}",
                     {job.id},
                 )
             )

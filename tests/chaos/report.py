@@ -42,7 +42,8 @@ def lines(found: list[Violation], runs: list[Run], ledger: Ledger, end: EndState
                 )
                 for attempt, outcome, owner, started in row.attempts:
                     at = started.timestamp() - t0 if started is not None else float("nan")
-                    out.append(f"    attempt row {attempt} {outcome} owner={owner} started_at={at:.2f}s")
+                    kind = "attempt row" if outcome is not None else "attempt under way (job row)"
+                    out.append(f"    {kind} {attempt} {outcome} owner={owner} started_at={at:.2f}s")
             for run in by_job.get(job_id, []):
                 died = [k for k in kills if k.pid == run.pid and run.end is None and run.start <= k.at <= run.until + 5]
                 out.append("    " + run.describe(t0) + (f" [{died[0].what} at {died[0].at - t0:.2f}s]" if died else ""))

@@ -67,6 +67,10 @@ def read(client: jobsup.Client) -> EndState:
         for row in conn.execute(select(attempt).order_by(attempt.c.job_id, attempt.c.attempt, attempt.c.id)):
             if row.job_id in jobs:
                 jobs[row.job_id].attempts.append((row.attempt, row.outcome, row.owner, row.started_at))
+        # An attempt under way has no row yet (it is written when the attempt ends): its job's.
+        running = select(job.c.id, job.c.attempts, job.c.lease_owner, job.c.started_at).where(job.c.status == "running")
+        for row in conn.execute(running):
+            jobs[row.id].attempts.append((row.attempts, None, row.lease_owner, row.started_at))
         deps: dict[int, list[int]] = {}
         for row in conn.execute(select(schema.job_dependency)):
             deps.setdefault(row.job_id, []).append(row.depends_on)

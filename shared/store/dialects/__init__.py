@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Engine, Row, Select, Table, Update
+from sqlalchemy import ColumnElement, Connection, Engine, Insert, Row, Select, Table, Update
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
@@ -153,7 +153,7 @@ class Dialect(Protocol):
 
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         """Take up to `p_limit` claimable jobs (see `jobsup.store.claim`): mark them running
-        under `p_owner`'s lease, count the attempt and open its attempt row, and run `after`
+        under `p_owner`'s lease, count the attempt and note its start, and run `after`
         on the claimed rows, all or nothing. Returns the claimed rows `after` kept (it may
         put some back): `CLAIM_COLUMNS`, then the due time, in claim order (read by position:
         a claim run as `DriverText` returns tuples)."""
@@ -164,9 +164,11 @@ class Dialect(Protocol):
         one, else an emulation that needs a transaction (`Returning.single` is then False;
         see `jobsup.store.dialects.returning`)."""
 
-    def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
+    def chain(self, first: Update, then: Callable[[Any], Insert], reads: Sequence[Any] = ()) -> Chain:
         """Prepare, once, a compare-and-set `first` (an UPDATE with RETURNING whose first
-        column is the job id) and the write `then(ids)` that depends on it."""
+        column is the job id) and the write `then(changed)` that depends on it (`changed`:
+        the rows `first` changed, as it left them, with its RETURNING's columns and those of
+        `reads`; the caller gets back only the RETURNING's)."""
 
     def insert_jobs(
         self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]

@@ -34,8 +34,8 @@ class NativeReturning:
 class SequentialChain:
     """Two dependent writes as two statements in one transaction (no data-modifying CTEs)."""
 
-    def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
-        return Sequential.of(self.returning(first), then)  # type: ignore[attr-defined]
+    def chain(self, first: Update, then: Callable[[Any], Insert], reads: Sequence[Any] = ()) -> Chain:
+        return Sequential.of(first, self.returning(first), then, reads)  # type: ignore[attr-defined]
 
 
 class RowByRowInsert:

@@ -13,9 +13,9 @@ Quirks and limits:
   and the live-only unique key is a unique index on a generated column that is NULL for
   jobs no longer live (migrations 0001 and 0006; `mariadb_schema` is that shape as a
   model). Finished rows sit in these indexes, in another status range than the claim seeks.
-- No UPDATE ... RETURNING: the claim is a transaction of four statements: the candidates
-  SELECTed ... FOR UPDATE SKIP LOCKED in claim order, an UPDATE of those ids, a SELECT of
-  what the claim returns, and the attempt rows' INSERT. The other compare-and-sets run
+- No UPDATE ... RETURNING: the claim is a transaction of three statements: the candidates
+  SELECTed ... FOR UPDATE SKIP LOCKED in claim order, an UPDATE of those ids, and a SELECT
+  of what the claim returns. The other compare-and-sets run
   through the store's emulation of RETURNING (a locking SELECT, the UPDATE, a SELECT).
 - SKIP LOCKED came with MariaDB 10.6, and descending index columns with 10.8 (before it
   DESC in an index is parsed and ignored, so the claim's ORDER BY priority DESC would sort
@@ -50,7 +50,6 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
-    Insert,
     Integer,
     Row,
     Select,
@@ -80,7 +79,7 @@ from jobsup.errors import (
     SchemaOutdated,
     UnsupportedDatabase,
 )
-from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
+from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, SequentialChain
 from jobsup.store.dialects.fences import RowValueFence
@@ -243,10 +242,6 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
         claimed = job.c.id.in_(bindparam("p_ids", expanding=True))
         return select(*CLAIM_COLUMNS, job.c.run_at.label("due_at")).where(claimed)
 
-    @cached_property
-    def open_attempts_statement(self) -> Insert:
-        return open_attempt_rows(self.clock())
-
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         with db.transaction("claim") as conn:
             ids = list(conn.execute(self.candidates_statement, params).scalars())
@@ -258,7 +253,6 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             rows: Sequence[Row[Any]] = sorted(
                 conn.execute(self.claimed_statement, {"p_ids": ids}).all(), key=lambda row: position[row.id]
             )
-            conn.execute(self.open_attempts_statement, attempt_rows(rows, dict(params)))
             if after is not None:
                 rows = after(conn, rows)
         return rows

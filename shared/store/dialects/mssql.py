@@ -3,9 +3,8 @@ checked offline (compiled statements and generated DDL), and that is all it has 
 
 Quirks and limits:
 - The claim updates the rows a subquery selects WITH (UPDLOCK, READPAST, ROWLOCK) with TOP
-  and ORDER BY (which a bare UPDATE TOP cannot honour), returns them with OUTPUT, and
-  inserts their attempt rows as a second statement in the same transaction. Both are built
-  from the shared claim predicate (`jobsup.store.claim`), like every other dialect's.
+  and ORDER BY (which a bare UPDATE TOP cannot honour) and returns them with OUTPUT. It is
+  built from the shared claim predicate (`jobsup.store.claim`), like every other dialect's.
 - READPAST is refused under SNAPSHOT isolation, so the engine runs READ COMMITTED.
 - A unique index treats NULLs as equal here, so the unique indexes are filtered to
   non-null keys (on every dialect, for one schema).
@@ -17,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import datetime
-from functools import cached_property
 from typing import Any
 
 from sqlalchemy import (
@@ -25,7 +23,6 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
-    Insert,
     Select,
     Table,
     Update,
@@ -43,7 +40,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
 from jobsup.errors import DatabaseError, DatabaseUnavailable, LockBusy, SchemaOutdated, UnsupportedDatabase
-from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, attempt_rows, claim_values, claimable, open_attempt_rows
+from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import (
     FilteredKeyIndex,
@@ -125,16 +122,11 @@ class SQLServerDialect(
             .returning(*CLAIM_COLUMNS, job.c.run_at.label("due_at"), job.c.priority)
         )
 
-    @cached_property
-    def open_attempts_statement(self) -> Insert:
-        return open_attempt_rows(self.clock())
-
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         with db.transaction("claim") as conn:
             claimed = conn.execute(self.claim_statement(params["p_limit"]), params).all()
             if not claimed:
                 return []
-            conn.execute(self.open_attempts_statement, attempt_rows(claimed, dict(params)))
             if after is not None:
                 claimed = after(conn, claimed)
         return sorted(claimed, key=lambda row: (-row.priority, row.due_at, row.id))

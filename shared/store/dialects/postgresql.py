@@ -2,13 +2,13 @@
 
 Quirks and limits:
 - The claim is one statement: the candidates are selected FOR UPDATE SKIP LOCKED in a CTE
-  (so the planner cannot update more rows than the limit), updated, and their attempt rows
-  inserted, in one round trip. Single statements run in autocommit: BEGIN and COMMIT would
-  triple the round trips of the hot path.
-- Two dependent writes (a job and its attempt row) are one statement too: data-modifying
-  CTEs make them atomic without a transaction block. Such a statement reads every table
-  from one snapshot taken when it started, so a transition that may wait on a row lock
-  held by a claim (a cancel) runs its two writes as two statements instead.
+  (so the planner cannot update more rows than the limit) and updated, in one round trip.
+  Single statements run in autocommit: BEGIN and COMMIT would triple the round trips of the
+  hot path.
+- Two dependent writes (a job's end and its attempt's row) are one statement too:
+  data-modifying CTEs make them atomic without a transaction block. The second reads the
+  first's RETURNING, not the table: a statement reads every table from one snapshot taken
+  when it started, which a row lock waited on (a progress report's) would leave behind.
 - Many jobs are inserted from one array per column through ``unnest``, and the insert
   NOTIFYs in the same statement, so a plain enqueue is one round trip in autocommit
   (`jobsup.store.dialects.pginsert`).
@@ -37,6 +37,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
+    Insert,
     Integer,
     Interval,
     Select,
@@ -57,7 +58,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, LockBusy, SchemaOutdated
 from jobsup.store.chain import Chain, Fused
-from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, open_attempts
+from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import (
     FilteredKeyIndex,
@@ -210,7 +211,7 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
         due_at = case((func.isfinite(claimed.c.run_at), claimed.c.run_at), else_=null()).label("due_at")
         returned = [*(claimed.c[column.name] for column in CLAIM_COLUMNS), due_at]
         order = (claimed.c.priority.desc(), claimed.c.run_at, claimed.c.id)
-        return select(*returned).add_cte(open_attempts(claimed, clock).cte("opened")).order_by(*order)
+        return select(*returned).order_by(*order)
 
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         if after is None:  # on the driver where it may: an idle worker's wake-up paid 0.6 ms of Python
@@ -223,9 +224,9 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
     def claim_text(self) -> DriverText:
         return DriverText.of(self.claim_statement)
 
-    def chain(self, first: Update, then: Callable[[Any], Update]) -> Chain:
+    def chain(self, first: Update, then: Callable[[Any], Insert], reads: Sequence[Any] = ()) -> Chain:
         """Both writes in one statement: data-modifying CTEs make them atomic."""
-        return Fused.of(first, then)
+        return Fused.of(first, then, reads)
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
         # Delivered when the enqueue commits (with the caller's transaction, if it is theirs).

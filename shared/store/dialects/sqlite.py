@@ -45,7 +45,6 @@ from sqlalchemy import (
     Connection,
     Engine,
     Float,
-    Insert,
     Integer,
     Row,
     Select,
@@ -67,10 +66,8 @@ from jobsup.errors import DatabaseError, DatabaseUnavailable, SchemaOutdated
 from jobsup.store.claim import (
     CLAIM_COLUMNS,
     CLAIM_ORDER,
-    attempt_rows,
     claim_values,
     claimable,
-    open_attempt_rows,
 )
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import (
@@ -265,21 +262,16 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
             .returning(*CLAIM_COLUMNS, job.c.run_at.label("due_at"))  # an unreadable run_at reads as None
         )
 
-    @cached_property
-    def open_attempts_statement(self) -> Insert:
-        return open_attempt_rows(self.clock())
-
     def claim_update(
         self, db: Connections, ids: list[int], params: Mapping[str, Any], after: AfterClaim | None
     ) -> Sequence[Row[Any]]:
         """The write half: rechecks every condition of the read, so a row that changed
-        since is skipped, and opens the attempt rows in the same transaction."""
+        since is skipped."""
         with db.transaction("claim") as conn:
             rows = conn.execute(self.claim_update_statement, {**params, "p_ids": ids}).all()
             if rows:
                 position = {job_id: index for index, job_id in enumerate(ids)}
                 rows = sorted(rows, key=lambda row: position[row.id])  # RETURNING has no order
-                conn.execute(self.open_attempts_statement, attempt_rows(rows, dict(params)))
                 if after is not None:
                     rows = after(conn, rows)
         return rows
