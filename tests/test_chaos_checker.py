@@ -55,7 +55,7 @@ def test_a_call_kept_behind_another_job_of_its_worker_is_reported_a_slow_host_is
 
 
 def test_a_released_claim_counts_in_the_window_though_its_attempt_number_comes_again() -> None:
-    # Job 0 was claimed, released (its attempt row closed) and claimed again as attempt 1:
+    # Job 0 was claimed, released (its attempt's row written) and claimed again as attempt 1:
     # both claims count, so with four others inside one second that is six.
     jobs = [rated(n, T0 + timedelta(seconds=0.1 + 0.1 * n)) for n in range(5)]
     jobs[0].attempts.insert(0, (1, "released", "owner", T0))

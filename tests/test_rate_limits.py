@@ -49,7 +49,7 @@ def at(seconds: float) -> datetime:
 
 
 def row(client: jobsup.Client, job_id: int) -> Any:
-    columns = (job.c.status, job.c.attempts, job.c.run_at, job.c.rate_turn)
+    columns = (job.c.status, job.c.attempts, job.c.run_at, job.c.rate_turn, job.c.started_at)
     with client.database.engine.connect() as conn:
         return conn.execute(select(*columns).where(job.c.id == job_id)).one()
 
@@ -72,7 +72,8 @@ def test_the_window_starts_its_limit_and_puts_the_rest_back_untouched(client: jo
     started = claim(client, queue="rated", limit=10, now=at(1))
     assert [c.id for c in started] == ids[:3]
     put_back = [row(client, job_id) for job_id in ids[3:]]
-    assert {(r.status, r.attempts) for r in put_back} == {("pending", 0)}
+    # Never seen running: no attempt's row, no start left on the job row.
+    assert {(r.status, r.attempts, r.started_at) for r in put_back} == {("pending", 0, None)}
     assert attempt_starts(client, ids[3:]) == []
     # The first waits for the oldest start to leave the window; the backlog behind it is
     # spaced one every 10/3 s, in claim order.

@@ -239,6 +239,26 @@ def test_a_lapsed_batch_charges_only_the_job_that_was_running(client: jobsup.Cli
     )
 
 
+def test_a_lapsed_claim_of_an_older_worker_is_dated_by_its_open_attempt_row(client: jobsup.Client) -> None:
+    """In a rolling deploy across schema revision 0018 a worker of the older code claims
+    without touching the job row's start (it keeps its attempt before's) and opens an attempt
+    row instead. Its latest claim is the one its row dates, not the job row's stale start."""
+    from sqlalchemy import insert, update
+
+    earlier, later = client.enqueue("a", max_attempts=1), client.enqueue("a", max_attempts=1)
+    claim(client, "mixed-host", limit=1, now=T0)  # `earlier`, by this code: started at T0
+    claim(client, "mixed-host", limit=1, now=T0 + timedelta(seconds=10))  # `later`, as an older worker:
+    with client.database.transaction() as conn:
+        conn.execute(update(job).where(job.c.id == later).values(started_at=T0 - timedelta(hours=1)))
+        row = {"job_id": later, "attempt": 1, "owner": "mixed-host", "started_at": T0 + timedelta(seconds=10)}
+        conn.execute(insert(job_attempt).values(**row))
+    assert client.store.transitions.sweep.expire(now=T0 + timedelta(seconds=100)) == 2
+    charged, spared = client.get(later), client.get(earlier)
+    assert charged is not None and spared is not None
+    assert (charged.status, charged.attempts) == ("dead_lettered", 1)  # its one attempt used
+    assert (spared.status, spared.attempts) == ("pending", 0)  # waiting behind it: released
+
+
 def test_expire_owner_closes_a_dead_workers_leases_by_what_it_was_running(client: jobsup.Client) -> None:
     running, waiting = client.enqueue("a", max_attempts=1), client.enqueue("a", max_attempts=1)
     other = client.enqueue("b")
@@ -467,11 +487,11 @@ def test_the_history_shows_the_attempt_under_way_once_though_its_row_lands_betwe
 ) -> None:
     """`job_get` reads the job row, then the attempt rows: an attempt that ends in between is
     in both (its row carries the start its job row had). So is the open row a worker of the
-    code before schema revision 0018 made at its claim, its job row's start left empty."""
+    code before schema revision 0018 made at its claim, its job row's start left as it was."""
     from sqlalchemy import insert, update
 
     job_id = client.enqueue("a")
-    (claimed,) = claim(client)
+    claim(client)
     get = client.get(job_id)
     assert get is not None and [(a.attempt, a.outcome, a.owner) for a in get.history] == [(1, None, "w1")]
     started = get.history[0].started_at
@@ -481,10 +501,9 @@ def test_the_history_shows_the_attempt_under_way_once_though_its_row_lands_betwe
     seen = client.get(job_id)
     assert seen is not None and seen.status == "running"
     assert [(a.attempt, a.outcome) for a in seen.history] == [(1, "succeeded")]
-    with client.database.transaction() as conn:  # an older worker's claim: an open row, no start
+    with client.database.transaction() as conn:  # an older worker's claim: an open row, a stale start
         conn.execute(job_attempt.delete())
         conn.execute(insert(job_attempt).values(**row))
-        conn.execute(update(job).where(job.c.id == job_id).values(started_at=None))
+        conn.execute(update(job).where(job.c.id == job_id).values(started_at=started - timedelta(hours=1)))
     older = client.get(job_id)
     assert older is not None and [(a.attempt, a.outcome, a.started_at) for a in older.history] == [(1, None, started)]
-    assert claimed.id == job_id

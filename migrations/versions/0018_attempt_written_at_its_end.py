@@ -5,7 +5,7 @@ Until now a claim inserted each attempt's row and its end updated it: two writes
 row per attempt. Now the claim writes only the job row it changes anyway, and the end
 inserts the whole attempt (its start, owner and progress read from the job row). At claim
 batch 100 on PostgreSQL that is about 4 ms less of the database's CPU per 1,000 jobs, of
-26-30 (`tests/benchmarks/peers.md`, "The attempt's row written once"); SQLite, MariaDB and
+27-30 (`tests/benchmarks/peers.md`, "The attempt's row written once"); SQLite, MariaDB and
 SQL Server also run one statement fewer per claim. The history reads the attempt under way
 from the job row.
 

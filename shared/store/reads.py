@@ -228,12 +228,12 @@ def finished_statement(
 def _written(attempts: Sequence[Any], job_row: Any) -> bool:
     """Whether the attempt `job_row` has under way is among `attempts` already: it ended
     between the two reads (its row holds the start the job row holds), or its worker ran code
-    from before schema revision 0018, which opened its row at the claim and left the job
-    row's start empty."""
+    from before schema revision 0018, which opened its row at the claim (and left the job
+    row's start as the attempt before had it)."""
     return any(
         a.attempt == job_row.attempts
         and a.owner == job_row.lease_owner
-        and (a.started_at == job_row.started_at or (job_row.started_at is None and a.finished_at is None))
+        and (a.started_at == job_row.started_at or a.finished_at is None)
         for a in attempts
     )
 

@@ -272,9 +272,19 @@ class Statements(StepStatements):
     @cached_property
     def lapsed_of(self) -> Select[Any]:
         """One owner's lapsed leases, each with the time of the claim that took it (its
-        attempt's start), in the order the owner runs them."""
-        claimed = func.coalesce(job.c.started_at, job.c.updated_at).label("started_at")
-        return self.held_by.add_columns(claimed).where(job.c.lease_expires_at < self.dialect.clock())
+        attempt's start), in the order the owner runs them. An open attempt row is a claim by
+        a worker of the code before schema revision 0018 (a rolling deploy), which leaves the
+        job row's start as its attempt before had it: that row's start comes first."""
+        attempt = job_attempt.alias("open_attempt")
+        opened = and_(
+            attempt.c.job_id == job.c.id, attempt.c.attempt == job.c.attempts, attempt.c.finished_at.is_(None)
+        )
+        claimed = func.coalesce(attempt.c.started_at, job.c.started_at, job.c.updated_at).label("started_at")
+        return (
+            self.held_by.add_columns(claimed)
+            .select_from(job.outerjoin(attempt, opened))
+            .where(job.c.lease_expires_at < self.dialect.clock())
+        )
 
     @cached_property
     def held_by(self) -> Select[Any]:
