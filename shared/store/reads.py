@@ -185,7 +185,7 @@ class Reads:
         latest = select(func.min(job.c.started_at)).where(of_queue)  # an attempt under way has no row yet
         with self.db.read("inspect") as conn:
             succeeded, last_finish = conn.execute(finished).one()
-            starts = [conn.execute(ended).scalar_one(), conn.execute(latest).scalar_one()]
+            starts = conn.execute(select(ended.scalar_subquery(), latest.scalar_subquery())).one()
         first_start = min((start for start in starts if start is not None), default=None)
         return int(succeeded), first_start, last_finish
 

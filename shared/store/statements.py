@@ -200,13 +200,7 @@ class Statements(StepStatements):
                 lease_expires_at=None,
             )
             .returning(
-                job.c.id,
-                job.c.status,
-                *STEP_COLUMNS,
-                job.c.name,
-                *EVENT_COLUMNS,
-                job.c.last_error,
-                job.c.run_at,
+                job.c.id, job.c.status, *STEP_COLUMNS, job.c.name, *EVENT_COLUMNS, job.c.last_error, job.c.run_at
             )
         )
         return self.dialect.chain(first, self.write_attempts, ATTEMPT_COLUMNS)

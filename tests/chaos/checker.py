@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -484,7 +484,7 @@ def attempt_rows(runs: list[Run], end: EndState) -> list[Violation]:
                 Violation("k:run-without-attempt", AT_END, f"job {job.id} ran as attempts {missing}: no row", {job.id})
             )
         ended = [(attempt, outcome) for attempt, outcome, _, _ in job.attempts if outcome not in (None, "released")]
-        twice = sorted({attempt for attempt, _ in ended if [a for a, _ in ended].count(attempt) > 1})
+        twice = sorted(attempt for attempt, count in Counter(a for a, _ in ended).items() if count > 1)
         if twice:
             found.append(
                 Violation("k:attempt-ended-twice", AT_END, f"job {job.id}: attempts {twice} ended twice", {job.id})
