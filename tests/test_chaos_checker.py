@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.checker import Fleeting, attempt_rows, batches, bulks, claim_to_call, lost, rate_windows, retention
+from tests.chaos.checker import (
+    Fleeting,
+    attempt_rows,
+    batches,
+    bulks,
+    claim_to_call,
+    lost,
+    pool_waits,
+    rate_windows,
+    retention,
+)
 from tests.chaos.events import problems
 from tests.chaos.ledger import Ledger
 from tests.chaos.sidechannel import Run
@@ -52,6 +62,23 @@ def test_a_call_kept_behind_another_job_of_its_worker_is_reported_a_slow_host_is
     assert rate_windows([run_of(first, 0.01), run_of(second, 0.9, pid=2)], ended([first, second])) == []
     assert rate_windows([run_of(first, 1.3)], ended([first])) == []
     assert claim_to_call([run_of(first, 1.3)], ended([first])) == (pytest.approx(1.3), 1)
+
+
+def test_a_pools_job_called_long_after_its_claim_is_reported_one_called_in_time_is_not() -> None:
+    # Claimed ahead at T0, called 3.5 s later (it waited behind long jobs, never given back);
+    # its neighbour was given back after a second and claimed again, then called at once.
+    late = JobRow(
+        1, "pooled", "pool", "succeeded", T0, None, None, None, None, None, "{}",
+        attempts=[(1, "succeeded", "owner", T0)],
+    )  # fmt: skip
+    again = T0 + timedelta(seconds=1.1)
+    kept = JobRow(
+        2, "pooled", "pool", "succeeded", again, None, None, None, None, None, "{}",
+        attempts=[(1, "released", "owner", T0), (1, "succeeded", "other", again)],
+    )  # fmt: skip
+    runs = [Run(1, 1, 1, "pooled", T0.timestamp() + 3.5), Run(2, 1, 2, "pooled", again.timestamp() + 0.05)]
+    assert [(v.invariant, v.jobs) for v in pool_waits(runs, ended([late, kept]))] == [("l:pool-wait", {1})]
+    assert pool_waits(runs[1:], ended([kept])) == []
 
 
 def test_a_released_claim_counts_in_the_window_though_its_attempt_number_comes_again() -> None:

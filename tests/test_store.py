@@ -289,6 +289,21 @@ def test_a_lost_host_s_worker_that_ran_jobs_at_once_is_charged_for_each(client: 
     assert [histories[claimed.id] for claimed in batch] == [[(1, "lease_expired")], [(1, "released")]]
 
 
+def test_a_lost_host_s_pool_that_claimed_ahead_is_charged_for_its_oldest_claims_too(client: jobsup.Client) -> None:
+    """A pool claims ahead of its free places (`jobsup.worker.ahead`): a worker running three
+    at once may hold four leases, the latest a job claimed ahead. Lost with its host, each is
+    charged: the three claimed first were running (one may be what took the host down), and
+    the one claimed ahead may have started. Charging only the three latest claims released
+    one that was running."""
+    pooled = "host:default#1:aaaaaaaaaaaa/3"
+    client.enqueue_many([{"name": "a"} for _ in range(4)])
+    running = claim(client, pooled, limit=3, now=T0)
+    ahead = claim(client, pooled, limit=1, now=T0 + timedelta(seconds=0.5))
+    assert client.store.transitions.sweep.expire(now=T0 + timedelta(minutes=5)) == 4
+    for claimed in [*running, *ahead]:
+        assert [(a.attempt, a.outcome) for a in client.get(claimed.id).history] == [(1, "lease_expired")]  # type: ignore[union-attr]
+
+
 def test_cancel_ends_a_pending_job_and_asks_a_running_one(client: jobsup.Client) -> None:
     """A running job keeps its lease (and all it holds) until its attempt's end is written:
     its worker learns of the cancel at its next renewal."""

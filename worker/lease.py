@@ -163,19 +163,22 @@ class LeaseKeeper:
             self.batch_title = f"running a batch of {len(jobs)}"
             self.title(self.batch_title)
 
-    def begin(self, job: ClaimedJob, timeout: float | None, *, named: bool = False) -> Running | None:
+    def begin(
+        self, job: ClaimedJob, timeout: float | None, *, named: bool = False, claimed_at: float | None = None
+    ) -> Running | None:
         """Start `job` if it may still start (`named`: in the process title at once, see
         `_show_long`). None when it may not: it was released or lost while it waited, the
-        worker is ending, or its lease is about to lapse (during an outage a batch's later
-        leases run out while nothing renews them; such a job is released)."""
+        worker is ending, its lease is about to lapse (during an outage a batch's later
+        leases run out while nothing renews them; such a job is released), or, claimed ahead
+        by a pool at `claimed_at`, it has waited `HOLD_WAITING` (released)."""
         with self.lock:
             if self.waiting.get(job.id) is not job or self.ending.is_set():
                 return None
             del self.waiting[job.id]
-            if time.monotonic() >= self.renewed_at + self.lease - 2 * self.heartbeat:
-                stale = True
-            else:
-                stale = False
+            now = time.monotonic()
+            lapsing = now >= self.renewed_at + self.lease - 2 * self.heartbeat
+            stale = lapsing or (claimed_at is not None and now >= claimed_at + HOLD_WAITING)
+            if not stale:
                 running = self.running[job.id] = Running(job, timeout)
                 self.slot.start(job.id, job.attempt, timeout)
                 if named:
@@ -207,10 +210,14 @@ class LeaseKeeper:
         with self.lock:
             return set(self.held)
 
-    def take_waiting(self) -> list[ClaimedJob]:
-        """Every job still waiting in the claimed batch (they will not start here)."""
+    def take_waiting(self, among: list[ClaimedJob] | None = None) -> list[ClaimedJob]:
+        """The jobs still waiting in the claimed batch, or those of `among` still waiting,
+        taken out of the wait (they will not start here)."""
         with self.lock:
-            jobs, self.waiting = list(self.waiting.values()), {}
+            if among is None:
+                jobs, self.waiting = list(self.waiting.values()), {}
+            else:
+                jobs = [self.waiting.pop(job.id) for job in among if self.waiting.get(job.id) is job]
         return jobs
 
     def drop(self, jobs: list[ClaimedJob]) -> None:

@@ -4,8 +4,8 @@ A claim takes as many jobs as `jobsup.worker.claimsize` says (one while the queu
 more for a backlog of short jobs, or a fixed ``claim_batch``); a batch's jobs run one by one, each
 under its own lease, and the jobs still waiting are released if the one running takes long
 (see `jobsup.worker.lease`). With a queue's ``concurrency`` above one, `run_concurrently`
-claims as many as it has free places and runs them at once in its pool
-(`jobsup.worker.pool`). Every write goes through the settler (`jobsup.worker.settler`):
+claims for its free places (and, for short jobs, ahead: `jobsup.worker.ahead`) and runs them at
+once in its pool (`jobsup.worker.pool`). Every write goes through the settler (`jobsup.worker.settler`):
 a failure at once, successes and releases in the background or before the next claim.
 Between jobs the loop stops when asked to, or when its supervisor is gone; on the way out it
 releases what it has not started and waits for its writes.
@@ -33,6 +33,7 @@ from jobsup.store.database import Database
 from jobsup.store.dialects import Listener, OwnerLock
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob
 from jobsup.store.store import Store
+from jobsup.worker.ahead import Ahead
 from jobsup.worker.aio import EventLoop
 from jobsup.worker.claimsize import ClaimSize
 from jobsup.worker.execute import Ran, call, call_async, outcome_of, prepare
@@ -295,10 +296,11 @@ class Worker:
         return outcome.kind
 
     def run_concurrently(self, pool: Pool) -> int:
-        """Up to the pool's size at once: claim what fits, start it, and settle each job as
-        its call returns. Asked to stop (or orphaned), it claims nothing more and waits
-        for the jobs running; the lease threads cancel them after the shutdown grace."""
-        code = None
+        """Up to the pool's size at once: claim what fits (and some ahead), start it, settle
+        each job as its call returns. Asked to stop (or orphaned), it claims nothing more, gives
+        back what it claimed ahead and waits for the jobs running (cancelled after the grace)."""
+        code, rated = None, self.store.resolver.rate_limited(self.spec.queue)
+        ahead = Ahead(self.keeper, self.settler, self.starts, self.timeout_of, size=pool.size, allowed=not rated)
         free_since: float | None = None  # when places first stood free, unclaimed
         backlog = False  # the last claim filled every place it asked for: more may be waiting
         while True:
@@ -306,20 +308,27 @@ class Worker:
                 code = exits.STOPPED
             elif code is None and os.getppid() != self.spec.supervisor_pid:
                 code = exits.PARENT_GONE
-            if code is not None and not pool.running:
-                return self.finish(code)
+            if code is not None:
+                ahead.give_back()
+                if not pool.running:
+                    return self.finish(code)
+            ahead.give_back_stale(time.monotonic())
+            ahead.start(pool)
             jobs = Claimed()
-            wanted = pool.free
+            # Ahead only amid a backlog: claims that come back empty would cost more than they save.
+            wanted = pool.free + (max(0, ahead.depth - len(ahead)) if backlog else 0)
             claiming, hold = code is None and bool(wanted) and not self.ending.is_set(), 0.0
             if claiming and backlog and 4 * wanted < pool.size:
-                # Under a quarter of the places free amid a backlog: wait a moment for more, so
-                # one claim fills several (claiming each freed place alone made the claims
-                # most of a busy pool's CPU). Not for a trickle: after a short claim, a job
-                # that arrives is claimed at once.
-                now = time.monotonic()
-                free_since = now if free_since is None else free_since
-                hold = free_since + FILL_WAIT - now
-                claiming = hold <= 0
+                # Under a quarter of the places to fill amid a backlog: wait for more, so one
+                # claim fills several (claiming for each freed place made the claims most of a
+                # busy pool's CPU); a moment at most if places stand empty. Not for a trickle.
+                if ahead:
+                    claiming = False
+                else:
+                    now = time.monotonic()
+                    free_since = now if free_since is None else free_since
+                    hold = free_since + FILL_WAIT - now
+                    claiming = hold <= 0
             if claiming:
                 free_since = None
                 claimed_at = time.monotonic()
@@ -327,23 +336,20 @@ class Worker:
                 backlog = len(jobs) == wanted
                 if jobs:
                     self.relook = None
-                self.due_again(jobs)
-                if jobs:
                     self.keeper.hold(jobs, claimed_at)
-                    for job in jobs:
-                        running = self.keeper.begin(job, self.timeout_of(job))
-                        if running is None:  # its lease would lapse before it could run: released
-                            emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
-                            continue
-                        self.starts.announce(running)
-                        pool.start(running)
-                self.title(f"running {pool.running} of {pool.size}")
+                    ahead.add(jobs, claimed_at)
+                    ahead.start(pool)
+                self.due_again(jobs)
+            self.title(f"running {pool.running} of {pool.size}" + (f", {len(ahead)} claimed ahead" if ahead else ""))
             # More may be waiting when the claim filled every free place: look again as soon
             # as one frees (or after the hold above); otherwise wait for work too.
             for_work = code is None and bool(pool.free) and len(jobs) < wanted and hold <= 0
             self.wait(pool, for_work=for_work, timeout=hold if hold > 0 else LOOK_EVERY)
             for running, ran in pool.collect():
-                self.settle(running, ran)
+                ahead.ran(time.monotonic() - running.started)
+                failed = self.settle(running, ran) not in (SUCCEEDED, RELEASED)
+                if failed and ahead and self.store.resolver.breaker_of(running.job.name):  # open now?
+                    ahead.give_back(running.job.name)
             if self.one_writer:
                 self.settler.write_here()
 

@@ -29,11 +29,12 @@ class Sweep:
         An owner that let its leases lapse is gone (a live worker ends itself before its
         lease can lapse). Of its leases, those it was running end `lease_expired` (retried,
         or dead-lettered if it was the last): for a worker that runs one job at a time, the
-        first in the order of its latest claim; for one that runs N at once, its N latest
-        claims (it claims only for free places and starts them at once; an older one is a
-        success not yet written, charged to be safe). Its other leases were jobs waiting in a
-        claimed batch, or successes not yet written; they never used an attempt and are
-        released. Every write also requires
+        first in the order of its latest claim; for one that runs N at once, every lease it
+        held (up to N running; a success not yet written, or one of up to N/2 jobs claimed
+        ahead that had started or was about to, `jobsup.worker.ahead`: charged to be safe,
+        so that a job that takes its host down is never the one released). The other leases
+        of a worker of one job at a time were jobs waiting in a claimed batch, or successes
+        not yet written; they never used an attempt and are released. Every write also requires
         the lease to have lapsed still. Owners the dialect knows are alive (SQLite, where the
         clock is the host's) are left alone."""
         clock = self.t.dialect.clock_params(now)
@@ -50,7 +51,8 @@ class Sweep:
                 continue
             # The latest claims first; a stable sort keeps claim order within one claim, so
             # for a worker of one job at a time this is the first job of its latest claim.
-            running = sorted(held, key=lambda row: row.started_at, reverse=True)[: owner_runs_at_once(owner)]
+            latest = sorted(held, key=lambda row: row.started_at, reverse=True)
+            running = latest[:1] if owner_runs_at_once(owner) == 1 else latest
             # Release before charging: another sweep (or this one's next tick, if the release
             # fails) that reads in between then still sees the running jobs among the lapsed
             # ones, never a waiting job alone that it would take for a running one.

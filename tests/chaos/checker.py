@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from jobsup.worker.lease import HOLD_WAITING
 from tests.chaos.ledger import Ledger
-from tests.chaos.limits import BREAKER, FLEETING_KEPT, LIMITS, RATES
+from tests.chaos.limits import BREAKER, FLEETING_KEPT, LIMITS, POOLED, RATES
 from tests.chaos.sidechannel import Run
 from tests.chaos.state import FINAL, EndState, JobRow
 
@@ -65,6 +66,7 @@ def check(
     found += stuck(end, unmoved)
     found += lost(runs, ledger, end)
     found += attempt_rows(runs, end)
+    found += pool_waits(runs, end)
     found += bulks(ledger, end)
     found += retention(runs, ledger, end, fleeting or Fleeting())
     found += secrets(runs, end, texts, marker)
@@ -497,6 +499,38 @@ def attempt_rows(runs: list[Run], end: EndState) -> list[Violation]:
                     AT_END,
                     f"job {job.id} succeeded, its ended attempts say {ended}",
                     {job.id},
+                )
+            )
+    return found
+
+
+# Seconds a pool's thread may take to call a job it was handed (a loaded host's scheduling,
+# as `rate_windows` says: 1.27 s was seen between a claim and its call at CI's full load).
+CALL_SLACK = 2.0
+
+
+def pool_waits(runs: list[Run], end: EndState) -> list[Violation]:
+    """(l) a pool's job claimed ahead of its free places waits for one at most `HOLD_WAITING`,
+    then is given back (`jobsup.worker.ahead`): every call of a job of a queue that runs
+    several at once in every supervisor comes within `HOLD_WAITING` and `CALL_SLACK` of its
+    claim (its attempt's start, the database's clock). A job that waited longer would hold
+    its lease, and its concurrency key's place, while other workers stood idle."""
+    claimed_at: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for job in end.jobs.values():
+        if job.name in POOLED:
+            for attempt, _, _, at in job.attempts:
+                claimed_at[(job.id, attempt)].append(_epoch(at))
+    found = []
+    for run in runs:
+        # The run's own claim: the latest of its job and attempt before it started.
+        at = max((t for t in claimed_at.get((run.job, run.attempt), ()) if t <= run.start), default=None)
+        if at is not None and run.start - at > HOLD_WAITING + CALL_SLACK:
+            found.append(
+                Violation(
+                    "l:pool-wait",
+                    run.start,
+                    f"job {run.job} ({run.name}) attempt {run.attempt} called {run.start - at:.2f}s after its claim",
+                    {run.job},
                 )
             )
     return found

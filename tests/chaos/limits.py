@@ -3,6 +3,8 @@ them: a module of its own, so the checker can be imported without registering th
 
 LIMITS = {"k1": 1, "k3": 3}  # concurrency key -> its limit
 RATES = {"rated": (5, 1.0)}  # job type -> (starts, per seconds)
+# Job types whose queue runs several jobs at once in every supervisor (`campaign.roles`).
+POOLED = {"pooled", "aio"}
 BREAKER = "fragile"  # the job type behind a circuit breaker
 # `fleeting` jobs' successes are kept this many seconds (`retain=`); every other type's for days.
 FLEETING_KEPT = 2.0

@@ -201,6 +201,13 @@ class Workload:
     def pooled(self) -> str:
         name = self.rng.choice(["pooled", "aio"])
         specs = [{"name": name, "payload": self.payload()} for _ in range(self.rng.randint(2, 8))]
+        if self.rng.random() < 0.3:
+            # Quick jobs, then long ones behind them: a pool claims ahead of its free places
+            # after the quick ones, and must give back what waits behind the long ones.
+            quick = lambda: {"name": name, "payload": {"s": 0}}  # noqa: E731
+            specs = [*(quick() for _ in range(20)), *specs, *(quick() for _ in range(10))]
+            for spec in specs[20:-10]:
+                spec["payload"]["s"] = self.rng.choice([3, 6])
         ids = self.ledger.took(name, self.client.enqueue_many(specs))
         return f"enqueue {name} {ids}"
 
