@@ -65,7 +65,7 @@ def test_a_call_kept_behind_another_job_of_its_worker_is_reported_a_slow_host_is
 
 
 def test_a_pools_job_called_long_after_its_claim_is_reported_one_called_in_time_is_not() -> None:
-    # Claimed ahead at T0, called 3.5 s later (it waited behind long jobs, never given back);
+    # Claimed ahead at T0, called 4.5 s later (it waited behind long jobs, never given back);
     # its neighbour was given back after a second and claimed again, then called at once.
     late = JobRow(
         1, "pooled", "pool", "succeeded", T0, None, None, None, None, None, "{}",
@@ -76,7 +76,7 @@ def test_a_pools_job_called_long_after_its_claim_is_reported_one_called_in_time_
         2, "pooled", "pool", "succeeded", again, None, None, None, None, None, "{}",
         attempts=[(1, "released", "owner", T0), (1, "succeeded", "other", again)],
     )  # fmt: skip
-    runs = [Run(1, 1, 1, "pooled", T0.timestamp() + 3.5), Run(2, 1, 2, "pooled", again.timestamp() + 0.05)]
+    runs = [Run(1, 1, 1, "pooled", T0.timestamp() + 4.5), Run(2, 1, 2, "pooled", again.timestamp() + 0.05)]
     assert [(v.invariant, v.jobs) for v in pool_waits(runs, ended([late, kept]))] == [("l:pool-wait", {1})]
     assert pool_waits(runs[1:], ended([kept])) == []
 

@@ -96,3 +96,15 @@ def test_a_job_claimed_ahead_behind_long_ones_is_given_back_in_time(url: str, st
     assert len(given_back()) == 1, "claimed ahead again while the long jobs ran"
     assert history(client, given_back()[0]) == [(1, "released"), (1, "succeeded")]
     assert [status_of(client, job_id) for job_id in (first, second)] == ["running", "running"]
+
+
+def test_a_claim_slow_to_come_back_starts_its_jobs(url: str, start, record: Path) -> None:  # type: ignore[no-untyped-def]
+    """A pool's job waits `HOLD_WAITING` at most from when its claim came back: a claim held
+    up for seconds (here by a fault that blocks the worker's claims for their first 3 s, as
+    a claim waiting for SQLite's write lock or the settler's would be) still starts what it
+    claimed for its free places, and gives none of it back."""
+    client = jobsup.Client(url)
+    job_ids = client.enqueue_many([{"name": "work", "payload": {"seconds": 0.01}} for _ in range(2)])
+    start("--queue", "default=1:2", "--faults", "worker:claim@0s+3s:hang")
+    wait_until(lambda: all_succeeded(client, job_ids), timeout=60, what="the jobs of the slow claim")
+    assert [history(client, job_id) for job_id in job_ids] == [[(1, "succeeded")]] * 2

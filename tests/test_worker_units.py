@@ -223,7 +223,7 @@ def test_a_slot_entry_says_how_its_attempt_ends_and_a_reused_entry_forgets_it() 
 
 
 def test_a_cancel_event_behaves_as_a_threading_event_across_threads() -> None:
-    from jobsup.worker.lease import CancelEvent
+    from jobsup.worker.cancel import CancelEvent
 
     event = CancelEvent()
     assert isinstance(event, threading.Event) and not event.is_set()

@@ -7,13 +7,16 @@ that was a sixth of every place's time. While the pool's jobs run short, it hold
 its size in jobs claimed ahead: a place that frees starts one of them at once, and the claim
 that replaces them waits, with no place empty, until a quarter of the places' worth is due.
 
-A job claimed ahead holds a lease and counts as running (for concurrency keys, and for the
-other workers, which cannot claim it), so it must not wait long:
-- jobs are claimed ahead only while the pool's jobs run under `QUICK` (a moving mean of the
-  last ones' runs), so that one waits about half a job's run;
-- one that has waited `HOLD_WAITING` (jobs that turned long) is given back, unstarted, and
-  nothing more is claimed ahead until a job ends quickly again;
-- on the way out (stop, orphan), and for a type whose breaker may have opened (one of its
+A job claimed ahead holds a lease, so no other worker can run it meanwhile: it must not wait
+long.
+- Jobs are claimed ahead only while the pool's jobs run under `QUICK` (a moving mean of the
+  last ones' runs), so that one waits about half a job's run.
+- One that has waited `HOLD_WAITING` since its claim came back is given back, unstarted, by
+  the lease thread (which runs whatever the main thread is waiting on: a write, a claim);
+  `LeaseKeeper.begin` refuses it too. After a job claimed ahead did not start, nothing more
+  is claimed ahead until the moving mean has come back under `QUICK`, after several quick
+  ends: jobs that turned long would otherwise be claimed and given back over and over.
+- On the way out (stop, orphan), and for a type whose breaker may have opened (one of its
   jobs failed here), the jobs of that kind still waiting are given back.
 A queue with a rate-limited type claims nothing ahead: its window counts a start at the claim.
 """
@@ -40,6 +43,9 @@ _WEIGHT = 0.1  # of the last job's run in the moving mean
 
 
 class Ahead:
+    """The jobs a pool has claimed and not started yet (those for its free places too, for
+    the moment between the claim and their start), and how many it may claim ahead."""
+
     def __init__(
         self,
         keeper: LeaseKeeper,
@@ -52,9 +58,9 @@ class Ahead:
     ) -> None:
         """`size`: the pool's places; `allowed`: whether this queue may claim ahead at all."""
         self.keeper, self.settler, self.starts, self.timeout_of = keeper, settler, starts, timeout_of
-        self.most = max(1, size // 2) if allowed else 0
+        self.max_depth = max(1, size // 2) if allowed else 0
         self.typical: float | None = None  # the moving mean of the jobs' runs; None: unknown
-        self.jobs: deque[tuple[ClaimedJob, float]] = deque()  # with their claims' monotonic times
+        self.jobs: deque[ClaimedJob] = deque()
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -62,45 +68,36 @@ class Ahead:
     @property
     def depth(self) -> int:
         """How many jobs to hold claimed ahead now."""
-        return self.most if self.typical is not None and self.typical < QUICK else 0
+        return self.max_depth if self.typical is not None and self.typical < QUICK else 0
 
     def ran(self, seconds: float) -> None:
         """Learn from a job that ran for `seconds`."""
         typical = self.typical
         self.typical = seconds if typical is None else typical + _WEIGHT * (seconds - typical)
 
-    def add(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
-        self.jobs.extend((job, claimed_at) for job in jobs)
+    def add(self, jobs: list[ClaimedJob]) -> None:
+        self.jobs.extend(jobs)
 
     def start(self, pool: Pool) -> None:
         """Start the jobs claimed (ahead or not) while the pool has places."""
         while pool.free and self.jobs:
-            job, claimed_at = self.jobs.popleft()
-            running = self.keeper.begin(job, self.timeout_of(job), claimed_at=claimed_at)
-            if running is None:  # released: given back, waited too long, or its lease would lapse
+            job = self.jobs.popleft()
+            running = self.keeper.begin(job, self.timeout_of(job))
+            if running is None:  # given back (it waited too long), or the worker is ending
                 emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
+                self.typical = HOLD_WAITING  # long: claim ahead again after several quick ends
                 continue
             self.starts.announce(running)
             pool.start(running)
 
-    def give_back_stale(self, now: float) -> None:
-        """Give back the jobs that have waited `HOLD_WAITING`; after one, nothing more is
-        claimed ahead until a job ends quickly."""
-        jobs = []
-        while self.jobs and now >= self.jobs[0][1] + HOLD_WAITING:
-            jobs.append(self.jobs.popleft()[0])
-        if jobs:
-            self.typical = None
-            self._give_back(jobs)
-
     def give_back(self, name: str | None = None) -> None:
         """Give back every job waiting, or those of type `name`."""
-        jobs = [job for job, _ in self.jobs if name is None or job.name == name]
+        if name is None:
+            jobs, self.jobs = list(self.jobs), deque()
+        else:
+            jobs = [job for job in self.jobs if job.name == name]
+            self.jobs = deque(job for job in self.jobs if job.name != name)
         if jobs:
-            self.jobs = deque(entry for entry in self.jobs if name is not None and entry[0].name != name)
-            self._give_back(jobs)
-
-    def _give_back(self, jobs: list[ClaimedJob]) -> None:
-        # Only those still waiting: the lease thread may have released them already.
-        self.settler.release(self.keeper.take_waiting(jobs))
-        self.settler.flush_soon()
+            # Only those still waiting: the lease thread may have given some back already.
+            self.settler.release(self.keeper.take_waiting(jobs))
+            self.settler.flush_soon()

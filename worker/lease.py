@@ -21,6 +21,7 @@ from jobsup.observe import metrics
 from jobsup.observe.events import emit
 from jobsup.observe.tracing import NOT_TRACED, Traced
 from jobsup.store.rows import ClaimedJob
+from jobsup.worker.cancel import CancelEvent
 from jobsup.worker.execute import CANCELLED, LEASE_LOST, SHUTDOWN, TIMEOUT
 
 if TYPE_CHECKING:
@@ -30,52 +31,9 @@ if TYPE_CHECKING:
     from jobsup.worker.spec import WorkerSpec
     from jobsup.worker.stop import StopRequest
 
-HOLD_WAITING = 1.0  # seconds a running job may keep the rest of its batch waiting
+HOLD_WAITING = 1.0  # seconds a job may wait: behind the one running in its batch, or claimed ahead by a pool
 ORPHAN_GRACE = 5.0  # seconds an orphan that holds no lease has to end itself before this thread does
 _EXIT_FOR = {TIMEOUT: exits.TIMED_OUT, SHUTDOWN: exits.SHUTDOWN_FORCED}
-
-
-_MAKING = threading.Lock()  # a `CancelEvent`'s condition is made once
-
-
-class CancelEvent(threading.Event):
-    """A job's cancel event (`JobContext.cancelled`): a `threading.Event` whose lock and
-    condition are made when first needed. Most jobs are never cancelled and never wait on
-    it, and making them was 2 µs of every job (of about 50 at batch 100)."""
-
-    def __init__(self) -> None:  # not Event's: no condition yet
-        self._flag = False
-        self._made: threading.Condition | None = None
-
-    def _condition(self) -> threading.Condition:
-        made = self._made
-        if made is None:
-            with _MAKING:
-                if self._made is None:
-                    self._made = threading.Condition(threading.Lock())
-                made = self._made
-        return made
-
-    def _at_fork_reinit(self) -> None:
-        if self._made is not None:
-            self._made._at_fork_reinit()  # type: ignore[attr-defined]
-
-    def set(self) -> None:
-        condition = self._condition()
-        with condition:
-            self._flag = True
-            condition.notify_all()
-
-    def clear(self) -> None:
-        with self._condition():
-            self._flag = False
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self._flag:
-            return True
-        condition = self._condition()
-        with condition:  # set() takes it too: it cannot slip between the look and the wait
-            return self._flag or condition.wait(timeout)
 
 
 @dataclass
@@ -118,9 +76,10 @@ class LeaseKeeper:
         announce_starts: Callable[[], object],
     ) -> None:
         """`settler` writes the releases this thread decides; `ending` is set once the process
-        is ending (nothing starts then); `pooled`: the worker starts what it claims at once;
-        `end_now(running, code)` ends the process for a job that will not stop; `title(doing)`
-        sets the process title; `announce_starts()` announces the starts a batch holds (each tick)."""
+        is ending (nothing starts then); `pooled`: the worker runs several at once (a job that
+        waits was claimed ahead of its places); `end_now(running, code)` ends the process for a
+        job that will not stop; `title(doing)` sets the process title; `announce_starts()`
+        announces the starts a batch holds (each tick)."""
         self.spec, self.transitions, self.slot, self.stop, self.settler = spec, transitions, slot, stop, settler
         self.ending, self.pooled, self.end_now, self.title = ending, pooled, end_now, title
         self.announce_starts = announce_starts
@@ -133,6 +92,9 @@ class LeaseKeeper:
         self.lock = threading.Lock()
         self.held: dict[int, ClaimedJob] = {}  # the jobs of every lease this worker holds
         self.waiting: dict[int, ClaimedJob] = {}  # claimed, not started, in claim order
+        # A pool's waiting jobs (claimed ahead, `jobsup.worker.ahead`): since when each waits,
+        # from its claim's return (a claim slow to come back has not kept it from a place).
+        self.waiting_since: dict[int, float] = {}
         self.running: dict[int, Running] = {}
         self.renewed_at = 0.0  # monotonic start of the claim or renewal that set the leases
         self.unrenewed: float | None = None  # earliest claim since the last renewal's snapshot
@@ -149,6 +111,7 @@ class LeaseKeeper:
     # -- called by the main thread and the settler -------------------------------------------
 
     def hold(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
+        now = time.monotonic()
         with self.lock:
             if not self.held:
                 # Otherwise older leases (outcomes not yet written) set when all are renewed.
@@ -159,25 +122,25 @@ class LeaseKeeper:
             self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)
             self.held.update({job.id: job for job in jobs})
             self.waiting.update({job.id: job for job in jobs})
+            if self.pooled:
+                self.waiting_since.update((job.id, now) for job in jobs)
         if not self.pooled and len(jobs) > 1:  # its jobs are named once they run long (`_show_long`)
             self.batch_title = f"running a batch of {len(jobs)}"
             self.title(self.batch_title)
 
-    def begin(
-        self, job: ClaimedJob, timeout: float | None, *, named: bool = False, claimed_at: float | None = None
-    ) -> Running | None:
+    def begin(self, job: ClaimedJob, timeout: float | None, *, named: bool = False) -> Running | None:
         """Start `job` if it may still start (`named`: in the process title at once, see
         `_show_long`). None when it may not: it was released or lost while it waited, the
         worker is ending, its lease is about to lapse (during an outage a batch's later
-        leases run out while nothing renews them; such a job is released), or, claimed ahead
-        by a pool at `claimed_at`, it has waited `HOLD_WAITING` (released)."""
+        leases run out while nothing renews them; such a job is released), or a pool's job
+        has waited `HOLD_WAITING` (released)."""
         with self.lock:
             if self.waiting.get(job.id) is not job or self.ending.is_set():
                 return None
             del self.waiting[job.id]
-            now = time.monotonic()
+            now, since = time.monotonic(), self.waiting_since.pop(job.id, None)
             lapsing = now >= self.renewed_at + self.lease - 2 * self.heartbeat
-            stale = lapsing or (claimed_at is not None and now >= claimed_at + HOLD_WAITING)
+            stale = lapsing or (since is not None and now >= since + HOLD_WAITING)
             if not stale:
                 running = self.running[job.id] = Running(job, timeout)
                 self.slot.start(job.id, job.attempt, timeout)
@@ -215,9 +178,11 @@ class LeaseKeeper:
         taken out of the wait (they will not start here)."""
         with self.lock:
             if among is None:
-                jobs, self.waiting = list(self.waiting.values()), {}
+                jobs, self.waiting, self.waiting_since = list(self.waiting.values()), {}, {}
             else:
                 jobs = [self.waiting.pop(job.id) for job in among if self.waiting.get(job.id) is job]
+                for job in jobs:
+                    self.waiting_since.pop(job.id, None)
         return jobs
 
     def drop(self, jobs: list[ClaimedJob]) -> None:
@@ -228,6 +193,7 @@ class LeaseKeeper:
                     del self.held[job.id]
                 if self.waiting.get(job.id) is job:
                     del self.waiting[job.id]
+                    self.waiting_since.pop(job.id, None)
 
     # -- the threads ------------------------------------------------------------------------
 
@@ -255,15 +221,18 @@ class LeaseKeeper:
             now = time.monotonic()
             with self.lock:
                 running = list(self.running.values())
-                # Only one job at a time keeps a batch waiting: a pool starts what it claims at once.
+                # A batch waits on the one job running; a pool's job claimed ahead on its own wait.
                 blocking = not self.pooled and bool(self.waiting)
                 blocking = blocking and any(now >= r.started + HOLD_WAITING for r in running)
+                since = next(iter(self.waiting_since.values()), None)  # the longest wait is the first
             for job in running:
                 self._enforce(job, now)
             if not self.pooled:
                 self._show_long(running, now)
             if blocking:
                 self._release_waiting()
+            elif since is not None and now >= since + HOLD_WAITING:
+                self._release_waiting(now - HOLD_WAITING)
             self._end_stuck_orphan(now)
 
     def _renew(self, now: float) -> None:
@@ -387,6 +356,10 @@ class LeaseKeeper:
                 if now >= job.started + self.tick:
                     self._show(job)
 
-    def _release_waiting(self) -> None:
-        self.settler.release(self.take_waiting())
+    def _release_waiting(self, waited_since: float | None = None) -> None:
+        """Give back the jobs waiting (a pool's: those waiting since `waited_since`)."""
+        with self.lock:
+            since = self.waiting_since.items()
+            among = None if waited_since is None else [self.waiting[i] for i, at in since if at <= waited_since]
+        self.settler.release(self.take_waiting(among))
         self.settler.flush_soon()

@@ -31,7 +31,7 @@ from jobsup.observe.events import emit
 from jobsup.store.claim import Claimed
 from jobsup.store.database import Database
 from jobsup.store.dialects import Listener, OwnerLock
-from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob
+from jobsup.store.rows import FAILED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob
 from jobsup.store.store import Store
 from jobsup.worker.ahead import Ahead
 from jobsup.worker.aio import EventLoop
@@ -78,7 +78,8 @@ class Worker:
         given = self.settings.claim_batch_of(spec.queue)
         # A rate window counts a start at the claim, but a batch's jobs run one after another:
         # those behind a slow one would start later than counted, beside the next period's.
-        # One at a time, every job starts as it is counted. (A pool starts all it claims at once.)
+        # One at a time, every job starts as it is counted. (A pool starts all it claims at once, and
+        # claims nothing ahead on such a queue: `jobsup.worker.ahead`.)
         rated = self.pool is None and self.store.resolver.rate_limited(spec.queue)
         if rated and given is not None and given > 1:
             emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=given)
@@ -312,7 +313,6 @@ class Worker:
                 ahead.give_back()
                 if not pool.running:
                     return self.finish(code)
-            ahead.give_back_stale(time.monotonic())
             ahead.start(pool)
             jobs = Claimed()
             # Ahead only amid a backlog: claims that come back empty would cost more than they save.
@@ -337,17 +337,17 @@ class Worker:
                 if jobs:
                     self.relook = None
                     self.keeper.hold(jobs, claimed_at)
-                    ahead.add(jobs, claimed_at)
+                    ahead.add(jobs)
                     ahead.start(pool)
                 self.due_again(jobs)
-            self.title(f"running {pool.running} of {pool.size}" + (f", {len(ahead)} claimed ahead" if ahead else ""))
+                self.title(f"running {pool.running} of {pool.size}" + (f", {len(ahead)} ahead" if ahead else ""))
             # More may be waiting when the claim filled every free place: look again as soon
             # as one frees (or after the hold above); otherwise wait for work too.
             for_work = code is None and bool(pool.free) and len(jobs) < wanted and hold <= 0
             self.wait(pool, for_work=for_work, timeout=hold if hold > 0 else LOOK_EVERY)
             for running, ran in pool.collect():
                 ahead.ran(time.monotonic() - running.started)
-                failed = self.settle(running, ran) not in (SUCCEEDED, RELEASED)
+                failed = self.settle(running, ran) in (FAILED, TIMED_OUT)  # what a breaker counts
                 if failed and ahead and self.store.resolver.breaker_of(running.job.name):  # open now?
                     ahead.give_back(running.job.name)
             if self.one_writer:

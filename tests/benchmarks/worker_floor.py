@@ -211,8 +211,8 @@ class Loop:
 
     def round(self, batch: int) -> int:
         from jobsup.store.rows import SUCCEEDED, Outcome
+        from jobsup.worker.cancel import CancelEvent
         from jobsup.worker.execute import Ran, call, outcome_of, prepare
-        from jobsup.worker.lease import CancelEvent
 
         if self.depth == "worker":
             claimed_at = time.monotonic()

@@ -207,7 +207,7 @@ class Workload:
             quick = lambda: {"name": name, "payload": {"s": 0}}  # noqa: E731
             specs = [*(quick() for _ in range(20)), *specs, *(quick() for _ in range(10))]
             for spec in specs[20:-10]:
-                spec["payload"]["s"] = self.rng.choice([3, 6])
+                spec["payload"]["s"] = self.rng.choice([6, 8])
         ids = self.ledger.took(name, self.client.enqueue_many(specs))
         return f"enqueue {name} {ids}"
 
