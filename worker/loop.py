@@ -318,17 +318,17 @@ class Worker:
             # Ahead only amid a backlog: claims that come back empty would cost more than they save.
             wanted = pool.free + (max(0, ahead.depth - len(ahead)) if backlog else 0)
             claiming, hold = code is None and bool(wanted) and not self.ending.is_set(), 0.0
-            if claiming and backlog and 4 * wanted < pool.size:
-                # Under a quarter of the places to fill amid a backlog: wait for more, so one
-                # claim fills several (claiming for each freed place made the claims most of a
-                # busy pool's CPU); a moment at most if places stand empty. Not for a trickle.
-                if ahead:
-                    claiming = False
-                else:
-                    now = time.monotonic()
-                    free_since = now if free_since is None else free_since
-                    hold = free_since + FILL_WAIT - now
-                    claiming = hold <= 0
+            if claiming and backlog and ahead:
+                # Jobs claimed ahead fill the places that free: claim again once half the
+                # pool's worth is due, so that one claim fills many.
+                claiming = 2 * wanted >= pool.size
+            elif claiming and backlog and 4 * wanted < pool.size:
+                # Under a quarter of the places free, none claimed ahead: a moment for more, so one
+                # claim fills several (a claim per freed place was most of a busy pool's CPU).
+                now = time.monotonic()
+                free_since = now if free_since is None else free_since
+                hold = free_since + FILL_WAIT - now
+                claiming = hold <= 0
             if claiming:
                 free_since = None
                 claimed_at = time.monotonic()

@@ -30,7 +30,7 @@ class Sweep:
         lease can lapse). Of its leases, those it was running end `lease_expired` (retried,
         or dead-lettered if it was the last): for a worker that runs one job at a time, the
         first in the order of its latest claim; for one that runs N at once, every lease it
-        held (up to N running; a success not yet written, or one of up to N/2 jobs claimed
+        held (up to N running; a success not yet written, or one of up to N jobs claimed
         ahead that had started or was about to, `jobsup.worker.ahead`: charged to be safe,
         so that a job that takes its host down is never the one released). The other leases
         of a worker of one job at a time were jobs waiting in a claimed batch, or successes
