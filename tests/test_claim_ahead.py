@@ -14,7 +14,7 @@ def ahead(size: int = 50, *, allowed: bool = True) -> Ahead:
     return Ahead(unused, unused, unused, unused, size=size, allowed=allowed)
 
 
-def test_quick_jobs_are_claimed_half_a_pool_ahead_once_one_has_run() -> None:
+def test_quick_jobs_are_claimed_a_pool_ahead_once_one_has_run() -> None:
     pool = ahead()
     assert pool.depth == 0, "nothing is known of the jobs yet"
     pool.ran(0.05)

@@ -260,6 +260,7 @@ class LeaseKeeper:
             unstarted = [job for job in asked if self.waiting.get(job.id) is job]
             for job in unstarted:
                 del self.waiting[job.id]
+                self.waiting_since.pop(job.id, None)
             self.slot.renewed(self.renewed_at)
         self.next_renewal = now + self.heartbeat
         for r in running:
@@ -359,6 +360,8 @@ class LeaseKeeper:
     def _release_waiting(self, waited_since: float | None = None) -> None:
         """Give back the jobs waiting (a pool's: those waiting since `waited_since`)."""
         with self.lock:
+            # `waiting_since` names only jobs in `waiting`: every path that takes one out of
+            # `waiting` takes it out of both (begin, take_waiting, drop, _renew).
             since = self.waiting_since.items()
             among = None if waited_since is None else [self.waiting[i] for i, at in since if at <= waited_since]
         self.settler.release(self.take_waiting(among))

@@ -47,8 +47,8 @@ from jobsup.worker.starts import Starts
 from jobsup.worker.stop import StopRequest
 
 LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim waits
-# A pool working through a backlog with under a quarter of its places free waits up to this
-# long for more to free before it claims for them (`run_concurrently`).
+# A pool working through a backlog with under a quarter of its places free and no job claimed
+# ahead waits up to this long for more to free before it claims for them (`run_concurrently`).
 FILL_WAIT = 0.02
 # After a wakeup whose claim found nothing, the worker looks again after this, then twice
 # as long each time up to RELOOK_UNTIL: on SQLite an enqueue in the caller's own transaction
@@ -313,7 +313,6 @@ class Worker:
                 ahead.give_back()
                 if not pool.running:
                     return self.finish(code)
-            ahead.start(pool)
             jobs = Claimed()
             # Ahead only amid a backlog: claims that come back empty would cost more than they save.
             wanted = pool.free + (max(0, ahead.depth - len(ahead)) if backlog else 0)
@@ -350,6 +349,7 @@ class Worker:
                 failed = self.settle(running, ran) in (FAILED, TIMED_OUT)  # what a breaker counts
                 if failed and ahead and self.store.resolver.breaker_of(running.job.name):  # open now?
                     ahead.give_back(running.job.name)
+            ahead.start(pool)  # the places just freed, before a write here
             if self.one_writer:
                 self.settler.write_here()
 
