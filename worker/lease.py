@@ -362,7 +362,7 @@ class LeaseKeeper:
         with self.lock:
             # `waiting_since` names only jobs in `waiting`: every path that takes one out of
             # `waiting` takes it out of both (begin, take_waiting, drop, _renew).
-            since = self.waiting_since.items()
-            among = None if waited_since is None else [self.waiting[i] for i, at in since if at <= waited_since]
+            since = [i for i, at in self.waiting_since.items() if waited_since is not None and at <= waited_since]
+            among = None if waited_since is None else [job for i in since if (job := self.waiting.get(i)) is not None]
         self.settler.release(self.take_waiting(among))
         self.settler.flush_soon()

@@ -314,8 +314,7 @@ class Worker:
                 if not pool.running:
                     return self.finish(code)
             jobs = Claimed()
-            # Ahead only amid a backlog: claims that come back empty would cost more than they save.
-            wanted = pool.free + (max(0, ahead.depth - len(ahead)) if backlog else 0)
+            wanted = pool.free + (max(0, ahead.depth - len(ahead)) if backlog else 0)  # ahead amid a backlog only
             claiming, hold = code is None and bool(wanted) and not self.ending.is_set(), 0.0
             if claiming and backlog and ahead:
                 # Jobs claimed ahead fill the places that free: claim again once half the
@@ -349,7 +348,8 @@ class Worker:
                 failed = self.settle(running, ran) in (FAILED, TIMED_OUT)  # what a breaker counts
                 if failed and ahead and self.store.resolver.breaker_of(running.job.name):  # open now?
                     ahead.give_back(running.job.name)
-            ahead.start(pool)  # the places just freed, before a write here
+            if code is None and not self.stop.requested:  # asked to stop: the next turn gives them back
+                ahead.start(pool)  # the places just freed, before a write here
             if self.one_writer:
                 self.settler.write_here()
 
