@@ -111,7 +111,7 @@ class LeaseKeeper:
     # -- called by the main thread and the settler -------------------------------------------
 
     def hold(self, jobs: list[ClaimedJob], claimed_at: float) -> None:
-        now = time.monotonic()
+        returned_at = time.monotonic() if self.pooled else 0.0
         with self.lock:
             if not self.held:
                 # Otherwise older leases (outcomes not yet written) set when all are renewed.
@@ -123,7 +123,7 @@ class LeaseKeeper:
             self.held.update({job.id: job for job in jobs})
             self.waiting.update({job.id: job for job in jobs})
             if self.pooled:
-                self.waiting_since.update((job.id, now) for job in jobs)
+                self.waiting_since.update((job.id, returned_at) for job in jobs)
         if not self.pooled and len(jobs) > 1:  # its jobs are named once they run long (`_show_long`)
             self.batch_title = f"running a batch of {len(jobs)}"
             self.title(self.batch_title)
@@ -138,7 +138,7 @@ class LeaseKeeper:
             if self.waiting.get(job.id) is not job or self.ending.is_set():
                 return None
             del self.waiting[job.id]
-            now, since = time.monotonic(), self.waiting_since.pop(job.id, None)
+            now, since = time.monotonic(), self.waiting_since.pop(job.id, None) if self.pooled else None
             lapsing = now >= self.renewed_at + self.lease - 2 * self.heartbeat
             stale = lapsing or (since is not None and now >= since + HOLD_WAITING)
             if not stale:
@@ -359,10 +359,12 @@ class LeaseKeeper:
 
     def _release_waiting(self, waited_since: float | None = None) -> None:
         """Give back the jobs waiting (a pool's: those waiting since `waited_since`)."""
-        with self.lock:
+        among = None
+        if waited_since is not None:
             # `waiting_since` names only jobs in `waiting`: every path that takes one out of
             # `waiting` takes it out of both (begin, take_waiting, drop, _renew).
-            since = [i for i, at in self.waiting_since.items() if waited_since is not None and at <= waited_since]
-            among = None if waited_since is None else [job for i in since if (job := self.waiting.get(i)) is not None]
+            with self.lock:
+                waits = self.waiting_since.items()
+                among = [job for i, at in waits if at <= waited_since and (job := self.waiting.get(i)) is not None]
         self.settler.release(self.take_waiting(among))
         self.settler.flush_soon()

@@ -143,13 +143,7 @@ def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
     after another too, and would need a check of their own."""
     found = []
     for name, (limit, per) in RATES.items():
-        # Every claim, a released one too: its attempt's row stays, and the window
-        # counted it; a later claim of the job may carry the same attempt number.
-        claimed_at: dict[tuple[int, int], list[float]] = defaultdict(list)
-        for job in end.jobs.values():
-            if job.name == name:
-                for attempt, _, _, at in job.attempts:
-                    claimed_at[(job.id, attempt)].append(_epoch(at))
+        claimed_at = claims(end, {name})
         starts = sorted((at, job_id) for (job_id, _), ats in claimed_at.items() for at in ats)
         for index, (first, _) in enumerate(starts):
             inside = [(at, job_id) for at, job_id in starts[index:] if at < first + per]
@@ -170,8 +164,7 @@ def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
         for run in runs:
             if run.name != name:
                 continue
-            # The run's own claim: the latest of its job and attempt before it started.
-            at = max((t for t in claimed_at.get((run.job, run.attempt), ()) if t <= run.start), default=None)
+            at = own_claim(claimed_at, run)
             if at is None:
                 continue
             ahead = [other for other in by_process[run.pid] if at < other.start < run.start]
@@ -187,6 +180,23 @@ def rate_windows(runs: list[Run], end: EndState) -> list[Violation]:
                     )
                 )
     return found
+
+
+def claims(end: EndState, names: set[str]) -> dict[tuple[int, int], list[float]]:
+    """Every claim of the jobs of types `names`, by job and attempt (the attempt's start, on
+    the database's clock): a released one too, whose attempt's row stays; a later claim of
+    the job may carry the same attempt number."""
+    claimed_at: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for job in end.jobs.values():
+        if job.name in names:
+            for attempt, _, _, at in job.attempts:
+                claimed_at[(job.id, attempt)].append(_epoch(at))
+    return claimed_at
+
+
+def own_claim(claimed_at: dict[tuple[int, int], list[float]], run: Run) -> float | None:
+    """The run's own claim: the latest of its job and attempt before it started."""
+    return max((t for t in claimed_at.get((run.job, run.attempt), ()) if t <= run.start), default=None)
 
 
 def claim_to_call(runs: list[Run], end: EndState) -> tuple[float, int] | None:
@@ -517,15 +527,10 @@ def pool_waits(runs: list[Run], end: EndState) -> list[Violation]:
     several at once in every supervisor comes within `HOLD_WAITING` and `CALL_SLACK` of its
     claim (its attempt's start, the database's clock). A job that waited longer would hold
     its lease, and its concurrency key's place, while other workers stood idle."""
-    claimed_at: dict[tuple[int, int], list[float]] = defaultdict(list)
-    for job in end.jobs.values():
-        if job.name in POOLED:
-            for attempt, _, _, at in job.attempts:
-                claimed_at[(job.id, attempt)].append(_epoch(at))
+    claimed_at = claims(end, POOLED)
     found = []
     for run in runs:
-        # The run's own claim: the latest of its job and attempt before it started.
-        at = max((t for t in claimed_at.get((run.job, run.attempt), ()) if t <= run.start), default=None)
+        at = own_claim(claimed_at, run)
         if at is not None and run.start - at > HOLD_WAITING + CALL_SLACK:
             found.append(
                 Violation(
