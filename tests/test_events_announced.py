@@ -6,18 +6,22 @@ happen writes nothing; and the relay orders each object's events without stallin
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, exists, func, select
 
 import jobsup
+from jobsup.errors import DatabaseError
 from jobsup.events import hooks
+from jobsup.store.database import Database
 from jobsup.store.outbox import Outbox
+from jobsup.store.outbox import write as publish
 from jobsup.store.schema import job, outbox, queue_state, workflow
 from jobsup.supervisor.maintenance import MarkSlaBreaches
 
@@ -398,3 +402,65 @@ def test_a_step_cancelled_again_after_a_retry_announces_its_second_cancellation(
 def announced_rows(client: jobsup.Client) -> list[Any]:
     with client.database.read() as conn:
         return list(conn.execute(select(outbox).order_by(outbox.c.id)))
+
+
+@pytest.mark.slow
+def test_competing_relays_never_claim_an_event_while_an_earlier_one_of_its_job_is_left(url: str) -> None:
+    """Writers add each job's events one transaction at a time while three relays claim,
+    deliver and delete; right after each claim, a new statement looks for an earlier event of
+    a claimed event's job still in the outbox. On MariaDB the claim's NOT EXISTS once read a
+    snapshot older than what its locking read saw, so an event whose earlier one committed
+    meanwhile, and was out with another relay, passed for its job's head: delivered ahead
+    of it (the fault campaign's h:events, seed 51)."""
+    db = Database(url)
+    relays = Outbox(db)
+    earlier = outbox.alias("earlier")
+    left_before = (
+        select(outbox.c.id)
+        .where(outbox.c.id.in_(bindparam("p_ids", expanding=True)))
+        .where(exists().where(earlier.c.job_id == outbox.c.job_id, earlier.c.id < outbox.c.id))
+    )
+    jobs, stop = itertools.count(1), threading.Event()
+    written: list[int] = []  # the jobs whose three events are in
+    wrong: list[int] = []  # claimed while an earlier event of its job was left
+    failed: list[DatabaseError] = []
+
+    def guarded(work: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            while not stop.is_set():
+                try:
+                    work()
+                except DatabaseError as exc:  # a deadlock between relays: rolled back, tried again
+                    failed.append(exc)
+
+        return run
+
+    def write() -> None:
+        job_id = next(jobs)
+        for step in range(3):
+            with db.transaction() as conn:
+                event = {"o_job": job_id, "o_subject": None, "o_type": f"e{step}", "o_payload": "{}", "o_at": T0}
+                publish(conn, [event])
+        written.append(job_id)
+
+    def relay(owner: str) -> Callable[[], None]:
+        def once() -> None:
+            claimed = relays.claim(owner, limit=20, lease=60)
+            if claimed:
+                with db.read() as conn:
+                    wrong.extend(conn.execute(left_before, {"p_ids": [p.id for p in claimed]}).scalars())
+                relays.delivered([p.id for p in claimed])
+
+        return once
+
+    workers = [threading.Thread(target=guarded(write)) for _ in range(3)]
+    workers += [threading.Thread(target=guarded(relay(f"r{i}"))) for i in range(3)]
+    for thread in workers:
+        thread.start()
+    wait_until(lambda: bool(wrong) or len(written) >= 600, timeout=90)
+    stop.set()
+    for thread in workers:
+        thread.join(timeout=30)
+    db.dispose()
+    assert wrong == [], f"claimed ahead of an earlier event of its job: outbox ids {wrong[:10]}"
+    assert len(failed) < 20, failed[:3]

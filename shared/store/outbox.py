@@ -89,17 +89,20 @@ class Outbox:
 
     # -- the relay --------------------------------------------------------------------------
 
-    def _claimable(self) -> Any:
+    @staticmethod
+    def _heads() -> list[Any]:
         # Two NOT EXISTS, each served by its own index; a NULL matches neither, so a job's
         # event never waits for an event of no job, nor the other way round. A parked
         # event holds nothing back.
         earlier = outbox.alias("earlier")
-        heads = [
+        return [
             ~exists().where(earlier.c[key] == outbox.c[key], earlier.c.id < outbox.c.id, earlier.c.parked_at.is_(None))
             for key in ("job_id", "subject")
         ]
+
+    def _claimable(self) -> Any:
         free = or_(outbox.c.locked_until.is_(None), outbox.c.locked_until < self.dialect.clock())
-        return and_(free, outbox.c.parked_at.is_(None), *heads)
+        return and_(free, outbox.c.parked_at.is_(None), *self._heads())
 
     @cached_property
     def _any_claimable(self) -> Select[Any]:
@@ -114,6 +117,10 @@ class Outbox:
             .limit(bindparam("p_limit", type_=Integer))
         )
         return self.dialect.lock_rows(stmt, skip_locked=True, table=outbox)
+
+    @cached_property
+    def _still_heads(self) -> Select[Any]:
+        return select(outbox.c.id).where(outbox.c.id.in_(bindparam("p_ids", expanding=True)), *self._heads())
 
     @cached_property
     def _lock(self) -> Any:
@@ -137,6 +144,12 @@ class Outbox:
                 return []
         with self.db.transaction("outbox") as conn:
             ids = list(conn.execute(self._candidates, params).scalars())
+            if ids and self.dialect.locking_reads_outrun_snapshot:
+                # The candidates' NOT EXISTS read a snapshot taken as the statement began, while
+                # its locking read saw rows committed since: an event whose earlier one (of the
+                # same job) committed meanwhile, and is out with another relay, passed for a
+                # head. A second statement's snapshot is later than both commits.
+                ids = list(conn.execute(self._still_heads, {"p_ids": ids}).scalars())
             if not ids:
                 return []
             conn.execute(self._lock, {**clock, "p_ids": ids, "p_owner": owner})

@@ -87,6 +87,11 @@ class Dialect(Protocol):
     # One writer at a time (SQLite): a worker writes its outcomes before it claims again,
     # rather than beside the claim, which would only queue the two on the write lock.
     one_writer: bool
+    # A locking read (FOR UPDATE SKIP LOCKED) sees rows committed after its statement's
+    # snapshot, which its subqueries read (InnoDB's current read under READ COMMITTED;
+    # SQL Server's under READ_COMMITTED_SNAPSHOT): a check that one row has no earlier
+    # neighbour must be confirmed by a later statement (`jobsup.store.outbox`).
+    locking_reads_outrun_snapshot: bool
     # Its connections keep their locks in the process's memory (SQLite): a child forked
     # while another thread is using one inherits a lock that nobody will release, and every
     # write of the child then waits out the busy timeout. A forking process waits for such

@@ -188,6 +188,7 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     transaction_options: Mapping[str, Any] = {}  # the engine runs READ COMMITTED already
     migration_options: Mapping[str, Any] = {}
     one_writer = False
+    locking_reads_outrun_snapshot = True
     locks_in_process = False
     default_poll_interval = 1.0
 

@@ -68,6 +68,7 @@ class SQLServerDialect(
     statement_options: Mapping[str, Any] = {}
     transaction_options: Mapping[str, Any] = {}
     one_writer = False
+    locking_reads_outrun_snapshot = True
     locks_in_process = False
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {}

@@ -153,6 +153,7 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
     transaction_options: Mapping[str, Any] = {}
     migration_options: Mapping[str, Any] = {}
     one_writer = False
+    locking_reads_outrun_snapshot = False
     locks_in_process = False
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback
 

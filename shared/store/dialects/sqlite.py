@@ -320,6 +320,7 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
         """Nothing more to do: the migration's transaction began with BEGIN EXCLUSIVE."""
 
     one_writer = True
+    locking_reads_outrun_snapshot = False
     locks_in_process = True
     default_poll_interval = 1.0
     migration_options: Mapping[str, Any] = {_BEGIN: "BEGIN EXCLUSIVE"}
