@@ -6,6 +6,7 @@ failure opens it again; an operator's reset is audited; bad policies are refused
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ import jobsup
 from jobsup.errors import BadInput
 from jobsup.store.schema import audit, job
 
-from helpers import claim, claim_one, fail, run_jobsup, run_together, succeed
+from helpers import claim, claim_one, fail, release, run_jobsup, run_together, succeed
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -228,3 +229,44 @@ def test_review_fixes_probe_due_and_from_any_queue_and_a_success_closes_without_
         conn.execute(job.update().where(job.c.id == due).values(status="succeeded"))
     client.store.breakers.half_open(now=T0 + timedelta(seconds=2))
     assert client.store.breakers.states() == {"flaky-breaker": "closed"}
+
+
+@jobsup.job("breaker-once", queue="breaker-once", max_attempts=10_000, breaker={"failures": 1, "reset": "1h"})
+def fails_once(ctx: jobsup.JobContext, payload: Any) -> None:
+    raise RuntimeError("down")
+
+
+@pytest.mark.slow
+def test_a_job_whose_failure_opens_its_breaker_is_not_claimed_while_it_is_open(client: jobsup.Client) -> None:
+    """Its failure, retried at once, opens the breaker in the same commit that makes it
+    pending; claimers busy on its queue the whole time must not take it while the breaker
+    is open. On MariaDB a claim under way at that commit once did: its locking read saw the
+    job pending, its breaker subquery the snapshot from before the commit."""
+    job_id = client.enqueue("breaker-once")
+    stop, taken = threading.Event(), []  # (claimer, breaker state when it looked)
+
+    def claimer(owner: str) -> None:
+        while not stop.is_set():
+            for found in claim(client, owner, queue="breaker-once"):
+                state = breaker_of(client, "breaker-once")
+                taken.append((owner, None if state is None else state["state"]))
+                release(client, [found])
+
+    claimers = [threading.Thread(target=claimer, args=(f"c{i}",)) for i in range(2)]
+    for thread in claimers:
+        thread.start()
+    failures, deadline = 0, time.monotonic() + 60
+    try:
+        while failures < 120 and time.monotonic() < deadline and all(state != "open" for _, state in taken):
+            found = next(iter(claim(client, "failer", queue="breaker-once")), None)
+            if found is None:  # a claimer has it: it gives it back
+                continue
+            fail(client, found)  # retried at once; the breaker opens
+            failures += 1
+            # Whoever claims it from here saw the breaker open: nobody may, until the reset.
+            assert client.breakers.reset("breaker-once", actor="test") is True
+    finally:
+        stop.set()
+        for thread in claimers:
+            thread.join(timeout=30)
+    assert [t for t in taken if t[1] == "open"] == [], f"job {job_id} was claimed while its breaker was open"

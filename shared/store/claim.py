@@ -72,6 +72,8 @@ class Part:
     # between may as well have come a moment later, as one that lands while PostgreSQL's
     # single-statement claim runs does.
     recheck: bool = True
+    # It reads a table other than the job's (a pause, a breaker): see `decided_elsewhere`.
+    elsewhere: bool = False
 
 
 def _queue_not_paused(columns: Columns, clock: ColumnElement[datetime]) -> ColumnElement[bool]:
@@ -99,11 +101,11 @@ _PARTS = (
     Part("pending", lambda c, clock: c["status"] == status_literal(PENDING)),
     Part("queue", lambda c, clock: c["queue"] == bindparam("p_queue")),
     Part("due", lambda c, clock: c["run_at"] <= clock),
-    Part("queue_not_paused", _queue_not_paused),
+    Part("queue_not_paused", _queue_not_paused, elsewhere=True),
     # A breaker that opens between SQLite's read and write of a claim lets that claim's jobs
     # through, as one opening while PostgreSQL's claim statement runs does; reading the
     # breakers twice cost SQLite's plain claim 10 %.
-    Part("breaker_closed", _breaker_closed, recheck=False),
+    Part("breaker_closed", _breaker_closed, recheck=False, elsewhere=True),
 )
 
 
@@ -115,6 +117,17 @@ def claimable(clock: ColumnElement[datetime], *, recheck: bool = False) -> Colum
     claim may have taken it or put it back since), and those of `Part.recheck`."""
     columns = Columns(unindexed=recheck)
     return and_(*(part.condition(columns, clock) for part in _PARTS if part.recheck or not recheck))
+
+
+def decided_elsewhere(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
+    """The parts read from other tables than the job's (a pause, a breaker), for the write of
+    a claim whose locking read outruns its snapshot (`Dialect.locking_reads_outrun_snapshot`:
+    MariaDB). There the candidates' read sees a job row committed after the statement began,
+    while these subqueries read the statement's snapshot: a job failed with no retry delay,
+    whose failure opened its type's breaker in the same commit, would pass for claimable.
+    The write, a later statement, reads them after that commit."""
+    columns = Columns()
+    return and_(*(part.condition(columns, clock) for part in _PARTS if part.elsewhere))
 
 
 def status_is(status: str) -> ColumnElement[bool]:

@@ -14,8 +14,9 @@ Quirks and limits:
   jobs no longer live (migrations 0001 and 0006; `mariadb_schema` is that shape as a
   model). Finished rows sit in these indexes, in another status range than the claim seeks.
 - No UPDATE ... RETURNING: the claim is a transaction of three statements: the candidates
-  SELECTed ... FOR UPDATE SKIP LOCKED in claim order, an UPDATE of those ids, and a SELECT
-  of what the claim returns. The other compare-and-sets run
+  SELECTed ... FOR UPDATE SKIP LOCKED in claim order, an UPDATE of those ids (checking the
+  pause and breaker again: see `locking_reads_outrun_snapshot`), and a SELECT of what the
+  UPDATE took. The other compare-and-sets run
   through the store's emulation of RETURNING (a locking SELECT, the UPDATE, a SELECT).
 - SKIP LOCKED came with MariaDB 10.6, and descending index columns with 10.8 (before it
   DESC in an index is parsed and ignored, so the claim's ORDER BY priority DESC would sort
@@ -79,7 +80,7 @@ from jobsup.errors import (
     SchemaOutdated,
     UnsupportedDatabase,
 )
-from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
+from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, decided_elsewhere
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, SequentialChain
 from jobsup.store.dialects.fences import RowValueFence
@@ -234,14 +235,15 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
         clock = self.clock()
         return (
             update(job)
-            .where(job.c.id.in_(bindparam("p_ids", expanding=True)))
+            .where(job.c.id.in_(bindparam("p_ids", expanding=True)), decided_elsewhere(clock))
             .values(claim_values(clock, self.clock("lease")))
         )
 
     @cached_property
     def claimed_statement(self) -> Select[Any]:
-        claimed = job.c.id.in_(bindparam("p_ids", expanding=True))
-        return select(*CLAIM_COLUMNS, job.c.run_at.label("due_at")).where(claimed)
+        # Those the update took: a candidate a pause or breaker holds back now is left pending.
+        claimed = job.c.id.in_(bindparam("p_ids", expanding=True)), job.c.lease_owner == bindparam("p_owner")
+        return select(*CLAIM_COLUMNS, job.c.run_at.label("due_at")).where(*claimed)
 
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         with db.transaction("claim") as conn:
@@ -251,8 +253,9 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             # The rows are locked until the commit: nothing changes them between these statements.
             conn.execute(self.claim_update_statement, {**params, "p_ids": ids})
             position = {job_id: index for index, job_id in enumerate(ids)}
+            taken = {"p_ids": ids, "p_owner": params["p_owner"]}
             rows: Sequence[Row[Any]] = sorted(
-                conn.execute(self.claimed_statement, {"p_ids": ids}).all(), key=lambda row: position[row.id]
+                conn.execute(self.claimed_statement, taken).all(), key=lambda row: position[row.id]
             )
             if after is not None:
                 rows = after(conn, rows)
