@@ -16,6 +16,7 @@ from tests.chaos.checker import (
     batches,
     bulks,
     claim_to_call,
+    crashes,
     lost,
     pool_waits,
     rate_windows,
@@ -313,3 +314,15 @@ def test_a_bulk_enqueue_written_in_part_is_reported_whole_or_none_is_not(tmp_pat
     )
     found = sorted((v.invariant, sorted(v.jobs)) for v in bulks(ledger, ended(rows)))
     assert found == [("j:bulk-partial", [6]), ("j:bulk-partial", [7]), ("j:bulk-partial", [9])]
+
+
+def test_a_worker_that_crashed_is_reported_one_that_logged_a_database_error_is_not() -> None:
+    kept = (
+        '2026-12-06 22:36:04,469 ERROR [28369] db.error operation=claim worker=default#2 error="cannot reach '
+        "the database (2013, 'Lost connection to MySQL server during query')\" retry_in=0.5\n"
+        "2026-12-06 22:36:04,479 ERROR [28369] Exception during reset or similar\n"
+    )
+    crashed = "2026-12-06 22:36:05,001 ERROR [28370] worker.crashed worker=pooled#1 thread=lease exc=KeyError(17)\n"
+    assert crashes({"supervisor logs": kept, "events": "worker.crashed"}) == []  # only the logs are read
+    found = crashes({"supervisor logs": kept + crashed + kept})
+    assert [(v.invariant, v.message) for v in found] == [("m:worker-crashed", crashed.strip())]

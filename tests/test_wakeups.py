@@ -1,5 +1,6 @@
 """SQLite wakeups: an enqueue pokes the FIFOs of the idle workers of its queue once it has
-committed; a lost poke costs latency, never a job (the poll finds it)."""
+committed; a lost poke costs latency, never a job (the poll finds it). On SQLite and
+PostgreSQL alike, a job given back or retried from the dead letters wakes them too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from jobsup.store.dialects import sqlite, wakeup
 from jobsup.store.dialects.wakeup import FifoListener, poke
 
 from harness import Supervisor
-from helpers import wait_until
+from helpers import claim_one, fail, release, wait_until
 
 
 def readable(fd: int, timeout: float) -> bool:
@@ -124,3 +125,26 @@ def test_a_lost_poke_costs_only_the_poll(
                    what="a job whose poke was lost")  # fmt: skip
     finally:
         supervisor.stop()
+
+
+def test_a_job_given_back_or_retried_from_the_dead_letters_wakes_the_idle_workers_of_its_queue(url: str) -> None:
+    """Not left to their next poll (5 s on PostgreSQL) while they could start it at once: a
+    pool gives back what it claimed ahead once it has waited a second, a batch what waits
+    behind a long job, a stopping worker what it has not started."""
+    client = jobsup.Client(url)
+    client.enqueue("a", queue="given-back", max_attempts=1)
+    job = claim_one(client, queue="given-back")
+    listener = client.database.dialect.listener(client.database, "given-back")
+    assert listener is not None
+    try:
+        assert not readable(listener.fileno(), 0.2), "woken before anything was given back"
+        assert release(client, [job]) == {job.id}
+        assert readable(listener.fileno(), 5.0), "a job given back woke nobody"
+        listener.drain()
+        assert fail(client, claim_one(client, queue="given-back")) == "dead_lettered"
+        assert not readable(listener.fileno(), 0.2), "a dead letter woke the queue"
+        assert client.store.transitions.retry([job.id]) == [job.id]
+        assert readable(listener.fileno(), 5.0), "a dead letter retried woke nobody"
+    finally:
+        listener.close()
+        client.close()

@@ -3,7 +3,8 @@
 A step runs on the transition's connection, inside its transaction, after its
 compare-and-set has matched: a concurrency key hands its slot on, a workflow unblocks the
 dependents of a job that settled, a batch enqueues its callback when its last child ends, a
-breaker counts the settle, the outbox records the event. It sees what changed (`Change`) and
+breaker counts the settle, idle workers are woken for a job pending again, the outbox
+records the event. It sees what changed (`Change`) and
 may write with a few dialect-neutral statements; if it raises, the whole transition rolls
 back and the caller sees the error, as if the compare-and-set had failed with it.
 
@@ -30,7 +31,7 @@ from sqlalchemy import Connection, Row
 from jobsup.events import publishing
 from jobsup.store import breakers, concurrency_keys, rates, triggers
 from jobsup.store.rows import needs_steps
-from jobsup.store.schema import FINISHED_STATUSES
+from jobsup.store.schema import FINISHED_STATUSES, PENDING
 
 if TYPE_CHECKING:
     from jobsup.jobtypes import Resolver
@@ -122,9 +123,22 @@ def _recount(conn: Connection, change: Change) -> None:
     change.context.workflows.step_retried(conn, change.rows, change.params)
 
 
+def wake_idle_workers(conn: Connection, change: Change) -> None:
+    """Jobs pending and due again (given back unstarted, or retried from the dead letters):
+    wake their queues' idle workers when this commits, as an enqueue does. Otherwise a job a
+    busy worker gives back waits for another's next poll (5 s on PostgreSQL), though idle
+    workers of its queue could start it at once. (A release that ended the job cancelled
+    wakes nobody; a retried job a key holds back wakes its queue for nothing.)"""
+    released = change.transition == "release"
+    queues = {row.queue for row in change.rows if not released or row.status == PENDING}
+    if queues:
+        change.context.dialect.after_enqueue(conn, queues)
+
+
 _HAND_ON_KEYS = Step(concurrency_keys.after_finish)  # a key's slot to the next waiting job
 _UNBLOCK = Step(after_finish)  # dependents, batch callbacks, triggers
 _COUNT_SETTLES = Step(breakers.count_settles)  # a breaker type's successes and failures
+_WAKE = Step(wake_idle_workers, selective=False)  # every release and retry, whatever its jobs
 # The outbox, and hooks after commit. Looked up when called: `publishing` imports the store,
 # which imports this module, so `publishing` may still be loading when this line runs.
 _EVENTS = Step(
@@ -141,9 +155,9 @@ STEPS: dict[str, tuple[Step, ...]] = {
     "fail": (_HAND_ON_KEYS, _UNBLOCK, _COUNT_SETTLES, _EVENTS),
     "expire": (_HAND_ON_KEYS, _UNBLOCK, _COUNT_SETTLES, _EVENTS),
     # A release ends the job when an operator asked to cancel it while it was held.
-    "release": (_HAND_ON_KEYS, _UNBLOCK, _EVENTS),
+    "release": (_HAND_ON_KEYS, _UNBLOCK, _WAKE, _EVENTS),
     "cancel": (_HAND_ON_KEYS, _UNBLOCK),  # its event: `publish`, as the transition's own
-    "retry": (Step(concurrency_keys.after_retry), Step(_recount)),  # a dead letter waits again
+    "retry": (Step(concurrency_keys.after_retry), Step(_recount), _WAKE),  # a dead letter waits again
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -70,6 +71,7 @@ def check(
     found += bulks(ledger, end)
     found += retention(runs, ledger, end, fleeting or Fleeting())
     found += secrets(runs, end, texts, marker)
+    found += crashes(texts)
     return sorted(found, key=lambda v: v.at or float("inf"))
 
 
@@ -647,3 +649,16 @@ def secrets(runs: list[Run], end: EndState, texts: dict[str, str], marker: str) 
                 Violation("i:secret-not-opened", run.start, f"job {run.job} did not get its sensitive value", {run.job})
             )
     return found
+
+
+# An event's name where the log writes one: after the level, before its fields.
+_CRASHED = re.compile(r"^.*\bworker\.crashed\b.*$", re.MULTILINE)
+
+
+def crashes(texts: dict[str, str]) -> list[Violation]:
+    """(m) no worker crashed: an exception that none of a worker's threads handles (its loop's,
+    its settle or lease thread's) ends it with `worker.crashed`. Its jobs come back like those
+    of a killed worker, so the other invariants do not see it; no fault of the campaign (kills,
+    outages, restarts, hangs) may cause one."""
+    logs = texts.get("supervisor logs", "")
+    return [Violation("m:worker-crashed", AT_END, line.strip()[:500]) for line in _CRASHED.findall(logs)]
