@@ -15,7 +15,7 @@ import pytest
 import jobsup
 from jobsup.testing import drain, run_job
 
-from helpers import wait_until
+from helpers import claim_one, release, wait_until
 
 
 @jobsup.job("progress-reports")
@@ -86,3 +86,20 @@ def test_the_api_and_the_dashboard_show_a_jobs_progress(client: jobsup.Client, u
         assert '<progress value="0.25" max="1"></progress> 25 %' in page
         shown = http.get(f"/jobs/{staged}", headers=READER).text.split("<dt>Progress</dt>", 1)[1].split("</dd>")[0]
         assert "&#34;stage&#34;: &#34;&lt;b&gt;&#34;" in shown  # the JSON as text, escaped
+
+
+def test_a_report_its_released_worker_wrote_late_does_not_land_on_the_next_claims_attempt(
+    client: jobsup.Client,
+) -> None:
+    """A release gives the attempt number back, so the next claim runs the same number: a
+    report the first worker could not write before then (the database was out) must not
+    become the second run's progress."""
+    job_id = client.enqueue("a", queue="progress-fence")
+    first = claim_one(client, "w1", queue="progress-fence")
+    assert release(client, [first]) == {job_id}
+    second = claim_one(client, "w2", queue="progress-fence")
+    assert second.attempt == first.attempt
+    client.store.progress.write({(job_id, "w1", first.attempt): "0.9"})
+    assert client.get(job_id).progress is None  # type: ignore[union-attr]
+    client.store.progress.write({(job_id, "w2", second.attempt): "0.5"})
+    assert client.get(job_id).progress == 0.5  # type: ignore[union-attr]

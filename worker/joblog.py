@@ -87,10 +87,13 @@ class JobLogger:
     """`ctx.log`: `debug`, `info`, `warning`, `error` and `exception` (with the traceback of
     the exception being handled), with `logging`'s %-formatting."""
 
-    __slots__ = ("attempt", "closed", "job_id", "journal", "name", "reported", "secrets", "tally")
+    __slots__ = ("attempt", "closed", "job_id", "journal", "name", "owner", "reported", "secrets", "tally")
 
-    def __init__(self, journal: Journal, job_id: int, attempt: int, name: str, secrets: Secrets) -> None:
+    def __init__(
+        self, journal: Journal, job_id: int, attempt: int, name: str, secrets: Secrets, owner: str = ""
+    ) -> None:
         self.journal, self.job_id, self.attempt, self.name, self.secrets = journal, job_id, attempt, name, secrets
+        self.owner = owner  # the lease's: a progress report lands only while this worker holds it
         self.tally: Tally | None = None  # with the first line (under the journal's lock)
         self.closed = False  # the job's call has returned: its attempt's log is over
         self.reported = False  # it reported progress (`Journal.report`)

@@ -39,8 +39,8 @@ HOLD_AT_MOST = 5000  # unwritten lines a worker keeps while its writes fail
 class Journal:
     def __init__(self, logs: JobLogs, progress: Progress) -> None:
         self.logs, self.progress = logs, progress
-        # The latest progress report of each attempt, by (job id, attempt), not yet written.
-        self.reported: dict[tuple[int, int], str] = {}
+        # The latest progress report of each attempt, by (job id, lease owner, attempt), not yet written.
+        self.reported: dict[tuple[int, str, int], str] = {}
         self.lock = threading.Lock()  # the lists below and every tally's counts
         self.writing = threading.Lock()  # one flush at a time
         # The loggers of running jobs, by job id: only the worker's main thread, which
@@ -55,7 +55,7 @@ class Journal:
 
     def logger(self, job: ClaimedJob, secrets: Secrets) -> JobLogger:
         """`job`'s `ctx.log` (the worker's main thread)."""
-        logger = self.open[job.id] = JobLogger(self, job.id, job.attempt, job.name, secrets)
+        logger = self.open[job.id] = JobLogger(self, job.id, job.attempt, job.name, secrets, job.owner)
         return logger
 
     def add(self, logger: JobLogger, level: str, message: str) -> None:
@@ -91,7 +91,7 @@ class Journal:
             if logger.closed:
                 return
             logger.reported = True
-            self.reported[(logger.job_id, logger.attempt)] = text
+            self.reported[(logger.job_id, logger.owner, logger.attempt)] = text
             thread = self._new_thread()
         if thread is not None:
             thread.start()

@@ -243,10 +243,18 @@ class Statements(StepStatements):
     @cached_property
     def write_progress(self) -> Update:
         """A running attempt's latest progress report (`jobsup.store.progress`), on its job's
-        row while that attempt runs: its row, written when it ends, takes it from there."""
+        row while that attempt runs, under the lease that reported it: its row, written when it
+        ends, takes it from there. The owner too, not the attempt alone: a release gives the
+        attempt number back, so the next claim's attempt has the same number, and a report the
+        released worker could not write before then (an outage) would land on it."""
         return (
             update(job)
-            .where(job.c.id == bindparam("p_job"), job.c.attempts == bindparam("p_attempt"), status_is(RUNNING))
+            .where(
+                job.c.id == bindparam("p_job"),
+                job.c.lease_owner == bindparam("p_owner"),
+                job.c.attempts == bindparam("p_attempt"),
+                status_is(RUNNING),
+            )
             .values(progress=bindparam("p_progress"))
         )
 
