@@ -244,13 +244,17 @@ def test_a_job_whose_failure_opens_its_breaker_is_not_claimed_while_it_is_open(c
     job pending, its breaker subquery the snapshot from before the commit."""
     job_id = client.enqueue("breaker-once")
     stop, taken = threading.Event(), []  # (claimer, breaker state when it looked)
+    broken: list[BaseException] = []
 
     def claimer(owner: str) -> None:
-        while not stop.is_set():
-            for found in claim(client, owner, queue="breaker-once"):
-                state = breaker_of(client, "breaker-once")
-                taken.append((owner, None if state is None else state["state"]))
-                release(client, [found])
+        try:
+            while not stop.is_set():
+                for found in claim(client, owner, queue="breaker-once"):
+                    state = breaker_of(client, "breaker-once")
+                    taken.append((owner, None if state is None else state["state"]))
+                    release(client, [found])
+        except BaseException as exc:  # ends this claimer: the test must not pass without it
+            broken.append(exc)
 
     claimers = [threading.Thread(target=claimer, args=(f"c{i}",)) for i in range(2)]
     for thread in claimers:
@@ -269,4 +273,6 @@ def test_a_job_whose_failure_opens_its_breaker_is_not_claimed_while_it_is_open(c
         stop.set()
         for thread in claimers:
             thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in claimers) and broken == []
     assert [t for t in taken if t[1] == "open"] == [], f"job {job_id} was claimed while its breaker was open"
+    assert failures >= 30 and taken, "the claimers did not compete for it"

@@ -423,15 +423,20 @@ def test_competing_relays_never_claim_an_event_while_an_earlier_one_of_its_job_i
     jobs, stop = itertools.count(1), threading.Event()
     written: list[int] = []  # the jobs whose three events are in
     wrong: list[int] = []  # claimed while an earlier event of its job was left
-    failed: list[DatabaseError] = []
+    delivered: list[int] = []
+    failed: list[DatabaseError] = []  # a deadlock between relays: rolled back, tried again
+    broken: list[BaseException] = []  # anything else ends its thread and fails the test
 
     def guarded(work: Callable[[], None]) -> Callable[[], None]:
         def run() -> None:
-            while not stop.is_set():
-                try:
-                    work()
-                except DatabaseError as exc:  # a deadlock between relays: rolled back, tried again
-                    failed.append(exc)
+            try:
+                while not stop.is_set():
+                    try:
+                        work()
+                    except DatabaseError as exc:
+                        failed.append(exc)
+            except BaseException as exc:
+                broken.append(exc)
 
         return run
 
@@ -450,17 +455,23 @@ def test_competing_relays_never_claim_an_event_while_an_earlier_one_of_its_job_i
                 with db.read() as conn:
                     wrong.extend(conn.execute(left_before, {"p_ids": [p.id for p in claimed]}).scalars())
                 relays.delivered([p.id for p in claimed])
+                delivered.extend(p.id for p in claimed)
 
         return once
 
     workers = [threading.Thread(target=guarded(write)) for _ in range(3)]
     workers += [threading.Thread(target=guarded(relay(f"r{i}"))) for i in range(3)]
-    for thread in workers:
-        thread.start()
-    wait_until(lambda: bool(wrong) or len(written) >= 600, timeout=90)
-    stop.set()
-    for thread in workers:
-        thread.join(timeout=30)
-    db.dispose()
+    try:
+        for thread in workers:
+            thread.start()
+        wait_until(lambda: bool(wrong or broken) or len(written) >= 600, timeout=90)
+    finally:
+        stop.set()
+        for thread in workers:
+            thread.join(timeout=30)
+        db.dispose()
+    assert not any(thread.is_alive() for thread in workers)
+    assert broken == []
     assert wrong == [], f"claimed ahead of an earlier event of its job: outbox ids {wrong[:10]}"
+    assert len(delivered) >= 600, "the relays hardly competed"
     assert len(failed) < 20, failed[:3]

@@ -120,12 +120,10 @@ def claimable(clock: ColumnElement[datetime], *, recheck: bool = False) -> Colum
 
 
 def decided_elsewhere(clock: ColumnElement[datetime]) -> ColumnElement[bool]:
-    """The parts read from other tables than the job's (a pause, a breaker), for the write of
-    a claim whose locking read outruns its snapshot (`Dialect.locking_reads_outrun_snapshot`:
-    MariaDB). There the candidates' read sees a job row committed after the statement began,
-    while these subqueries read the statement's snapshot: a job failed with no retry delay,
-    whose failure opened its type's breaker in the same commit, would pass for claimable.
-    The write, a later statement, reads them after that commit."""
+    """The parts read from other tables than the job's (a pause, a breaker), checked again by
+    the write of a claim whose locking read outruns its snapshot (MariaDB: a job failed with
+    no retry delay, whose failure opened its breaker in the same commit, passed for
+    claimable; docs/explanation/internals.md, "A locking read outruns its snapshot")."""
     columns = Columns()
     return and_(*(part.condition(columns, clock) for part in _PARTS if part.elsewhere))
 

@@ -9,7 +9,8 @@ job with any number of relays. An event of no job names its object in `subject`
 (`breaker:NAME`, `queue:NAME`, `batch:ID`, `workflow:ID`) and is ordered among that
 object's events the same way; a row has one of `job_id` and `subject`, never both. The
 claim's candidates are locked with the dialect's row lock (`Dialect.lock_rows`: SKIP LOCKED
-on PostgreSQL, so relays take different rows; SQLite's writers take turns), and a plain
+on PostgreSQL, so relays take different rows; SQLite's writers take turns; on MariaDB a
+second statement confirms they are heads still), and a plain
 read first keeps an idle relay off SQLite's write lock. The claim's lease runs on the
 database's clock (`Dialect.clock`), so relays on hosts whose clocks disagree still agree on
 when a dead relay's claim has lapsed.
@@ -145,10 +146,9 @@ class Outbox:
         with self.db.transaction("outbox") as conn:
             ids = list(conn.execute(self._candidates, params).scalars())
             if ids and self.dialect.locking_reads_outrun_snapshot:
-                # The candidates' NOT EXISTS read a snapshot taken as the statement began, while
-                # its locking read saw rows committed since: an event whose earlier one (of the
-                # same job) committed meanwhile, and is out with another relay, passed for a
-                # head. A second statement's snapshot is later than both commits.
+                # Its NOT EXISTS read an older snapshot than the rows it locked (MariaDB): are
+                # they heads still? (docs/explanation/internals.md, "A locking read outruns
+                # its snapshot")
                 ids = list(conn.execute(self._still_heads, {"p_ids": ids}).scalars())
             if not ids:
                 return []

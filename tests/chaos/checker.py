@@ -651,8 +651,9 @@ def secrets(runs: list[Run], end: EndState, texts: dict[str, str], marker: str) 
     return found
 
 
-# An event's name where the log writes one: after the level, before its fields.
-_CRASHED = re.compile(r"^.*\bworker\.crashed\b.*$", re.MULTILINE)
+# The event where the log writes one: after the time, the level and the pid, before its fields
+# (not an error text that quotes it).
+_CRASHED = re.compile(r"^\S+ \S+ \w+ \[\d+\] worker\.crashed\b.*$", re.MULTILINE)
 
 
 def crashes(texts: dict[str, str]) -> list[Violation]:

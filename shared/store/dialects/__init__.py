@@ -87,10 +87,11 @@ class Dialect(Protocol):
     # One writer at a time (SQLite): a worker writes its outcomes before it claims again,
     # rather than beside the claim, which would only queue the two on the write lock.
     one_writer: bool
-    # A locking read (FOR UPDATE SKIP LOCKED) sees rows committed after its statement's
-    # snapshot, which its subqueries read (InnoDB's current read under READ COMMITTED;
-    # SQL Server's under READ_COMMITTED_SNAPSHOT): a check that one row has no earlier
-    # neighbour must be confirmed by a later statement (`jobsup.store.outbox`).
+    # A locking read (FOR UPDATE SKIP LOCKED) sees rows committed after the snapshot its
+    # statement's subqueries read (MariaDB; SQL Server): what a subquery decided must be
+    # confirmed by a later statement (the outbox relay's claim; MariaDB's job claim,
+    # `claim.decided_elsewhere`). Why: docs/explanation/internals.md, "A locking read
+    # outruns its snapshot".
     locking_reads_outrun_snapshot: bool
     # Its connections keep their locks in the process's memory (SQLite): a child forked
     # while another thread is using one inherits a lock that nobody will release, and every
@@ -188,7 +189,8 @@ class Dialect(Protocol):
         enqueue step), so it must be one statement, whole by itself."""
 
     def after_enqueue(self, conn: Connection, queues: set[str]) -> None:
-        """Inside the enqueue's transaction: wake idle workers of `queues` when it commits."""
+        """Inside a transaction that made jobs of `queues` pending and due (an enqueue, a
+        resume, a release, a retry, a step unblocked): wake their idle workers when it commits."""
 
     def listener(self, db: Any, queue: str) -> Listener | None:
         """A connection that idle workers of `queue` wait on to be woken by `after_enqueue`,

@@ -257,7 +257,7 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
             rows: Sequence[Row[Any]] = sorted(
                 conn.execute(self.claimed_statement, taken).all(), key=lambda row: position[row.id]
             )
-            if after is not None:
+            if after is not None and rows:
                 rows = after(conn, rows)
         return rows
 

@@ -9,6 +9,13 @@ Quirks and limits:
 - A unique index treats NULLs as equal here, so the unique indexes are filtered to
   non-null keys (on every dialect, for one schema).
 - The reference clock is SYSUTCDATETIME().
+- Its locking reads are taken to outrun what the statement's subqueries read
+  (`locking_reads_outrun_snapshot`; so under READ_COMMITTED_SNAPSHOT, and a subquery read
+  before a row's commit is the same gap under plain READ COMMITTED): the outbox relay
+  confirms its candidates in a second statement, but the claim, one statement, does not
+  check the pause and breaker again as MariaDB's does. A job failed with no retry delay whose
+  failure opened its breaker may be claimed once more by a claim under way at that commit
+  (docs/explanation/internals.md, "A locking read outruns its snapshot").
 """
 
 from __future__ import annotations
