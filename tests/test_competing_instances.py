@@ -4,6 +4,8 @@ on MariaDB. Run with `pytest -n 4` for four competing xdist instances besides th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -66,5 +68,19 @@ def test_every_job_claimed_exactly_once_across_xdist_workers(server: str, reques
     assert statuses == {"succeeded": competing.JOBS}
     assert ran_by_supervisors, "the supervisors ran nothing: they did not compete"
     assert sum(p[1] or 0 for p in participants) == claimed == len(by_xdist)
+    # Competed, not taken in turns: several processes claimed. Two xdist workers need not both
+    # get some: on a loaded host one may first claim after the supervisors' workers (which
+    # drain 2,000 no-op jobs in well under a second) have taken the rest; the supervisors'
+    # workers compete as processes of their own.
+    supervisor_workers = {
+        json.loads(line)["pid"]
+        for path in records.iterdir()
+        if path.name.isdigit()
+        for line in path.read_text().splitlines()
+    }
     if expected > 1:
-        assert len(per_worker) >= 2, f"the xdist workers did not overlap: claims per worker {per_worker}"
+        competitors = len(per_worker) + len(supervisor_workers)
+        assert len(per_worker) >= 1 and competitors >= 3, (
+            f"the competitors did not overlap: claims per xdist worker {per_worker}, "
+            f"supervisor workers {supervisor_workers}"
+        )
