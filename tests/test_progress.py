@@ -99,7 +99,7 @@ def test_a_report_its_released_worker_wrote_late_does_not_land_on_the_next_claim
     assert release(client, [first]) == {job_id}
     second = claim_one(client, "w2", queue="progress-fence")
     assert second.attempt == first.attempt
-    client.store.progress.write({(job_id, "w1", first.attempt): "0.9"})
+    client.store.progress.write({first.lease: "0.9"})
     assert client.get(job_id).progress is None  # type: ignore[union-attr]
-    client.store.progress.write({(job_id, "w2", second.attempt): "0.5"})
+    client.store.progress.write({second.lease: "0.5"})
     assert client.get(job_id).progress == 0.5  # type: ignore[union-attr]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from jobsup.scrub import Secrets, scrub
 
 if TYPE_CHECKING:
+    from jobsup.store.rows import Lease
     from jobsup.worker.journal import Journal
 
 LINE_CAP = 1000  # lines stored per job, all attempts together
@@ -87,13 +88,13 @@ class JobLogger:
     """`ctx.log`: `debug`, `info`, `warning`, `error` and `exception` (with the traceback of
     the exception being handled), with `logging`'s %-formatting."""
 
-    __slots__ = ("attempt", "closed", "job_id", "journal", "name", "owner", "reported", "secrets", "tally")
+    __slots__ = ("attempt", "closed", "job_id", "journal", "lease", "name", "reported", "secrets", "tally")
 
-    def __init__(
-        self, journal: Journal, job_id: int, attempt: int, name: str, secrets: Secrets, owner: str = ""
-    ) -> None:
-        self.journal, self.job_id, self.attempt, self.name, self.secrets = journal, job_id, attempt, name, secrets
-        self.owner = owner  # the lease's: a progress report lands only while this worker holds it
+    def __init__(self, journal: Journal, lease: Lease, name: str, secrets: Secrets) -> None:
+        self.journal, self.job_id, self.attempt, self.name, self.secrets = (
+            journal, lease.job_id, lease.attempt, name, secrets
+        )  # fmt: skip
+        self.lease = lease  # what its progress reports are fenced on: written only while it is held
         self.tally: Tally | None = None  # with the first line (under the journal's lock)
         self.closed = False  # the job's call has returned: its attempt's log is over
         self.reported = False  # it reported progress (`Journal.report`)

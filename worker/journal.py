@@ -28,7 +28,7 @@ from jobsup.observe.events import emit
 from jobsup.scrub import Secrets
 from jobsup.store.joblogs import JobLogs
 from jobsup.store.progress import Progress
-from jobsup.store.rows import ClaimedJob
+from jobsup.store.rows import ClaimedJob, Lease
 from jobsup.worker.joblog import JobLogger, Tally
 
 FLUSH_EVERY = 1.0  # seconds between the flusher thread's flushes
@@ -39,8 +39,8 @@ HOLD_AT_MOST = 5000  # unwritten lines a worker keeps while its writes fail
 class Journal:
     def __init__(self, logs: JobLogs, progress: Progress) -> None:
         self.logs, self.progress = logs, progress
-        # The latest progress report of each attempt, by (job id, lease owner, attempt), not yet written.
-        self.reported: dict[tuple[int, str, int], str] = {}
+        # The latest progress report of each attempt, by its lease, not yet written.
+        self.reported: dict[Lease, str] = {}
         self.lock = threading.Lock()  # the lists below and every tally's counts
         self.writing = threading.Lock()  # one flush at a time
         # The loggers of running jobs, by job id: only the worker's main thread, which
@@ -55,7 +55,7 @@ class Journal:
 
     def logger(self, job: ClaimedJob, secrets: Secrets) -> JobLogger:
         """`job`'s `ctx.log` (the worker's main thread)."""
-        logger = self.open[job.id] = JobLogger(self, job.id, job.attempt, job.name, secrets, job.owner)
+        logger = self.open[job.id] = JobLogger(self, job.lease, job.name, secrets)
         return logger
 
     def add(self, logger: JobLogger, level: str, message: str) -> None:
@@ -91,7 +91,7 @@ class Journal:
             if logger.closed:
                 return
             logger.reported = True
-            self.reported[(logger.job_id, logger.owner, logger.attempt)] = text
+            self.reported[logger.lease] = text
             thread = self._new_thread()
         if thread is not None:
             thread.start()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from jobsup.store.database import Database
 
 if TYPE_CHECKING:
+    from jobsup.store.rows import Lease
     from jobsup.store.statements import Statements
 
 
@@ -18,15 +19,15 @@ class Progress:
     def __init__(self, db: Database, sql: Statements) -> None:
         self.db, self.sql = db, sql
 
-    def write(self, reports: Mapping[tuple[int, str, int], str]) -> None:
-        """Store each attempt's latest report, by (job id, lease owner, attempt), as JSON text,
-        in one transaction; a report whose lease is no longer held changes nothing."""
+    def write(self, reports: Mapping[Lease, str]) -> None:
+        """Store each attempt's latest report, by its lease, as JSON text, in one transaction;
+        a report whose lease is no longer held changes nothing."""
         if reports:
             # In id order, as a renewal and a settle lock job rows (`fences.py`): two
             # transactions that lock several rows each in one order cannot deadlock.
             rows = [
-                {"p_job": job_id, "p_owner": owner, "p_attempt": attempt, "p_progress": text}
-                for (job_id, owner, attempt), text in sorted(reports.items())
+                {"p_job": lease.job_id, "p_owner": lease.owner, "p_attempt": lease.attempt, "p_progress": text}
+                for lease, text in sorted(reports.items(), key=lambda report: report[0].job_id)
             ]
             with self.db.transaction("joblog") as conn:
                 conn.execute(self.sql.write_progress, rows)

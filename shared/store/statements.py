@@ -243,20 +243,13 @@ class Statements(StepStatements):
     @cached_property
     def write_progress(self) -> Update:
         """A running attempt's latest progress report (`jobsup.store.progress`), on its job's
-        row while that attempt runs, under the lease that reported it: its row, written when it
-        ends, takes it from there. The owner too, not the attempt alone: a release gives the
-        attempt number back, so the next claim's attempt has the same number, and a report the
-        released worker could not write before then (an outage) would land on it."""
-        return (
-            update(job)
-            .where(
-                job.c.id == bindparam("p_job"),
-                job.c.lease_owner == bindparam("p_owner"),
-                job.c.attempts == bindparam("p_attempt"),
-                status_is(RUNNING),
-            )
-            .values(progress=bindparam("p_progress"))
-        )
+        row while that attempt runs, under the lease that reported it (the owner says "still
+        running", as in `fence`): its row, written when it ends, takes it from there. The owner
+        too, not the attempt alone: a release gives the attempt number back, so the next
+        claim's attempt has the same number, and a report the released worker could not write
+        before then (an outage) would land on it."""
+        lease = job.c.lease_owner == bindparam("p_owner"), job.c.attempts == bindparam("p_attempt")
+        return update(job).where(job.c.id == bindparam("p_job"), *lease).values(progress=bindparam("p_progress"))
 
     # -- the sweep -----------------------------------------------------------------------------
 
@@ -357,6 +350,7 @@ class Statements(StepStatements):
             )
             .returning(
                 job.c.id,
+                job.c.status,
                 job.c.name,
                 job.c.queue,
                 job.c.workflow_id,

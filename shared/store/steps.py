@@ -129,8 +129,7 @@ def wake_idle_workers(conn: Connection, change: Change) -> None:
     busy worker gives back waits for another's next poll (5 s on PostgreSQL), though idle
     workers of its queue could start it at once. (A release that ended the job cancelled
     wakes nobody; a retried job a key holds back wakes its queue for nothing.)"""
-    released = change.transition == "release"
-    queues = {row.queue for row in change.rows if not released or row.status == PENDING}
+    queues = {row.queue for row in change.rows if row.status == PENDING}
     if queues:
         change.context.dialect.after_enqueue(conn, queues)
 
