@@ -240,3 +240,71 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_with_opentelemetry_installed_and_no_provider_set_a_job_makes_no_span_until_one_is_set(
+    sqlite_url: str,
+) -> None:
+    """No span object for a job while nothing would record it (`opentelemetry-api` installed
+    as another package's dependency): the job's own code sees no current span, as before; a
+    job enqueued inside a caller's trace still hands that trace on to its own code; and a
+    provider set later records the next job's run."""
+    script = f"""
+import os, time
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import jobsup
+from jobsup.observe import tracing
+from jobsup.settings import QueueConfig, Settings
+from jobsup.store.database import Database
+from jobsup.worker.loop import Worker
+from jobsup.worker.slot import SlotTable
+from jobsup.worker.spec import WorkerSpec
+from jobsup.worker.stop import StopRequest
+
+seen = []
+
+@jobsup.job("looks", queue="traced")
+def looks(ctx, payload):
+    seen.append(trace.get_current_span().get_span_context())
+
+client = jobsup.Client({sqlite_url!r})
+settings = Settings(database_url={sqlite_url!r}, queues={{"traced": QueueConfig()}})
+worker = Worker(WorkerSpec(settings, "traced", 1, "w", os.getppid()), Database({sqlite_url!r}),
+                StopRequest(), SlotTable(1, 1).slot(0), None)
+traced = []
+
+def run_one():
+    [claimed] = worker.claim()
+    worker.keeper.hold([claimed], time.monotonic())
+    running = worker.keeper.begin(claimed, None)
+    worker.run_one(running)
+    traced.append(running.traced is not tracing.NOT_TRACED)
+    worker.settler.write_here()
+
+client.enqueue("looks")
+run_one()
+parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+trace_id = int(parent.split("-")[1], 16)
+from jobsup.store.schema import job
+jid = client.enqueue("looks")
+with client.database.transaction() as conn:
+    conn.execute(job.update().where(job.c.id == jid).values(traceparent=parent))
+run_one()
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+client.enqueue("looks")
+run_one()
+assert traced == [False, True, True], traced
+assert not seen[0].is_valid, seen
+assert seen[1].trace_id == trace_id, seen
+runs = [span.name for span in exporter.get_finished_spans() if span.name.startswith("jobsup.run")]
+assert runs == ["jobsup.run looks"], runs
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

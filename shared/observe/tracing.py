@@ -12,8 +12,9 @@ is a no-op and nothing of OpenTelemetry is imported.
   failure's settle, written by the worker's thread before the run span ends, is its child;
   successes, written in batches by the settle thread, link to their jobs' run spans.
 
-The spans go wherever the application's TracerProvider sends them; with none set up, the
-API's default provider makes every span a no-op.
+The spans go wherever the application's TracerProvider sends them; with none set up, a job
+without a caller's trace context gets no span at all (`otel._recording`), not the API's
+no-op one.
 """
 
 from __future__ import annotations
