@@ -45,3 +45,36 @@ def test_deferred_samples_are_written_only_when_asked_and_then_as_if_written_at_
     assert written == at_once and written[("jobsup_job_duration_seconds_bucket", "+Inf")] == 7
     assert written[("jobsup_job_duration_seconds_bucket", "0.005")] == 2  # 0 and the bound itself
     assert written[("jobsup_jobs_completed_total", "timed_out")] == 1
+
+
+@pytest.mark.parametrize("defer", [True, False])
+def test_a_settle_of_several_types_counts_each_job_as_its_own_event_would(defer: bool) -> None:
+    """A settle's successes are counted once per queue and type: the same export as one
+    event per job, whether the samples are added up or written at once."""
+    each = [(1, "x", 1, "q", 0.3), (2, "y", 1, "q", None), (3, "x", 1, "q", 0.004), (4, "x", 1, "r", 7.0)]
+    suffix = "deferred" if defer else "at-once"
+    metrics.defer_job_samples(defer)
+    try:
+        for job_id, name, attempt, queue, seconds in each:
+            metrics.record("jobs.succeeded", {"each": [(job_id, name, attempt, f"alone-{queue}-{suffix}", seconds)]})
+        metrics.record("jobs.succeeded", {"each": [(*job[:3], f"settle-{job[3]}-{suffix}", job[4]) for job in each]})
+        metrics.write_deferred()
+    finally:
+        metrics.defer_job_samples(False)
+    for queue in ("q", "r"):
+        alone, together = by_job(f"alone-{queue}-{suffix}"), by_job(f"settle-{queue}-{suffix}")
+        assert together == alone and together, (queue, together, alone)
+    settled = by_job(f"settle-q-{suffix}")
+    assert sum(v for (name, _, _), v in settled.items() if name == "jobsup_jobs_completed_total") == 3
+    assert sum(v for (name, _, _), v in settled.items() if name == "jobsup_job_duration_seconds_count") == 2
+
+
+def by_job(queue: str) -> dict[tuple[str, str, str], float]:
+    """`samples`, each job label's apart."""
+    found = {}
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            if sample.labels.get("queue") == queue and not sample.name.endswith("_created"):
+                key = (sample.name, sample.labels["job"], sample.labels.get("le", sample.labels.get("outcome", "")))
+                found[key] = sample.value
+    return found

@@ -137,7 +137,7 @@ def call(job: ClaimedJob, prepared: Prepared) -> Ran:
     except BaseException as exc:  # a job's SystemExit or KeyboardInterrupt fails the attempt too
         tracing.failed(exc)
         return _raised(job, exc, prepared.secrets, keep=not prepared.sensitive)
-    if inspect.isawaitable(value):
+    if value is not None and inspect.isawaitable(value):  # (most jobs return None: no look)
         # An async def behind a plain wrapper: awaited here, on a loop of this thread's own
         # (registered as the async def itself, it would run on the worker's loop, its task
         # cancelled with the job).

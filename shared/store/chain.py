@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Insert, Row, Select, Update, bindparam, select
@@ -93,7 +93,8 @@ class Fused:
     def named_row(self) -> Callable[[Sequence[Any]], Any]:
         """A driver row named as SQLAlchemy's `Row` names it (the callers read `row.status`)."""
         named: Any = namedtuple("Row", self.statement.selected_columns.keys())  # type: ignore[misc]
-        return named._make
+        # What `named._make` does, without its Python frame (a row per job of a settle).
+        return partial(tuple.__new__, named)
 
 
 @dataclass(frozen=True)

@@ -181,7 +181,9 @@ class Transitions:
                 {**same, **self.sql.fence_params([o.held.lease for o in group]), "p_result": result}
                 for result, group in by_result.items()
             ]
-        needs_steps = any(self._has_steps(outcome.held) for outcome in outcomes)
+        needs_steps = any(outcome.held.needs_steps for outcome in outcomes) or any(
+            self.resolver.breaker_of(name) is not None for name in {outcome.held.name for outcome in outcomes}
+        )  # `_has_steps` of each, a type's breaker looked up once (most batches are one type)
         rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
         settled = {row[0] for row in rows}
         done = []
