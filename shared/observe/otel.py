@@ -4,14 +4,12 @@ installed (see there)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from opentelemetry import trace
-from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -24,6 +22,7 @@ _w3c = TraceContextTextMapPropagator()
 _tracer = trace.get_tracer("jobsup")  # a proxy: spans go to whichever provider is set, when
 _ended: OrderedDict[int, Any] = OrderedDict()  # job id -> its run's span context, until its settle
 _lock = threading.Lock()
+_UNREAD = object()
 
 
 def traceparent() -> str | None:
@@ -56,25 +55,21 @@ class _Running(Traced):
 def _recording() -> bool:
     """Whether a TracerProvider that records spans is set. Until the application sets one,
     the API's default hands out spans that record nothing; making them, current and ended,
-    was about 10 µs of the 35 each job took in a worker's per-job path (`opentelemetry-api` is often
-    installed as another package's dependency, with no provider set). Asked at every job,
-    so a provider set later is used from the next one on: from the API's global itself while
-    none is set, since `trace.get_tracer_provider()` then looks up the environment each
-    time (its OTEL_PYTHON_TRACER_PROVIDER, read here once, at import), a few µs."""
-    provider = getattr(trace, "_TRACER_PROVIDER", _UNREAD)  # the API's own global (1.x)
-    if provider is None and not _PROVIDER_FROM_ENVIRONMENT:
-        return False
-    if provider is None or provider is _UNREAD:
-        provider = trace.get_tracer_provider()  # loads the environment's provider, once
-    return not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
-
-
-_UNREAD = object()
-_PROVIDER_FROM_ENVIRONMENT = OTEL_PYTHON_TRACER_PROVIDER in os.environ
+    was about 10 µs of the 35 each job took in a worker's per-job path (`opentelemetry-api`
+    is often installed as another package's dependency, with no provider set). Asked at
+    every job, so a provider set later is used from the next one on; read from the API's
+    own global, since `trace.get_tracer_provider()` looks up the environment at every call
+    while none is set. A provider named by OTEL_PYTHON_TRACER_PROVIDER was loaded into that
+    global at import already, when `_tracer` was made."""
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNREAD)  # a module global in every 1.x
+    if provider is _UNREAD:
+        provider = trace.get_tracer_provider()
+    return provider is not None and not isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider))
 
 
 def run(job: Any) -> Traced:
-    if not job.traceparent and not _recording():
+    recording = _recording()
+    if not job.traceparent and not recording:
         # Nothing to record and no caller's context to hand on to the job's own code: the
         # span would be the invalid one, as with no span at all.
         return NOT_TRACED
@@ -89,7 +84,7 @@ def run(job: Any) -> Traced:
         f"jobsup.run {job.name}", context=parent, kind=SpanKind.CONSUMER, attributes=attributes
     )
     context = started.get_span_context()
-    if context.is_valid:  # for the link of its settle, whichever thread writes it
+    if recording and context.is_valid:  # for the link of its settle, whichever thread writes it
         with _lock:
             _ended[job.id] = context
             while len(_ended) > KEPT:

@@ -93,7 +93,8 @@ class Fused:
     def named_row(self) -> Callable[[Sequence[Any]], Any]:
         """A driver row named as SQLAlchemy's `Row` names it (the callers read `row.status`)."""
         named: Any = namedtuple("Row", self.statement.selected_columns.keys())  # type: ignore[misc]
-        # What `named._make` does, without its Python frame (a row per job of a settle).
+        # What `named._make` does, without its Python frame (a row per job of a settle) and
+        # its count of the values: the rows are this statement's own, its columns each.
         return partial(tuple.__new__, named)
 
 

@@ -181,9 +181,7 @@ class Transitions:
                 {**same, **self.sql.fence_params([o.held.lease for o in group]), "p_result": result}
                 for result, group in by_result.items()
             ]
-        needs_steps = any(outcome.held.needs_steps for outcome in outcomes) or any(
-            self.resolver.breaker_of(name) is not None for name in {outcome.held.name for outcome in outcomes}
-        )  # `_has_steps` of each, a type's breaker looked up once (most batches are one type)
+        needs_steps = self._has_steps(*(outcome.held for outcome in outcomes))
         rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
         settled = {row[0] for row in rows}
         done = []
@@ -252,9 +250,13 @@ class Transitions:
             emit("job.failed", **fields, retry_in=round(delay, 3))
         return status
 
-    def _has_steps(self, held: Held) -> bool:
-        """Its end sets off steps, or its type's breaker counts its settles (`jobsup.store.breakers`)."""
-        return held.needs_steps or self.resolver.breaker_of(held.name) is not None
+    def _has_steps(self, *held: Held) -> bool:
+        """The end of one of them sets off steps, or its type's breaker counts its settles
+        (`jobsup.store.breakers`). A type's breaker is looked up once: most settles are of
+        one type."""
+        return any(one.needs_steps for one in held) or any(
+            self.resolver.breaker_of(name) is not None for name in {one.name for one in held}
+        )
 
     def release(
         self,

@@ -11,9 +11,9 @@ around it; `../shared/bench/peers/` the whole run beside the peers).
     python tests/benchmarks/worker_path.py               # microseconds a job: min, median, max
     python tests/benchmarks/worker_path.py --profile     # cProfile's top functions
 
-Run it with the installs a user has: `pip install -e '.[test]'` brings OpenTelemetry's API,
-which adds its own cost (`docs/how-to/opentelemetry.md`); a venv with `pip install -e
-'.[postgresql]'` does not. PostgreSQL as in `worker_floor.py` (`ADMIN`).
+Run it with the installs a user has: `pip install -e '.[test]'` brings OpenTelemetry's API
+(with no provider set, a look at its global a job: `docs/how-to/opentelemetry.md`), a venv
+with `pip install -e '.[postgresql]'` does not. PostgreSQL as in `worker_floor.py` (`ADMIN`).
 """
 
 from __future__ import annotations
