@@ -251,12 +251,9 @@ class Transitions:
         return status
 
     def _has_steps(self, *held: Held) -> bool:
-        """The end of one of them sets off steps, or its type's breaker counts its settles
-        (`jobsup.store.breakers`). A type's breaker is looked up once: most settles are of
-        one type."""
-        return any(one.needs_steps for one in held) or any(
-            self.resolver.breaker_of(name) is not None for name in {one.name for one in held}
-        )
+        """One's end sets off steps, or its type's breaker counts its settles (`jobsup.store.breakers`)."""
+        names = {one.name for one in held}  # a type's breaker looked up once: most settles are of one type
+        return any(one.needs_steps for one in held) or any(self.resolver.breaker_of(n) is not None for n in names)
 
     def release(
         self,
