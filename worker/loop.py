@@ -84,10 +84,10 @@ class Worker:
         if rated and given is not None and given > 1:
             emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=given)
         self.claim_size = ClaimSize(given, one_at_a_time=rated)
-        # A claim of one job on a database of many writers hands its outcome to the settler's
-        # thread, so the next claim overlaps the write; a batch, or one writer at a time
-        # (SQLite), writes here before the next claim: a second thread running Python beside
-        # this one costs more in GIL hand-offs than it saves (docs/explanation/performance.md).
+        # On a database of many writers a claim's outcomes go to the settler's thread, so the
+        # next claim and its jobs overlap the write (at the default claim sizes, 17-48 % more
+        # jobs a second for the same CPU: docs/explanation/performance.md, "The settle beside
+        # the next claim"); one writer at a time (SQLite) writes here before the next claim.
         self.one_writer = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
         self.starts = Starts(self.label)
@@ -258,7 +258,7 @@ class Worker:
             ran += 1
         self.starts.announce_held()
         self.settler.release(self.keeper.take_waiting())
-        if self.one_writer or len(jobs) > 1:
+        if self.one_writer:
             self.settler.write_here()
         else:
             self.settler.flush_soon()

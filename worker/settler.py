@@ -71,8 +71,8 @@ class Settler:
             self.cond.notify_all()
 
     def write_here(self) -> None:
-        """Write what is pending in the calling thread, now (with one writer at a time, or a
-        batch, a hand-over to the settler's thread would only add a thread switch)."""
+        """Write what is pending in the calling thread, now (with one writer at a time, a
+        hand-over to the settler's thread would only add a thread switch)."""
         with self.cond:
             batch, self.pending = self.pending, []
             self.writing += 1
