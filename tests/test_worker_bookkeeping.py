@@ -190,3 +190,45 @@ def test_a_later_claim_round_whose_reply_was_lost_gives_its_jobs_back_at_once(
         assert not worker.claim_unsure
     finally:
         db.dispose()
+
+
+@jobsup.job("bookkeeping-noop")
+def bookkeeping_noop(ctx: jobsup.JobContext, payload: object) -> None:
+    """Succeeds: its outcome is the settler's to write."""
+
+
+@pytest.mark.parametrize("server", ["postgres_url", "mariadb_url"])
+def test_a_claims_outcomes_are_written_beside_the_next_claim_and_no_further_behind(
+    request: pytest.FixtureRequest, server: str
+) -> None:
+    """Where many write at once, a claim's outcomes are written by the settler's thread
+    while the next claim runs; that claim's run then waits for the write before handing its
+    own over. So a write that hangs holds the worker back, and a worker that dies leaves at
+    most one claim's successes unwritten (to run again)."""
+    url = str(request.getfixturevalue(server))
+    client = jobsup.Client(url)
+    first_id, second_id = client.enqueue_many([{"name": "bookkeeping-noop"}] * 2)
+    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
+    db = Database(url, role="worker")
+    worker = Worker(
+        WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), SlotTable(1, 1).slot(0), None
+    )
+    worker.settler.start()
+    for engine in (db.engine, db.single):
+        faults.install(engine, "worker", "worker:settle@0s+4s:hang")  # the first write hangs
+    first = worker.claim(limit=1)
+    assert [job.id for job in first] == [first_id]
+    worker.run_batch(first, time.monotonic())  # handed over: the settler's thread writes it
+    wait_until(lambda: worker.settler.writing == 1, timeout=5, what="the first claim's write to start")
+    second = worker.claim(limit=1)  # beside that write
+    assert [job.id for job in second] == [second_id]
+    running = threading.Thread(target=worker.run_batch, args=(second, time.monotonic()))
+    running.start()
+    wait_until(lambda: worker.settler.draining == 1, timeout=5, what="the second claim's run to wait for the write")
+    assert running.is_alive() and client.get(first_id).status == "running"  # type: ignore[union-attr]
+    running.join(30)  # once the hang ends
+    assert not running.is_alive()
+    worker.settler.drain(timeout=30)
+    assert [client.get(job_id).status for job_id in (first_id, second_id)] == ["succeeded"] * 2  # type: ignore[union-attr]
+    client.close()
+    db.dispose()

@@ -70,6 +70,21 @@ class Settler:
             self.urgent = True
             self.cond.notify_all()
 
+    def flush_after_writes(self) -> None:
+        """`flush_soon`, once the writes under way have ended: a claim's outcomes are written
+        beside the next claim, but no further behind (a write that hangs, on a key a caller
+        holds or through an outage, holds back the claims after it, and a worker that dies
+        leaves at most one claim's successes unwritten, to run again)."""
+        with self.cond:
+            self.draining += 1  # so that a write's end is announced
+            try:
+                while self.writing:
+                    self.cond.wait()
+            finally:
+                self.draining -= 1
+            self.urgent = True
+            self.cond.notify_all()
+
     def write_here(self) -> None:
         """Write what is pending in the calling thread, now (with one writer at a time, a
         hand-over to the settler's thread would only add a thread switch)."""
