@@ -78,12 +78,10 @@ class Settler:
         with self.cond:
             self.draining += 1  # so that a write's end is announced
             try:
-                while self.writing:
-                    self.cond.wait()
+                self.cond.wait_for(lambda: not self.writing)
             finally:
                 self.draining -= 1
-            self.urgent = True
-            self.cond.notify_all()
+        self.flush_soon()
 
     def write_here(self) -> None:
         """Write what is pending in the calling thread, now (with one writer at a time, a
