@@ -11,6 +11,7 @@ from typing import Any
 
 import sentry_sdk
 from sentry_sdk.envelope import Envelope
+from sentry_sdk.integrations.logging import LoggingIntegration
 from sentry_sdk.transport import Transport
 
 import jobsup
@@ -29,7 +30,13 @@ class FileTransport(Transport):
 def start_sentry() -> None:
     if os.environ.get("JOBSUP_TEST_SENTRY_REFUSE"):
         raise ValueError("no DSN in this environment")
-    sentry_sdk.init(dsn="https://key@sentry.invalid/1", transport=FileTransport)
+    # event_level as the docs say: sentry-sdk 3 no longer turns ERROR records into events
+    # unless asked, while 2.x did by default; asking works on both.
+    sentry_sdk.init(
+        dsn="https://key@sentry.invalid/1",
+        transport=FileTransport,
+        integrations=[LoggingIntegration(event_level=logging.ERROR)],
+    )
     with open(os.environ["JOBSUP_TEST_SENTRY"] + ".started", "a") as file:
         file.write(f"{os.getpid()}\n")
 
