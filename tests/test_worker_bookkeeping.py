@@ -19,6 +19,7 @@ from jobsup.store import faults
 from jobsup.store.database import Database
 from jobsup.store.rows import FAILED, RELEASED, Outcome
 from jobsup.worker.loop import Worker
+from jobsup.worker.settler import BESIDE_AT_MOST
 from jobsup.worker.slot import SlotTable
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
@@ -230,5 +231,32 @@ def test_a_claims_outcomes_are_written_beside_the_next_claim_and_no_further_behi
     assert not running.is_alive()
     worker.settler.drain(timeout=30)
     assert [client.get(job_id).status for job_id in (first_id, second_id)] == ["succeeded"] * 2  # type: ignore[union-attr]
+    client.close()
+    db.dispose()
+
+
+@pytest.mark.parametrize("server", ["postgres_url", "mariadb_url"])
+def test_a_claim_larger_than_the_adaptive_most_is_written_before_the_next_claim(
+    request: pytest.FixtureRequest, server: str
+) -> None:
+    """Beside the next claim only pays for small claims: a larger one (a `--claim-batch`
+    above the adaptive most) has its outcomes written by the main thread before `run_batch`
+    returns, even when that write is slow."""
+    url = str(request.getfixturevalue(server))
+    client = jobsup.Client(url)
+    ids = client.enqueue_many([{"name": "bookkeeping-noop"}] * (BESIDE_AT_MOST + 1))
+    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
+    db = Database(url, role="worker")
+    worker = Worker(
+        WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), SlotTable(1, 1).slot(0), None
+    )
+    worker.settler.start()
+    for engine in (db.engine, db.single):
+        faults.install(engine, "worker", "worker:settle@0s+2s:hang")  # the write is slow
+    claimed = worker.claim(limit=BESIDE_AT_MOST + 1)
+    assert sorted(job.id for job in claimed) == sorted(ids)
+    assert worker.run_batch(claimed, time.monotonic()) == len(ids)
+    assert worker.settler.writing == 0 and not worker.settler.pending
+    assert {client.get(job_id).status for job_id in ids} == {"succeeded"}  # type: ignore[union-attr]
     client.close()
     db.dispose()

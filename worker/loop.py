@@ -40,7 +40,7 @@ from jobsup.worker.execute import Ran, call, call_async, outcome_of, prepare
 from jobsup.worker.lease import LeaseKeeper, Running
 from jobsup.worker.pool import Pool
 from jobsup.worker.services import JobServices
-from jobsup.worker.settler import Settler
+from jobsup.worker.settler import BESIDE_AT_MOST, Settler
 from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.starts import Starts
@@ -258,7 +258,7 @@ class Worker:
             ran += 1
         self.starts.announce_held()
         self.settler.release(self.keeper.take_waiting())
-        if self.one_writer:
+        if self.one_writer or len(jobs) > BESIDE_AT_MOST:
             self.settler.write_here()
         else:
             self.settler.flush_after_writes()

@@ -16,6 +16,7 @@ from jobsup.errors import DatabaseError, LockBusy
 from jobsup.observe import tracing
 from jobsup.observe.events import emit
 from jobsup.store.rows import RELEASED, SUCCEEDED, ClaimedJob, Outcome
+from jobsup.worker.claimsize import ADAPTIVE_MOST
 
 if TYPE_CHECKING:
     from jobsup.store.transitions import Transitions
@@ -23,6 +24,12 @@ if TYPE_CHECKING:
 FLUSH_EVERY = 0.5  # seconds an outcome may wait to be written with others
 TICK = 0.1  # how often the writer looks at the age of what waits (adding does not wake it)
 KEY_RETRY = 0.5  # seconds between tries of a write whose concurrency key another transaction holds
+# Where many write at once, a claim of up to this many jobs has its outcomes written by the
+# settler's thread beside the next claim: its round trip is a large part of a small claim's
+# turn (9-40 % more jobs a second at the defaults). A larger claim's are written by the main
+# thread before it claims again: there the overlap gains little and the two threads' contest
+# for the interpreter cost 7 ms per 1,000 jobs at claim batch 100 (docs/explanation/performance.md).
+BESIDE_AT_MOST = ADAPTIVE_MOST  # so every claim of the adaptive default size overlaps
 
 Pending = tuple[ClaimedJob, Outcome]
 
