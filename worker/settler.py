@@ -83,17 +83,16 @@ class Settler:
         holds or through an outage, holds back the claims after it, and a worker that dies
         leaves at most one claim's successes unwritten, to run again)."""
         with self.cond:
-            self.draining += 1  # so that a write's end is announced
-            try:
-                self.cond.wait_for(lambda: not self.writing)
-            finally:
-                self.draining -= 1
+            self._await_writes()
         self.flush_soon()
 
     def write_here(self) -> None:
-        """Write what is pending in the calling thread, now (with one writer at a time, a
-        hand-over to the settler's thread would only add a thread switch)."""
+        """Write what is pending in the calling thread, once the writes under way have ended
+        (the same bound as `flush_after_writes`: a write that hangs holds the claims after it
+        back); with one writer at a time, or a large claim, a hand-over to the settler's
+        thread would only add a thread switch."""
         with self.cond:
+            self._await_writes()
             batch, self.pending = self.pending, []
             self.writing += 1
         try:
@@ -147,6 +146,14 @@ class Settler:
                 self._write(batch)
             finally:
                 self._written()
+
+    def _await_writes(self) -> None:
+        """Wait, holding `cond`, until no write is under way."""
+        self.draining += 1  # so that a write's end is announced
+        try:
+            self.cond.wait_for(lambda: not self.writing)
+        finally:
+            self.draining -= 1
 
     def _written(self) -> None:
         with self.cond:
