@@ -198,6 +198,20 @@ def bookkeeping_noop(ctx: jobsup.JobContext, payload: object) -> None:
     """Succeeds: its outcome is the settler's to write."""
 
 
+def writing_worker(url: str, fault: str) -> tuple[Database, Worker]:
+    """A worker of the default queue with its settler's thread started (its lease threads
+    not), whose settle writes meet `fault`."""
+    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
+    db = Database(url, role="worker")
+    worker = Worker(
+        WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), SlotTable(1, 1).slot(0), None
+    )
+    worker.settler.start()
+    for engine in (db.engine, db.single):
+        faults.install(engine, "worker", fault)
+    return db, worker
+
+
 @pytest.mark.parametrize("server", ["postgres_url", "mariadb_url"])
 def test_a_claims_outcomes_are_written_beside_the_next_claim_and_no_further_behind(
     request: pytest.FixtureRequest, server: str
@@ -209,14 +223,7 @@ def test_a_claims_outcomes_are_written_beside_the_next_claim_and_no_further_behi
     url = str(request.getfixturevalue(server))
     client = jobsup.Client(url)
     first_id, second_id = client.enqueue_many([{"name": "bookkeeping-noop"}] * 2)
-    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
-    db = Database(url, role="worker")
-    worker = Worker(
-        WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), SlotTable(1, 1).slot(0), None
-    )
-    worker.settler.start()
-    for engine in (db.engine, db.single):
-        faults.install(engine, "worker", "worker:settle@0s+4s:hang")  # the first write hangs
+    db, worker = writing_worker(url, "worker:settle@0s+4s:hang")  # the first write hangs
     first = worker.claim(limit=1)
     assert [job.id for job in first] == [first_id]
     worker.run_batch(first, time.monotonic())  # handed over: the settler's thread writes it
@@ -245,14 +252,7 @@ def test_a_claim_larger_than_the_adaptive_most_is_written_before_the_next_claim(
     url = str(request.getfixturevalue(server))
     client = jobsup.Client(url)
     ids = client.enqueue_many([{"name": "bookkeeping-noop"}] * (BESIDE_AT_MOST + 1))
-    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
-    db = Database(url, role="worker")
-    worker = Worker(
-        WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), SlotTable(1, 1).slot(0), None
-    )
-    worker.settler.start()
-    for engine in (db.engine, db.single):
-        faults.install(engine, "worker", "worker:settle@0s+2s:hang")  # the write is slow
+    db, worker = writing_worker(url, "worker:settle@0s+2s:hang")  # the write is slow
     try:
         claimed = worker.claim(limit=BESIDE_AT_MOST + 1)
         assert sorted(job.id for job in claimed) == sorted(ids)
