@@ -84,10 +84,10 @@ class Worker:
         if rated and given is not None and given > 1:
             emit("worker.claim_batch_limited", worker=spec.label, queue=spec.queue, claim_batch=given)
         self.claim_size = ClaimSize(given, one_at_a_time=rated)
-        # Where many write at once a claim's outcomes go to the settler's thread, so the next
-        # claim and its jobs overlap the write (at the default claim sizes, more jobs a second
-        # for the same CPU: docs/explanation/performance.md, "The settle beside the next
-        # claim"); one writer at a time (SQLite) writes here before the next claim.
+        # Where many write at once a claim of up to BESIDE_AT_MOST jobs hands its outcomes to
+        # the settler's thread, so the next claim overlaps the write (docs/explanation/
+        # performance.md, "The settle beside the next claim"); a larger claim, or one writer
+        # at a time (SQLite), writes here before the next claim.
         self.one_writer = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
         self.starts = Starts(self.label)

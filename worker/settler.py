@@ -83,7 +83,7 @@ class Settler:
         holds or through an outage, holds back the claims after it, and a worker that dies
         leaves at most one claim's successes unwritten, to run again)."""
         with self.cond:
-            self._await_writes()
+            self._await(lambda: not self.writing)
         self.flush_soon()
 
     def write_here(self) -> None:
@@ -92,7 +92,7 @@ class Settler:
         back); with one writer at a time, or a large claim, a hand-over to the settler's
         thread would only add a thread switch."""
         with self.cond:
-            self._await_writes()
+            self._await(lambda: not self.writing)
             batch, self.pending = self.pending, []
             self.writing += 1
         try:
@@ -111,20 +111,10 @@ class Settler:
 
     def drain(self, timeout: float | None = None) -> bool:
         """Write everything pending now; wait (up to `timeout`) until all writes are done."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self.cond:
             self.urgent = True
             self.cond.notify_all()
-            self.draining += 1
-            try:
-                while self.pending or self.writing:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self.cond.wait(left)
-            finally:
-                self.draining -= 1
-        return True
+            return self._await(lambda: not self.pending and not self.writing, timeout)
 
     def _guarded(self) -> None:
         try:
@@ -147,11 +137,11 @@ class Settler:
             finally:
                 self._written()
 
-    def _await_writes(self) -> None:
-        """Wait, holding `cond`, until no write is under way."""
+    def _await(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
+        """Wait, holding `cond`, until `done()` (up to `timeout`); return whether it is."""
         self.draining += 1  # so that a write's end is announced
         try:
-            self.cond.wait_for(lambda: not self.writing)
+            return self.cond.wait_for(done, timeout)
         finally:
             self.draining -= 1
 
