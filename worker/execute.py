@@ -16,6 +16,7 @@ import inspect
 import threading
 import traceback
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from jobsup.context import JobContext, job_context
@@ -26,7 +27,7 @@ from jobsup.paramcheck import check
 from jobsup.payload import decode_payload, to_json
 from jobsup.registry import lookup
 from jobsup.scrub import Secrets, error_text, scrub, secrets_of, validation_text
-from jobsup.secrets import SealedParameterError, has_sealed, job_binding, keyring, sealed_fields
+from jobsup.secrets import MARK, SealedParameterError, has_sealed, job_binding, keyring, sealed_fields
 from jobsup.store.rows import CANCELLED as CANCELLED_OUTCOME
 from jobsup.store.rows import DISCARDED, FAILED, LEASE_EXPIRED, RELEASED, SUCCEEDED, TIMED_OUT, ClaimedJob, Outcome
 from jobsup.templates import Moment
@@ -37,6 +38,7 @@ RESULT_CAP = 64 * 1024  # characters of JSON a job's return value may take in th
 
 # Why a running job's cancel event was set.
 SHUTDOWN, TIMEOUT, CANCELLED, LEASE_LOST = "shutdown", "timed_out", "cancelled", "lease_lost"
+_NONE_SEALED: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True)  # not frozen: one per job, and a frozen init costs twice as much
@@ -78,7 +80,10 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     except (InvalidPayload, RecursionError) as exc:
         return Ran(DISCARDED, f"InvalidPayload: {exc}")  # retrying cannot mend it
     # Sensitive: what was sealed, and what this code marks sensitive (a row may predate it).
-    sealed = sealed_fields(payload)
+    # A sealed value's mark is in its row's text, unless written with \u escapes: a text with
+    # neither (most) is not walked for one.
+    text = job.payload
+    sealed = sealed_fields(payload) if MARK in text or "\\u" in text else _NONE_SEALED
     sensitive = sealed | registered.params.sensitive if registered.params else sealed
     if sealed:  # (`unsealed` would look for them again: most payloads have none)
         try:
@@ -94,7 +99,7 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
         try:
             # A job enqueued before its type had a template default is given one now, as of
             # when it was due (made only for a type with one: this is every typed job's path).
-            moment = Moment.of(job.name, job.queue, now=job.due_at) if registered.params.templated else None
+            moment = Moment.of(job.name, job.queue, now=_utc(job.due_at)) if registered.params.templated else None
             payload = registered.params.make(check(registered.params.schema, payload, job=job.name, moment=moment))
         except Exception as exc:
             # Retried, not discarded: a deploy may bring parameters this payload fits
@@ -107,6 +112,11 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
         job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled, **extras
     )
     return Prepared(registered.function, ctx, payload, secrets, registered.is_async, bool(sensitive))
+
+
+def _utc(at: datetime | None) -> datetime | None:
+    """A claim's due time (in whatever zone it was read) in UTC, as templates show it."""
+    return None if at is None else at.astimezone(UTC)
 
 
 def unsealed(job: ClaimedJob, payload: Any) -> Any:
@@ -193,21 +203,30 @@ def _explained(job: ClaimedJob, exc: BaseException, secrets: Secrets, kept: Base
     return Ran(FAILED, error_text(exc, secrets), exc=kept, traceback=stored_frames(exc, secrets))
 
 
-def outcome_of(job: ClaimedJob, ran: Ran, reason: str | None, timeout: float | None, **fields: Any) -> Outcome:
+def outcome_of(
+    job: ClaimedJob,
+    ran: Ran,
+    reason: str | None,
+    timeout: float | None,
+    *,
+    seconds: float | None = None,
+    worker: str | None = None,
+) -> Outcome:
     """The outcome to write for `job`, given why its cancel event was set (None: it was
-    not)."""
-    if reason == CANCELLED and ran.kind != SUCCEEDED:
-        return Outcome(job.held, CANCELLED_OUTCOME, "cancelled by an operator while it ran", **fields)
-    if reason == LEASE_LOST:
-        return Outcome(job.held, LEASE_EXPIRED, "lease lost: it could not be renewed; the job stopped", **fields)
-    if reason == SHUTDOWN:
-        return Outcome(job.held, RELEASED, **fields)
-    if reason == TIMEOUT:
-        then = "it returned" if ran.kind == SUCCEEDED else ran.error
-        return Outcome(job.held, TIMED_OUT, f"timed out after {timeout:g}s; then {then}", **fields)
-    return Outcome(
-        job.held, ran.kind, ran.error, ran.retry_in, ran.result, exc=ran.exc, traceback=ran.traceback, **fields
-    )
+    not); `seconds` the function ran, in the worker labelled `worker`."""
+    if reason is not None:
+        fields: dict[str, Any] = {"seconds": seconds, "worker": worker}
+        if reason == CANCELLED and ran.kind != SUCCEEDED:
+            return Outcome(job.held, CANCELLED_OUTCOME, "cancelled by an operator while it ran", **fields)
+        if reason == LEASE_LOST:
+            return Outcome(job.held, LEASE_EXPIRED, "lease lost: it could not be renewed; the job stopped", **fields)
+        if reason == SHUTDOWN:
+            return Outcome(job.held, RELEASED, **fields)
+        if reason == TIMEOUT:
+            then = "it returned" if ran.kind == SUCCEEDED else ran.error
+            return Outcome(job.held, TIMED_OUT, f"timed out after {timeout:g}s; then {then}", **fields)
+    # What the function did (most jobs): positional, in `Outcome`'s order, cheaper than keywords.
+    return Outcome(job.held, ran.kind, ran.error, ran.retry_in, ran.result, seconds, worker, ran.exc, ran.traceback)
 
 
 def _result(job: ClaimedJob, value: Any) -> str | None:

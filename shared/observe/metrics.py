@@ -17,7 +17,7 @@ import functools
 import os
 import threading
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, ParamSpec
 
@@ -215,15 +215,25 @@ def _count(metric: str, *labels: str, by: float = 1.0) -> None:
 
 
 def _observe(metric: str, value: float, *labels: str) -> None:
+    _observe_all(metric, (value,), *labels)
+
+
+def _observe_all(metric: str, values: Sequence[float], *labels: str) -> None:
+    """Observe each of `values` (a batch's, under one set of labels: one look for its sums)."""
     if _deferred is None:
-        _child(metric, *labels).observe(value)
+        child = _child(metric, *labels)
+        for value in values:
+            child.observe(value)
         return
     key = (metric, *labels)
     sums = _deferred.get(key)
     if sums is None:
         sums = _deferred[key] = [0.0] * (1 + len(_BOUNDS))
-    sums[0] += value
-    sums[1 + bisect_left(_BOUNDS, value)] += 1
+    total = 0.0
+    for value in values:
+        total += value
+        sums[1 + bisect_left(_BOUNDS, value)] += 1
+    sums[0] += total
 
 
 @writes_metrics
@@ -240,9 +250,12 @@ def record(kind: str, fields: dict[str, Any]) -> None:
             _metrics()["expired"].inc()
         return
     if kind == "jobs.started":  # a batch's starts, a tuple each (`catalogue.EACH`)
+        waits: dict[str, list[float]] = {}  # by queue (a batch is most often of one)
         for _, _, _, queue, waited in fields["each"]:
             if waited is not None:
-                _observe("wait", max(0.0, waited), queue)
+                waits.setdefault(queue, []).append(waited if waited > 0.0 else 0.0)
+        for queue, waited_there in waits.items():
+            _observe_all("wait", waited_there, queue)
         return
     if kind == "jobs.succeeded":  # a settle's successes, a tuple each (`catalogue.EACH`)
         # Counted once per queue and type (most settles are one of each), each run time
@@ -257,9 +270,9 @@ def record(kind: str, fields: dict[str, Any]) -> None:
         for (queue, name), each in runs.items():
             job = job_label(name)
             _count("completed", queue, job, "succeeded", by=float(len(each)))
-            for seconds in each:
-                if seconds is not None:
-                    _observe("duration", seconds, queue, job)
+            timed = [seconds for seconds in each if seconds is not None]
+            if timed:
+                _observe_all("duration", timed, queue, job)
         return
     if kind == "job.started":
         if fields.get("waited") is not None:
