@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    DateTime,
     Engine,
     Float,
     Insert,
@@ -51,6 +52,7 @@ from sqlalchemy import (
     null,
     select,
     text,
+    type_coerce,
     update,
 )
 from sqlalchemy.engine import URL
@@ -209,7 +211,11 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
         )
         # RETURNING has no order; the batch is run in claim order, so sort it here. An
         # infinite run_at ('-infinity' is due) cannot become a Python datetime: None instead.
-        due_at = case((func.isfinite(claimed.c.run_at), claimed.c.run_at), else_=null()).label("due_at")
+        # The due time as psycopg reads it, aware in the session's time zone: not put into UTC
+        # row by row (0.5 µs a job of a claim of 100) for a worker that only subtracts it
+        # from its clock (`ClaimedJob.due_at`).
+        due = case((func.isfinite(claimed.c.run_at), claimed.c.run_at), else_=null())
+        due_at = type_coerce(due, DateTime(timezone=True)).label("due_at")
         returned = [*(claimed.c[column.name] for column in CLAIM_COLUMNS), due_at]
         order = (claimed.c.priority.desc(), claimed.c.run_at, claimed.c.id)
         return select(*returned).order_by(*order)
