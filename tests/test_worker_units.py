@@ -44,6 +44,17 @@ def test_an_unknown_name_fails_and_a_known_one_succeeds_with_its_result() -> Non
     assert (outcome.kind, outcome.result) == ("succeeded", '{"a":[1,2]}')
 
 
+@pytest.mark.parametrize("mark", ['"$sealed"', '"\\u0024sealed"', '"\\u0024\\u0073ealed"'])
+def test_a_sealed_value_is_found_however_its_row_spells_the_mark(mark: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The worker looks for sealed values only in a text that could hold one: the mark as
+    # written, or any \u escape (a row written by other code than jobsup's may spell it so).
+    monkeypatch.delenv("JOBSUP_ENCRYPTION_KEYS", raising=False)
+    outcome = execute(claimed('{"card": {' + mark + ': "v2:k1:AAAA"}}'), threading.Event())
+    assert outcome.kind == "failed" and "JOBSUP_ENCRYPTION_KEYS is not set" in (outcome.error or "")
+    # A dollar sign elsewhere (or "sealed" as a plain word) is not a sealed value.
+    assert execute(claimed('{"price": "$5", "note": "sealed"}'), threading.Event()).kind == "succeeded"
+
+
 def test_sensitive_values_are_masked_in_stored_errors_short_ones_as_words() -> None:
     payload = {"card": "4111111111111111", "cvv": 123, "pin": "42", "amount": 9.5, "flag": True}
     error = ValueError("declined: cvv=123 pin=42 amount=9.5 card=4111111111111111 in 1942, 1234, True")
