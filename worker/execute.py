@@ -107,10 +107,10 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
             # pydantic quotes the input (cut, so scrubbing may miss it): its fields and reasons only.
             withheld = validation_text(exc) if sensitive else None
             return Ran(FAILED, withheld) if withheld else _raised(job, exc, secrets, keep=not sensitive)
-    extras = {} if services is None else services.extras(job, secrets)
-    ctx = job_context(
-        job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled, **extras
-    )
+    if services is None:
+        ctx = job_context(job.id, job.name, job.queue, job.attempt, job.max_attempts, payload, job.actor, cancelled)
+    else:
+        ctx = services.context(job, payload, cancelled, secrets)
     return Prepared(registered.function, ctx, payload, secrets, registered.is_async, bool(sensitive))
 
 

@@ -142,7 +142,7 @@ class LeaseKeeper:
             lapsing = now >= self.renewed_at + self.lease - 2 * self.heartbeat
             stale = lapsing or (since is not None and now >= since + HOLD_WAITING)
             if not stale:
-                running = self.running[job.id] = Running(job, timeout)
+                running = self.running[job.id] = Running(job, timeout, now)
                 self.slot.start(job.id, job.attempt, timeout)
                 if named:
                     self._show(running)

@@ -4,9 +4,11 @@ workflow steps it depends on (`ctx.upstream`), its own log (`ctx.log`, see
 
 from __future__ import annotations
 
+import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from jobsup.context import JobContext, job_context
 from jobsup.store.rows import ClaimedJob
 from jobsup.store.store import Store
 from jobsup.worker.journal import Journal
@@ -21,17 +23,24 @@ class JobServices:
         self.journal = Journal(store.logs, store.progress)
         self._client: Client | None = None
 
-    def extras(self, job: ClaimedJob, secrets: Any) -> dict[str, Any]:
-        """The JobContext fields of `job` beyond its row (`secrets`: what to scrub from what it logs)."""
+    def context(self, job: ClaimedJob, payload: Any, cancelled: threading.Event, secrets: Any) -> JobContext:
+        """`job`'s context, with what it reaches beyond its row (`secrets`: what to scrub
+        from what it logs)."""
         logger = self.journal.logger(job, secrets)
-        extras: dict[str, Any] = {
-            "client_loader": self.client,
-            "log": logger,
-            "progress_writer": partial(self.journal.report, logger),
-        }
-        if job.workflow_id is not None:
-            extras["upstream_loader"] = partial(self.store.reads.job_upstream, job.id)
-        return extras
+        return job_context(
+            job.id,
+            job.name,
+            job.queue,
+            job.attempt,
+            job.max_attempts,
+            payload,
+            job.actor,
+            cancelled,
+            log=logger,
+            upstream_loader=None if job.workflow_id is None else partial(self.store.reads.job_upstream, job.id),
+            client_loader=self.client,
+            progress_writer=partial(self.journal.report, logger),
+        )
 
     def client(self) -> Client:
         """One `jobsup.Client` per worker, on the worker's own database."""

@@ -38,12 +38,15 @@ def _installed() -> bool:
 ENABLED = _installed()
 
 
+_NOTHING: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+
+
 class Traced:
     """The span of one job's run, as the worker holds it (this no-op one when tracing is off)."""
 
     def current(self) -> contextlib.AbstractContextManager[object]:
         """Make the span current in this thread (the job's call, and a settle written here)."""
-        return contextlib.nullcontext()
+        return _NOTHING  # shared: a nullcontext holds no state, and every job asks
 
     def wrap(self, call: Callable[..., T]) -> Callable[..., T]:
         """`call`, run with the span current (a plain job on one of the pool's threads; an
