@@ -63,15 +63,17 @@ def worker_titles(supervisor: Supervisor) -> list[str]:
 
 def test_a_connection_through_pgbouncer_is_seen_pooled_and_prepares_nothing(postgres_url: str, pooled_url: str) -> None:
     through, direct = Database(pooled_url), Database(postgres_url)
+    # A worker's prepares a statement at its first run (`pooler.prepare_at_once`), but never through a pooler.
+    worker_through, worker_direct = Database(pooled_url, role="worker"), Database(postgres_url, role="worker")
     try:
         assert pooled(through) and not pooled(direct)
-        for db, threshold in ((through, None), (direct, 5)):
+        for db, threshold in ((through, None), (direct, 5), (worker_through, None), (worker_direct, 0)):
             for engine in (db.engine, db.single):
                 with engine.connect() as conn:
                     assert conn.connection.driver_connection.prepare_threshold == threshold  # type: ignore[union-attr]
     finally:
-        through.dispose()
-        direct.dispose()
+        for db in (through, direct, worker_through, worker_direct):
+            db.dispose()
 
 
 def test_repeated_statements_through_pgbouncer_break_when_prepared(bouncer: PgBouncer, pg_server: str) -> None:

@@ -66,6 +66,8 @@ class Database:
         if role is not None:
             for engine in {self.engine, self.single}:
                 faults.install(engine, role)
+                if role == "worker":
+                    self.dialect.serve_worker(engine)
         self.fork_guard: ForkGuard | None = None
 
     def guard_forks(self) -> None:

@@ -117,6 +117,10 @@ class Dialect(Protocol):
     def single_statement_engine(self, engine: Engine) -> Engine:
         """The engine for `Database.read()` and `Database.statement()` (may be `engine`)."""
 
+    def serve_worker(self, engine: Engine) -> None:
+        """Set up `engine` (a worker process's) for statements run thousands of times on
+        each connection with other values: its claims and settles."""
+
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         """The reference clock as an expression of bound parameters: the database's clock
         (the host's on SQLite) unless `clock_params` bound a fixed `now`; with `offset`, that

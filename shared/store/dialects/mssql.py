@@ -93,6 +93,9 @@ class SQLServerDialect(
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         return create_engine(engine.url, isolation_level="AUTOCOMMIT")
 
+    def serve_worker(self, engine: Engine) -> None:
+        return None  # the server caches a plan per statement text itself: nothing to set
+
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.sysutcdatetime(type_=UTCDateTime))
         if offset is None:

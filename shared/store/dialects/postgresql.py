@@ -71,7 +71,7 @@ from jobsup.store.dialects.common import (
 from jobsup.store.dialects.drivertext import DriverText
 from jobsup.store.dialects.fences import ArrayFence
 from jobsup.store.dialects.pginsert import INSERT_CHUNK, UnnestInsert, channel
-from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
+from jobsup.store.dialects.pooler import listen_route, polling_warning, prepare_at_once, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.schema import job
 
@@ -176,6 +176,9 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
                 engine.url, isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS
             )
         )
+
+    def serve_worker(self, engine: Engine) -> None:
+        prepare_at_once(engine)
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         # The server's now() unless a `p_now` is bound (tests); offsets are bound intervals.

@@ -211,6 +211,9 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
     def single_statement_engine(self, engine: Engine) -> Engine:
         return engine  # the BEGIN hook already decides per connection (see read_options)
 
+    def serve_worker(self, engine: Engine) -> None:
+        return None  # sqlite3 keeps its own cache of prepared statements: nothing to set
+
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         # No database clock: the host's instant (and each offset from it) is bound.
         return bindparam("p_now" if offset is None else f"p_now_{offset}", type_=UTCDateTime)
