@@ -369,20 +369,20 @@ class Arbiter:
     # -- fork ------------------------------------------------------------------------------
 
     def fork_worker(self, spec: WorkerSpec, slot: SlotMemory) -> int:
-        # Block the handled signals across the fork: one arriving before the child has
-        # installed its own handlers would otherwise run the supervisor's handler there and
-        # be lost (STOP_NOW's default action would end it). The child unblocks them (and so
-        # receives any pending) once it is ready.
+        # Block the handled signals across the fork: one arriving before the child has its own
+        # handlers would run the supervisor's there and be lost (STOP_NOW's default action
+        # would end it). The child unblocks them (receiving any pending) once it is ready.
         assert self.db is not None
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*HANDLED, STOP_NOW))
         if not self.frozen:
-            # Before the first fork, what the supervisor holds (the libraries, the apps) goes
-            # out of the collector's reach in every process: a worker's collections would
+            # Before the first fork, what the supervisor holds (the libraries, the apps, the
+            # statements a worker compiles at its first claim and settle, compiled here once)
+            # goes out of the collector's reach in every process: a worker's collections would
             # otherwise write to each inherited object's header, copying the pages it shares
-            # with the supervisor and its siblings (the Python docs' advice for fork servers,
-            # `gc.freeze`; PSS of a supervisor and 4 idle workers on PostgreSQL 151 -> 131
-            # MB). Collected first, and only once: a later freeze would keep for good
-            # whatever the supervisor's threads held at that moment, garbage soon after.
+            # with the supervisor and its siblings (`gc.freeze`, the Python docs' advice for fork
+            # servers; PSS of a supervisor and 4 idle workers on PostgreSQL 151 -> 131 MB). Only
+            # once: a later freeze would keep for good what its threads held then, soon garbage.
+            self.store.transitions.sql.compile_ahead()
             gc.collect()
             gc.freeze()
             self.frozen = True

@@ -141,6 +141,28 @@ def test_a_settle_on_postgresql_is_one_statement_whose_text_does_not_change_with
     client.close()
 
 
+@pytest.mark.postgres
+def test_what_a_supervisor_compiles_before_it_forks_is_what_its_workers_use(postgres_url: str) -> None:
+    from jobsup.store.database import Database
+    from jobsup.store.dialects.postgresql import PostgreSQLDialect
+    from jobsup.store.statements import Statements
+    from jobsup.store.store import Store
+
+    supervisor, worker = Database(postgres_url, role="supervisor"), Database(postgres_url, role="worker")
+    try:
+        # A worker opens a Database of its own after the fork: the same dialect and statements.
+        assert worker.dialect is supervisor.dialect
+        assert Store(worker, holds_leases=True).transitions.sql is Store(supervisor, holds_leases=True).transitions.sql
+    finally:
+        supervisor.dispose()
+        worker.dispose()
+    fresh = Statements(PostgreSQLDialect())  # nothing compiled yet
+    fresh.compile_ahead()
+    assert "claim_text" in vars(fresh.dialect)
+    for chain in (fresh.complete, fresh.release, fresh.fail):
+        assert {"driver_text", "named_row"} <= vars(chain).keys()
+
+
 def test_failure_retries_with_backoff_then_dead_letters(client: jobsup.Client) -> None:
     job_id = client.enqueue("a", max_attempts=2)
     first = claim_one(client, now=T0)

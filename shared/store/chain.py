@@ -56,6 +56,9 @@ class Chain(Protocol):
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         """Run both writes on `conn`; return the compare-and-set's rows."""
 
+    def compile_ahead(self) -> None:
+        """Compile now what its first `run_alone` would (`Statements.compile_ahead`)."""
+
     def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
         """Run both writes as a unit of their own (no steps with them); return the
         compare-and-set's rows (read by position or by column name)."""
@@ -81,6 +84,9 @@ class Fused:
         # A worker's batch settle: SQLAlchemy's execution of this many-CTE statement (its
         # cache key walks the whole tree) was most of the settle's Python.
         return self.driver_text.run_alone(db, operation, params, self.named_row)
+
+    def compile_ahead(self) -> None:
+        self.driver_text, self.named_row  # noqa: B018 (made and kept: cached properties)
 
     @cached_property
     def driver_text(self) -> DriverText:
@@ -118,6 +124,9 @@ class Sequential:
         if rows:
             conn.execute(self.then, {**params, "p_changed": [row[0] for row in rows]})
         return rows
+
+    def compile_ahead(self) -> None:
+        return None  # SQLAlchemy compiles it, and caches that on each engine
 
     def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
         with db.transaction(operation) as conn:

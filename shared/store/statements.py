@@ -10,6 +10,7 @@ instant.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -64,6 +65,22 @@ class Statements(StepStatements):
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+
+    @classmethod
+    def of(cls, dialect: Dialect) -> Statements:
+        """`dialect`'s statements, one set per dialect: built and compiled once in a process
+        (and, by a supervisor before it forks, once for its workers: `compile_ahead`)."""
+        made = _shared.get(dialect)
+        if made is None:
+            made = _shared[dialect] = cls(dialect)
+        return made
+
+    def compile_ahead(self) -> None:
+        """Compile now what a worker compiles at its first claim and settle (a supervisor,
+        before it forks: its workers inherit it; on PostgreSQL 7 ms a worker)."""
+        self.dialect.compile_ahead()
+        for chain in (self.complete, self.release, self.fail):
+            chain.compile_ahead()
 
     # -- the lease fence -------------------------------------------------------------------
 
@@ -369,3 +386,6 @@ class Statements(StepStatements):
         marked = job.c.id.in_(bindparam("p_ids", expanding=True)), job.c.sla_breached_at.is_(None)
         stmt = update(job).where(*marked).values(sla_breached_at=self.dialect.clock())
         return self.dialect.returning(stmt.returning(job.c.id, job.c.name, job.c.queue))
+
+
+_shared: weakref.WeakKeyDictionary[Dialect, Statements] = weakref.WeakKeyDictionary()

@@ -57,7 +57,7 @@ class Transitions:
 
     def __init__(self, db: Database, resolver: Resolver, *, key_wait: float | None = None) -> None:
         self.db, self.dialect, self.resolver, self.key_wait = db, db.dialect, resolver, key_wait  # `Store`
-        self.sql = Statements(db.dialect)
+        self.sql = Statements.of(db.dialect)
         self.workflows, self.batches, self.sweep = Workflows(self), Batches(self), Sweep(self)
 
     # -- enqueue: (nothing) -> pending -------------------------------------------------------

@@ -117,6 +117,9 @@ class Dialect(Protocol):
     def single_statement_engine(self, engine: Engine) -> Engine:
         """The engine for `Database.read()` and `Database.statement()` (may be `engine`)."""
 
+    def compile_ahead(self) -> None:
+        """Compile now what a worker compiles at its first claim (a supervisor, before it forks)."""
+
     def serve_worker(self, engine: Engine) -> None:
         """Set up `engine` (a worker process's) for statements run thousands of times on
         each connection with other values: its claims and settles."""
@@ -227,8 +230,17 @@ class Dialect(Protocol):
 
 
 def dialect_for(url: URL) -> Dialect:
-    """The dialect for a normalised URL (see `normalise_url`)."""
+    """The dialect for a normalised URL (see `normalise_url`): one per database kind and
+    process, so what it compiles once (its claim as driver text) serves every `Database` of
+    the process, and the workers a supervisor forks inherit it (`Dialect.compile_ahead`)."""
     backend = url.get_backend_name()
+    made = _made.get(backend)
+    if made is None:
+        made = _made[backend] = _new_dialect(url, backend)
+    return made
+
+
+def _new_dialect(url: URL, backend: str) -> Dialect:
     if backend == "sqlite":
         from jobsup.store.dialects.sqlite import SQLiteDialect
 
@@ -246,6 +258,9 @@ def dialect_for(url: URL) -> Dialect:
 
         return MariaDBDialect()
     raise UnsupportedDatabase(f"unsupported database URL scheme {url.drivername!r}; use {SUPPORTED_URLS}")
+
+
+_made: dict[str, Dialect] = {}
 
 
 # The one driver jobsup supports per database, and the extra that installs it.

@@ -203,6 +203,9 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         return _configure(create_engine(engine.url, isolation_level="AUTOCOMMIT", connect_args=CONNECT_ARGS, **POOL))
 
+    def compile_ahead(self) -> None:
+        return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
+
     def serve_worker(self, engine: Engine) -> None:
         return None  # PyMySQL sends each statement as text, prepared nowhere: nothing to set
 

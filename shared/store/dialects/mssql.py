@@ -93,6 +93,9 @@ class SQLServerDialect(
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         return create_engine(engine.url, isolation_level="AUTOCOMMIT")
 
+    def compile_ahead(self) -> None:
+        return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
+
     def serve_worker(self, engine: Engine) -> None:
         return None  # the server caches a plan per statement text itself: nothing to set
 

@@ -211,6 +211,9 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
     def single_statement_engine(self, engine: Engine) -> Engine:
         return engine  # the BEGIN hook already decides per connection (see read_options)
 
+    def compile_ahead(self) -> None:
+        return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
+
     def serve_worker(self, engine: Engine) -> None:
         return None  # sqlite3 keeps its own cache of prepared statements: nothing to set
 
