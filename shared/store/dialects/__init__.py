@@ -120,9 +120,9 @@ class Dialect(Protocol):
     def compile_ahead(self) -> None:
         """Compile now what a worker compiles at its first claim (a supervisor, before it forks)."""
 
-    def serve_worker(self, engine: Engine) -> None:
-        """Set up `engine` (a worker process's) for statements run thousands of times on
-        each connection with other values: its claims and settles."""
+    def serve(self, engine: Engine, role: str) -> None:
+        """Set up `engine` for a process of `role` (``worker``, ``supervisor``): a worker
+        runs its claims and settles thousands of times on each connection."""
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         """The reference clock as an expression of bound parameters: the database's clock

@@ -206,7 +206,7 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     def compile_ahead(self) -> None:
         return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
-    def serve_worker(self, engine: Engine) -> None:
+    def serve(self, engine: Engine, role: str) -> None:
         return None  # PyMySQL sends each statement as text, prepared nowhere: nothing to set
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:

@@ -96,7 +96,7 @@ class SQLServerDialect(
     def compile_ahead(self) -> None:
         return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
-    def serve_worker(self, engine: Engine) -> None:
+    def serve(self, engine: Engine, role: str) -> None:
         return None  # the server caches a plan per statement text itself: nothing to set
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:

@@ -180,8 +180,9 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
     def compile_ahead(self) -> None:
         self.claim_text  # noqa: B018 (made and kept: a cached property, 4 ms of compiling)
 
-    def serve_worker(self, engine: Engine) -> None:
-        prepare_at_once(engine)
+    def serve(self, engine: Engine, role: str) -> None:
+        if role == "worker":
+            prepare_at_once(engine)
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         # The server's now() unless a `p_now` is bound (tests); offsets are bound intervals.

@@ -214,7 +214,7 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
     def compile_ahead(self) -> None:
         return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
-    def serve_worker(self, engine: Engine) -> None:
+    def serve(self, engine: Engine, role: str) -> None:
         return None  # sqlite3 keeps its own cache of prepared statements: nothing to set
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
