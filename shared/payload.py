@@ -84,9 +84,25 @@ def check_length(length: int) -> None:
 def decode_payload(text: str) -> Any:
     """Decode a stored payload; a corrupt one raises `InvalidPayload` (the attempt then fails)."""
     try:
+        # The decoder's own scanner, for a text that is one JSON value end to end (every
+        # payload jobsup writes): json.loads looks for whitespace around it with a regex
+        # first, 0.7 µs of an empty payload's 0.15 here. Anything else goes to json.loads,
+        # which says what is wrong (or takes the whitespace).
+        value, end = _scan(text, 0)
+        if end == len(text):
+            return value
+    except StopIteration:  # not a JSON value at the start: json.loads says why
+        pass
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidPayload(f"stored payload is not valid JSON ({exc.__class__.__name__})") from None
+    try:
         return json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidPayload(f"stored payload is not valid JSON ({exc.__class__.__name__})") from None
+
+
+# json.loads's decoder as configured by default; its scanner is set by its __init__ (not in the stubs).
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _plain(value: Any) -> bool:

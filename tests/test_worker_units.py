@@ -32,6 +32,29 @@ def test_a_payload_nested_beyond_the_recursion_limit_is_discarded_not_a_crash() 
     assert outcome.kind == "discarded" and outcome.error is not None and "InvalidPayload" in outcome.error
 
 
+_TEXTS = ["{}", "null", '"a"', "[1, 2.5, true]", '{"to": "ann", "n": {"deep": [null]}}', " {} ", "\n[1]", "NaN"]
+
+
+@pytest.mark.parametrize("text", _TEXTS)
+def test_a_stored_payload_decodes_as_json_loads_decodes_it(text: str) -> None:
+    import json
+    import math
+
+    from jobsup.payload import decode_payload
+
+    decoded, expected = decode_payload(text), json.loads(text)
+    assert decoded == expected or (math.isnan(decoded) and math.isnan(expected))
+
+
+@pytest.mark.parametrize("text", ["", " ", "{}x", "{} {}", "[1,", "nul", "{'a': 1}", "\x00"])
+def test_a_corrupt_payload_is_invalid_however_it_is_corrupt(text: str) -> None:
+    from jobsup.errors import InvalidPayload
+    from jobsup.payload import decode_payload
+
+    with pytest.raises(InvalidPayload, match="not valid JSON"):
+        decode_payload(text)
+
+
 def test_no_nesting_depth_escapes_as_an_exception() -> None:
     # Somewhere in this range a payload still decodes but is too deep to walk for secrets.
     kinds = {execute(claimed("[" * depth + "]" * depth), threading.Event()).kind for depth in range(800, 1100)}
