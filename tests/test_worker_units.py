@@ -325,3 +325,19 @@ def test_a_context_filled_for_a_worker_equals_one_built_by_its_own_init() -> Non
     assert made.log.name == "jobsup.job.send"  # type: ignore[attr-defined]
     with pytest.raises(TypeError, match="keyword argument 'logger'"):  # as the init refuses it
         job_context(*given, logger=object())
+
+
+def test_a_job_s_timeout_is_its_own_else_its_type_s_read_once_a_claim_else_its_queue_s() -> None:
+    from jobsup.jobtypes import JobType, Resolver
+    from jobsup.worker.timeouts import Timeouts
+
+    published = {"units-slow": JobType("units-slow", timeout=9.0)}
+    timeouts = Timeouts(Resolver(lambda: dict(published), ttl=0.0), queue_timeout=60.0)  # ttl 0: read at each look
+    own = ClaimedJob(1, "units-slow", "default", "{}", 1, 5, 3.0, None, "w")
+    typed = ClaimedJob(2, "units-slow", "default", "{}", 1, 5, None, None, "w")
+    plain = ClaimedJob(3, "units-plain", "default", "{}", 1, 5, None, None, "w")
+    assert [timeouts.of(job) for job in (own, typed, plain)] == [3.0, 9.0, 60.0]
+    published["units-slow"] = JobType("units-slow", timeout=4.0)  # published anew
+    assert timeouts.of(typed) == 9.0  # within one claim, a type's settings are read once
+    timeouts.claimed()
+    assert timeouts.of(typed) == 4.0 and timeouts.of(own) == 3.0

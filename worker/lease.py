@@ -120,8 +120,9 @@ class LeaseKeeper:
             # A renewal already under way does not cover these leases: it must not claim
             # they were set later than their claim.
             self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)
-            self.held.update({job.id: job for job in jobs})
-            self.waiting.update({job.id: job for job in jobs})
+            by_id = {job.id: job for job in jobs}
+            self.held.update(by_id)
+            self.waiting.update(by_id)
             if self.pooled:
                 self.waiting_since.update((job.id, returned_at) for job in jobs)
         if not self.pooled and len(jobs) > 1:  # its jobs are named once they run long (`_show_long`)

@@ -45,6 +45,7 @@ from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.starts import Starts
 from jobsup.worker.stop import StopRequest
+from jobsup.worker.timeouts import Timeouts
 
 LOOK_EVERY = 0.25  # seconds between looks at stop and the parent while a claim waits
 # A pool working through a backlog with under a quarter of its places free and no job claimed
@@ -70,7 +71,7 @@ class Worker:
         given = self.settings.poll_interval
         self.poll_interval = db.dialect.default_poll_interval if given is None else given
         self.unwoken_poll = min(self.poll_interval, UNWOKEN_POLL) if given is None else given
-        self.queue_timeout = self.settings.timeout_of(spec.queue)
+        self.timeouts = Timeouts(self.store.resolver, self.settings.timeout_of(spec.queue))
         self.aio = EventLoop()  # for async def jobs, started with the first
         concurrency = self.settings.concurrency_of(spec.queue)
         self.services = JobServices(self.store)
@@ -242,13 +243,14 @@ class Worker:
         """Run a claim's jobs one by one; return how many ran here."""
         self.keeper.hold(jobs, claimed_at)
         self.starts.batch()
+        self.timeouts.claimed()
         ran, failing = 0, set()  # types with a breaker that failed in this batch (the rest goes back)
         for job in jobs:
             if self.stop.requested:
                 break
             if job.name in failing:  # its breaker may be open now: the next claim decides
                 continue
-            running = self.keeper.begin(job, self.timeout_of(job), named=len(jobs) == 1)
+            running = self.keeper.begin(job, self.timeouts.of(job), named=len(jobs) == 1)
             if running is None:
                 # Released, cancelled or lost while it waited in the batch: not here.
                 emit("job.skipped", job=job.id, name=job.name, attempt=job.attempt)
@@ -301,7 +303,7 @@ class Worker:
         each job as its call returns. Asked to stop (or orphaned), it claims nothing more, gives
         back what it claimed ahead and waits for the jobs running (cancelled after the grace)."""
         code, rated = None, self.store.resolver.rate_limited(self.spec.queue)
-        ahead = Ahead(self.keeper, self.settler, self.starts, self.timeout_of, size=pool.size, allowed=not rated)
+        ahead = Ahead(self.keeper, self.settler, self.starts, self.timeouts.of, size=pool.size, allowed=not rated)
         free_since: float | None = None  # when places first stood free, unclaimed
         backlog = False  # the last claim filled every place it asked for: more may be waiting
         while True:
@@ -334,6 +336,7 @@ class Worker:
                 backlog = len(jobs) == wanted
                 if jobs:
                     self.relook = None
+                    self.timeouts.claimed()
                     self.keeper.hold(jobs, claimed_at)
                     ahead.add(jobs)
                     ahead.start(pool)
@@ -389,12 +392,6 @@ class Worker:
         metrics.write_deferred()
         emit("worker.ending", worker=self.label, job=running.job.id, reason=exits.NAMES[code])
         exits.now(code)
-
-    def timeout_of(self, job: ClaimedJob) -> float | None:
-        if job.timeout is not None:
-            return job.timeout
-        timeout = self.store.resolver.settings_of(job.name).timeout
-        return timeout if timeout is not None else self.queue_timeout
 
     def title(self, doing: str) -> None:
         setproctitle(f"jobsup: worker {self.label} {doing}")

@@ -186,7 +186,7 @@ def claim_rounds(
             emit("db.error", operation="claim", error=exc)
             claimed.unsure = True
             break
-        claimed.extend(claimed_job(row) for row in rows)
+        claimed.extend(map(claimed_job, rows))
         if len(dropped) == before or len(claimed) >= params["p_limit"]:
             break
     claimed.next_due = min(dropped.values(), default=None)
