@@ -176,6 +176,8 @@ async def call_async(job: ClaimedJob, prepared: Prepared) -> Ran:
 
 
 def _succeeded(job: ClaimedJob, value: Any) -> Ran:
+    if value is None:  # most jobs: nothing to store
+        return Ran(SUCCEEDED)
     try:
         return Ran(SUCCEEDED, result=_result(job, value))
     except Exception as exc:  # a result whose own code raises (a broken __repr__ in json)

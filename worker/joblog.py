@@ -99,6 +99,10 @@ class JobLogger:
         self.closed = False  # the job's call has returned: its attempt's log is over
         self.reported = False  # it reported progress (`Journal.report`)
 
+    def report(self, text: str) -> None:
+        """Its job's progress report (`ctx.set_progress`), kept for the journal's next flush."""
+        self.journal.report(self, text)
+
     def debug(self, msg: object, *args: object) -> None:
         self._log(logging.DEBUG, msg, args)
 

@@ -39,7 +39,7 @@ class JobServices:
             log=logger,
             upstream_loader=None if job.workflow_id is None else partial(self.store.reads.job_upstream, job.id),
             client_loader=self.client,
-            progress_writer=partial(self.journal.report, logger),
+            progress_writer=logger.report,
         )
 
     def client(self) -> Client:
