@@ -162,6 +162,20 @@ def test_a_job_waiting_from_before_the_template_gets_it_when_it_runs(url: str) -
     assert isinstance(params.day, str) and params.day == "2020-02-03"  # as of when it was due
 
 
+@pytest.mark.postgres
+def test_a_waiting_job_s_template_sees_its_due_time_in_utc_whatever_the_session_s_zone(postgres_url: str) -> None:
+    # PostgreSQL's claim hands the due time over in the session's zone: midnight UTC is the
+    # evening before in New York, and the day printed must still be UTC's.
+    new_york = "options=-c%20TimeZone%3DAmerica/New_York"
+    client = jobsup.Client(postgres_url + ("&" if "?" in postgres_url else "?") + new_york)
+    job_id = client.enqueue("templated-report", {"account": "old"}, run_at=datetime(2020, 2, 3, tzinfo=UTC))
+    with client.database.transaction() as conn:  # as an older deploy, without the field, stored it
+        conn.execute(update(job).where(job.c.id == job_id).values(payload=json.dumps({"account": "old"})))
+    params = run_next(client)
+    assert params.day == "2020-02-03"
+    client.close()
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [
