@@ -98,7 +98,10 @@ class DriverText:
         """Every row of `cursor` (which ran this text), each value processed as its column's
         type makes SQLAlchemy's result do (a `UTCDateTime` in UTC)."""
         fetched: list[tuple[Any, ...]] = cursor.fetchall()
-        shape = tuple(column.type_code for column in cursor.description or ())
+        # Its columns' type codes from the result itself: `description` makes an object per
+        # column at every call (11.6 µs for a claim's fifteen, this 0.7).
+        result = cursor.pgresult
+        shape = () if result is None else tuple(map(result.ftype, range(result.nfields)))
         readers = self.readers.get(shape)
         if readers is None:
             if len(shape) != len(self.returned):
