@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import literal_column, select, text
 from sqlalchemy.engine import make_url
 
 import jobsup
@@ -63,16 +63,33 @@ def worker_titles(supervisor: Supervisor) -> list[str]:
 
 def test_a_connection_through_pgbouncer_is_seen_pooled_and_prepares_nothing(postgres_url: str, pooled_url: str) -> None:
     through, direct = Database(pooled_url), Database(postgres_url)
-    # A worker's prepares a statement at its first run (`pooler.prepare_at_once`), but never through a pooler.
-    worker_through, worker_direct = Database(pooled_url, role="worker"), Database(postgres_url, role="worker")
     try:
         assert pooled(through) and not pooled(direct)
-        for db, threshold in ((through, None), (direct, 5), (worker_through, None), (worker_direct, 0)):
+        for db, threshold in ((through, None), (direct, 5)):
             for engine in (db.engine, db.single):
                 with engine.connect() as conn:
                     assert conn.connection.driver_connection.prepare_threshold == threshold  # type: ignore[union-attr]
     finally:
-        for db in (through, direct, worker_through, worker_direct):
+        through.dispose()
+        direct.dispose()
+
+
+def test_a_driver_statement_is_prepared_at_its_first_run_but_never_through_a_pooler(
+    postgres_url: str, pooled_url: str
+) -> None:
+    # The worker's claim and settle run this way (`DriverText`): prepared at once where the
+    # server session is the client's own, and nowhere behind PgBouncer.
+    from jobsup.store.dialects.drivertext import DriverText
+
+    statement = DriverText.of(select(literal_column("41 + 1").label("answer")))
+    for url, prepared in ((postgres_url, True), (pooled_url, False)):
+        db = Database(url)
+        try:
+            assert db.driver_run("read", *statement.bind({}), statement.rows) == [(42,)]
+            with db.single.connect() as conn:  # the one connection of its pool: the same session
+                texts = conn.exec_driver_sql("SELECT statement FROM pg_prepared_statements").scalars().all()
+            assert any("41 + 1" in text for text in texts) is prepared, (url, texts)
+        finally:
             db.dispose()
 
 

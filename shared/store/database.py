@@ -53,19 +53,19 @@ class Database:
     listen_url = ""
 
     def __init__(self, url: str | URL = DEFAULT_URL, *, role: str | None = None, listen_url: str = "") -> None:
-        """`role` (``worker``, ``supervisor``) arms its fault injection and sets the engines up for
-        it (`Dialect.serve`); `listen_url` is the setting, for a PostgreSQL database behind a pooler."""
+        """`role` (``worker``, ``supervisor``) arms the fault injection configured for it;
+        `listen_url` is the setting, for a PostgreSQL database behind a pooler."""
         self.url = normalise_url(url)
         check_listen_with(self.url, listen_url)
         self.listen_url = listen_url
         self.dialect: Dialect = dialect_for(self.url)
         self.engine = self.dialect.create_engine(self.url)
-        # Single statements and reads (PostgreSQL, SQL Server: autocommit, no isolation switch per checkout).
+        # Single statements and reads; on PostgreSQL and SQL Server an autocommit engine of
+        # its own, so no connection switches isolation level on every checkout.
         self.single = self.dialect.single_statement_engine(self.engine)
         if role is not None:
             for engine in {self.engine, self.single}:
                 faults.install(engine, role)
-                self.dialect.serve(engine, role)
         self.fork_guard: ForkGuard | None = None
 
     def guard_forks(self) -> None:
@@ -152,7 +152,7 @@ class Database:
             try:
                 cursor = pooled.cursor()
                 try:
-                    cursor.execute(text, params)
+                    cursor.execute(text, params, prepare=True)  # type: ignore[call-arg]  # psycopg's: see drivertext.py
                     result = read(cursor)
                 finally:
                     cursor.close()

@@ -120,10 +120,6 @@ class Dialect(Protocol):
     def compile_ahead(self) -> None:
         """Compile now what a worker compiles at its first claim (a supervisor, before it forks)."""
 
-    def serve(self, engine: Engine, role: str) -> None:
-        """Set up `engine` for a process of `role` (``worker``, ``supervisor``): a worker
-        runs its claims and settles thousands of times on each connection."""
-
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         """The reference clock as an expression of bound parameters: the database's clock
         (the host's on SQLite) unless `clock_params` bound a fixed `now`; with `offset`, that

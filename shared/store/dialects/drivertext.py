@@ -11,6 +11,13 @@ statements (`DriverText.run_alone` decides, for a Select). Any other (in a trans
 the caller's connection, or while something watches) runs it with `Connection.exec_driver_sql`,
 or runs the Core statement, so the connection's execution options, its cursor events (fault
 injection) and the translation of driver errors are those of any other statement.
+A statement run on the driver is prepared on the server at its first run, not its fifth
+(psycopg's ``prepare_threshold``): a worker runs its claim and settle thousands of times on
+one connection, and each run before it is prepared, and PostgreSQL's first five runs of a
+prepared statement, are planned for their values; a settle so planned was a sequential scan
+of a table of tens of thousands of rows (2.5-3 ms, against 1.2-1.3 once generic), ten times
+on each new connection, five now. Behind a pooler, where psycopg's ``prepare_threshold`` is
+None (`jobsup.store.dialects.pooler`), nothing is prepared whatever the call asks.
 What SQLAlchemy's execution did with the values is done here too: the statement's own bound
 literals are added, and each parameter goes through its type's bind processing as the
 dialect adapts it (a `UTCDateTime` refuses a naive datetime, as a `StatementError`, and is
@@ -112,9 +119,9 @@ class DriverText:
             ]
             readers = self.readers[shape] = [(at, read) for at, read in enumerate(processors) if read is not None]
         if not readers:
-            return fetched  # psycopg's fetchall() is a list of tuples already
-        # Only the columns that have processing (a claim's due time, of its fifteen): a pass
-        # over every value took 3.9 µs a row of a claim of 100, this 1.6 (2026-12-06).
+            return fetched  # psycopg's fetchall() is a list of tuples already (a claim's, a settle's)
+        # Only the columns that have processing: a pass over every value took 3.9 µs a row of a
+        # claim of 100, this 1.6 (2026-12-06; the claim's due time is no longer processed).
         processed = []
         for row in fetched:
             values = list(row)

@@ -206,9 +206,6 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     def compile_ahead(self) -> None:
         return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
-    def serve(self, engine: Engine, role: str) -> None:
-        return None  # PyMySQL sends each statement as text, prepared nowhere: nothing to set
-
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.utc_timestamp(6, type_=UTCDateTime))
         if offset is None:

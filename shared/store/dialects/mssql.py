@@ -96,9 +96,6 @@ class SQLServerDialect(
     def compile_ahead(self) -> None:
         return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
-    def serve(self, engine: Engine, role: str) -> None:
-        return None  # the server caches a plan per statement text itself: nothing to set
-
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.sysutcdatetime(type_=UTCDateTime))
         if offset is None:

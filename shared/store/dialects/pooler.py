@@ -7,7 +7,8 @@ is `pg_advisory_xact_lock`; isolation and autocommit are the driver's, sent with
 no SET, temporary table or session advisory lock). Two things do live on the session:
 
 - psycopg's server-side prepared statements (a query run 5 times on a connection is
-  prepared there): the next transaction may run on a server that never saw it
+  prepared there, jobsup's claim, settle and single enqueue at their first run: see
+  `jobsup.store.dialects.drivertext`): the next transaction may run on a server that never saw it
   (``prepared statement "_pg3_0" does not exist``) or has another of that name (``already
   exists``). Behind a pooler they are off (``prepare_threshold=None``).
 - LISTEN: the server session that listens is lent on to others, and notifications never
@@ -91,23 +92,6 @@ def _on_connect(dbapi_connection: Any, record: Any) -> None:
     record.info[POOLED] = pooled
     if pooled:
         driver.prepare_threshold = None
-
-
-def prepare_at_once(engine: Engine) -> None:
-    """Make every direct connection of `engine` (a worker's) prepare a statement on the
-    server at its first run, not its fifth (psycopg's ``prepare_threshold``). A worker runs
-    its claim and its settle thousands of times on one connection: the four runs before
-    psycopg prepares them are each parsed and planned for their values, and PostgreSQL
-    plans a prepared statement's first five runs so too before it may keep a generic plan.
-    A settle planned for its values is a sequential scan of a table of tens of thousands of
-    rows (2.5-3 ms against 1.2-1.3): five such runs on each new connection, not ten.
-    Behind a pooler nothing is prepared (`_on_connect`)."""
-    event.listen(engine, "connect", _prepare_at_once)
-
-
-def _prepare_at_once(dbapi_connection: Any, record: Any) -> None:
-    if not record.info.get(POOLED):  # `_on_connect`, registered first, has looked
-        record.driver_connection.prepare_threshold = 0
 
 
 def pooled(db: Any) -> bool:

@@ -71,7 +71,7 @@ from jobsup.store.dialects.common import (
 from jobsup.store.dialects.drivertext import DriverText
 from jobsup.store.dialects.fences import ArrayFence
 from jobsup.store.dialects.pginsert import INSERT_CHUNK, UnnestInsert, channel
-from jobsup.store.dialects.pooler import listen_route, polling_warning, prepare_at_once, unheard_warning, watch
+from jobsup.store.dialects.pooler import listen_route, polling_warning, unheard_warning, watch
 from jobsup.store.dialects.types import UTCDateTime
 from jobsup.store.schema import job
 
@@ -179,10 +179,6 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
 
     def compile_ahead(self) -> None:
         self.claim_text  # noqa: B018 (made and kept: a cached property, 4 ms of compiling)
-
-    def serve(self, engine: Engine, role: str) -> None:
-        if role == "worker":
-            prepare_at_once(engine)
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         # The server's now() unless a `p_now` is bound (tests); offsets are bound intervals.

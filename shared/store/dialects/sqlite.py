@@ -214,9 +214,6 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
     def compile_ahead(self) -> None:
         return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
-    def serve(self, engine: Engine, role: str) -> None:
-        return None  # sqlite3 keeps its own cache of prepared statements: nothing to set
-
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         # No database clock: the host's instant (and each offset from it) is bound.
         return bindparam("p_now" if offset is None else f"p_now_{offset}", type_=UTCDateTime)
