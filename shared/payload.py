@@ -83,18 +83,19 @@ def check_length(length: int) -> None:
 
 def decode_payload(text: str) -> Any:
     """Decode a stored payload; a corrupt one raises `InvalidPayload` (the attempt then fails)."""
-    try:
-        # The decoder's own scanner, for a text that is one JSON value end to end (every
-        # payload jobsup writes): json.loads looks for whitespace around it with a regex
-        # first, 0.7 µs of an empty payload's 0.15 here. Anything else goes to json.loads,
-        # which says what is wrong (or takes the whitespace).
-        value, end = _scan(text, 0)
-        if end == len(text):
-            return value
-    except StopIteration:  # not a JSON value at the start: json.loads says why
-        pass
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidPayload(f"stored payload is not valid JSON ({exc.__class__.__name__})") from None
+    # The decoder's own scanner, for a text that is one JSON value end to end (every payload
+    # jobsup writes): json.loads looks for whitespace around it with a regex first, 0.7 µs of
+    # an empty payload's 0.15 here. Anything else goes to json.loads, which says what is
+    # wrong (or takes the whitespace, or bytes a row written by other code may hold).
+    if type(text) is str:
+        try:
+            value, end = _scan(text, 0)
+            if end == len(text):
+                return value
+        except StopIteration:  # not a JSON value at the start: json.loads says why
+            pass
+        except (ValueError, RecursionError) as exc:
+            raise InvalidPayload(f"stored payload is not valid JSON ({exc.__class__.__name__})") from None
     try:
         return json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:

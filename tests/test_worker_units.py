@@ -32,11 +32,11 @@ def test_a_payload_nested_beyond_the_recursion_limit_is_discarded_not_a_crash() 
     assert outcome.kind == "discarded" and outcome.error is not None and "InvalidPayload" in outcome.error
 
 
-_TEXTS = ["{}", "null", '"a"', "[1, 2.5, true]", '{"to": "ann", "n": {"deep": [null]}}', " {} ", "\n[1]", "NaN"]
+_TEXTS = ["{}", "null", '"a"', "[1, 2.5, true]", '{"to": "ann", "n": {"deep": [null]}}', " {} ", "\n[1]", "NaN", b"{}"]
 
 
 @pytest.mark.parametrize("text", _TEXTS)
-def test_a_stored_payload_decodes_as_json_loads_decodes_it(text: str) -> None:
+def test_a_stored_payload_decodes_as_json_loads_decodes_it(text: str | bytes) -> None:
     import json
     import math
 
@@ -76,6 +76,8 @@ def test_a_sealed_value_is_found_however_its_row_spells_the_mark(mark: str, monk
     assert outcome.kind == "failed" and "JOBSUP_ENCRYPTION_KEYS is not set" in (outcome.error or "")
     # A dollar sign elsewhere (or "sealed" as a plain word) is not a sealed value.
     assert execute(claimed('{"price": "$5", "note": "sealed"}'), threading.Event()).kind == "succeeded"
+    # Bytes (a BLOB another writer stored in SQLite) decode and are walked, as before.
+    assert execute(claimed(b'{"a": 1}'), threading.Event()).kind == "succeeded"  # type: ignore[arg-type]
 
 
 def test_sensitive_values_are_masked_in_stored_errors_short_ones_as_words() -> None:

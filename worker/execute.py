@@ -83,7 +83,8 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     # A sealed value's mark is in its row's text, unless written with \u escapes: a text with
     # neither (most) is not walked for one.
     text = job.payload
-    sealed = sealed_fields(payload) if MARK in text or "\\u" in text else _NONE_SEALED
+    walk = not isinstance(text, str) or MARK in text or "\\u" in text  # (bytes another writer stored: walked)
+    sealed = sealed_fields(payload) if walk else _NONE_SEALED
     sensitive = sealed | registered.params.sensitive if registered.params else sealed
     if sealed:  # (`unsealed` would look for them again: most payloads have none)
         try:
