@@ -105,6 +105,7 @@ class Arbiter:
         self.db = Database(self.settings.database_url, role="supervisor", listen_url=self.settings.listen_url)
         self.db.guard_forks()
         self.store = Store(self.db, holds_leases=True)
+        self.store.transitions.sql.compile_ahead()  # what each worker's first claim and settle would compile
         if self.settings.migrate:
             migrate.upgrade(self.db)
         else:
@@ -376,13 +377,12 @@ class Arbiter:
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, (*HANDLED, STOP_NOW))
         if not self.frozen:
             # Before the first fork, what the supervisor holds (the libraries, the apps, the
-            # statements a worker compiles at its first claim and settle, compiled here once)
-            # goes out of the collector's reach in every process: a worker's collections would
-            # otherwise write to each inherited object's header, copying the pages it shares
-            # with the supervisor and its siblings (`gc.freeze`, the Python docs' advice for fork
-            # servers; PSS of a supervisor and 4 idle workers on PostgreSQL 151 -> 131 MB). Only
-            # once: a later freeze would keep for good what its threads held then, soon garbage.
-            self.store.transitions.sql.compile_ahead()
+            # statements compiled for its workers at boot) goes out of the collector's reach in
+            # every process: a worker's collections would otherwise write to each inherited
+            # object's header, copying the pages it shares with the supervisor and its siblings
+            # (`gc.freeze`, the Python docs' advice for fork servers; PSS of a supervisor and 4
+            # idle workers on PostgreSQL 151 -> 131 MB). Only once: a later freeze would keep
+            # for good what its threads held then, soon garbage.
             gc.collect()
             gc.freeze()
             self.frozen = True

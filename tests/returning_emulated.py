@@ -63,10 +63,14 @@ class EmulatedPostgreSQL(CheckedReturning, SequentialChain, RowValueFence, Postg
 def emulated_dialect_for(url: URL) -> Dialect:
     native = dialect_for(url)
     if isinstance(native, SQLiteDialect):
-        return EmulatedSQLite()
+        return _EMULATED["sqlite"]
     if isinstance(native, PostgreSQLDialect):
-        return EmulatedPostgreSQL()
+        return _EMULATED["postgresql"]
     raise AssertionError(f"no emulated dialect for {url.get_backend_name()}")
+
+
+# One of each, as `dialect_for` makes (`Statements.of` keeps one set of statements per dialect).
+_EMULATED: dict[str, Dialect] = {"sqlite": EmulatedSQLite(), "postgresql": EmulatedPostgreSQL()}
 
 
 @pytest.fixture

@@ -144,8 +144,6 @@ def test_a_settle_on_postgresql_is_one_statement_whose_text_does_not_change_with
 @pytest.mark.postgres
 def test_what_a_supervisor_compiles_before_it_forks_is_what_its_workers_use(postgres_url: str) -> None:
     from jobsup.store.database import Database
-    from jobsup.store.dialects.postgresql import PostgreSQLDialect
-    from jobsup.store.statements import Statements
     from jobsup.store.store import Store
 
     supervisor, worker = Database(postgres_url, role="supervisor"), Database(postgres_url, role="worker")
@@ -156,7 +154,13 @@ def test_what_a_supervisor_compiles_before_it_forks_is_what_its_workers_use(post
     finally:
         supervisor.dispose()
         worker.dispose()
-    fresh = Statements(PostgreSQLDialect())  # nothing compiled yet
+
+
+def test_compiling_ahead_leaves_the_claim_and_the_settles_compiled() -> None:
+    from jobsup.store.dialects.postgresql import PostgreSQLDialect
+    from jobsup.store.statements import Statements
+
+    fresh = Statements(PostgreSQLDialect())  # nothing compiled yet (compiling needs no server)
     fresh.compile_ahead()
     assert "claim_text" in vars(fresh.dialect)
     for chain in (fresh.complete, fresh.release, fresh.fail):

@@ -10,7 +10,6 @@ instant.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
@@ -388,4 +387,5 @@ class Statements(StepStatements):
         return self.dialect.returning(stmt.returning(job.c.id, job.c.name, job.c.queue))
 
 
-_shared: weakref.WeakKeyDictionary[Dialect, Statements] = weakref.WeakKeyDictionary()
+# Kept for the process's life, as the dialects are (`dialect_for` makes one of each kind).
+_shared: dict[Dialect, Statements] = {}
