@@ -111,11 +111,11 @@ def job_context(
     client_loader: Callable[[], Client] | None = None,
     progress_writer: Callable[[str], object] | None = None,
 ) -> JobContext:
-    """A `JobContext` equal to ``JobContext(job_id, ..., cancelled, **extras)``, its values
-    given as one dict, without a frozen dataclass's per-field ``object.__setattr__``: a
-    worker makes one per job, and the init took 1.8 µs of a no-op job's 13 (this 0.7;
-    `test_worker_units.py` holds the two equal). As the init, it refuses a keyword that is
-    not a field."""
+    """A `JobContext` equal to ``JobContext(job_id, ..., cancelled, log=..., upstream_loader=...,
+    client_loader=..., progress_writer=...)``, its values given as one dict, without a frozen
+    dataclass's per-field ``object.__setattr__``: a worker makes one per job, and the init took
+    1.8 µs of a no-op job's 13 (this 0.7; `test_worker_units.py` holds the two equal). As the
+    init, it refuses a keyword that is not a field."""
     ctx = _new(JobContext)
     _set(
         ctx,

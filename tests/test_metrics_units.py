@@ -88,3 +88,26 @@ def by_job(queue: str) -> dict[tuple[str, str, str], float]:
                 key = (sample.name, sample.labels["job"], sample.labels.get("le", sample.labels.get("outcome", "")))
                 found[key] = sample.value
     return found
+
+
+@pytest.mark.parametrize("defer", [True, False])
+def test_a_batch_s_starts_count_as_each_start_s_own_event_would(defer: bool) -> None:
+    """A batch's starts (one `jobs.started`, its waits grouped by queue, a negative wait as
+    none, an unknown one left out) export what one `job.started` per job would."""
+    waits = [("q", 0.004), ("r", 7.0), ("q", -0.2), ("q", None), ("r", 0.3), ("q", 0.005)]
+    suffix = "deferred" if defer else "at-once"
+    metrics.defer_job_samples(defer)
+    try:
+        for queue, waited in waits:
+            metrics.record("job.started", {"queue": f"alone-start-{queue}-{suffix}", "name": "x", "waited": waited})
+        each = [(n, "x", 1, f"batch-start-{queue}-{suffix}", waited) for n, (queue, waited) in enumerate(waits)]
+        metrics.record("jobs.started", {"each": each})
+        metrics.write_deferred()
+    finally:
+        metrics.defer_job_samples(False)
+    for queue in ("q", "r"):
+        alone, together = samples(f"alone-start-{queue}-{suffix}"), samples(f"batch-start-{queue}-{suffix}")
+        assert together == alone and together, (queue, together, alone)
+    counted = samples(f"batch-start-q-{suffix}")
+    assert counted[("jobsup_job_wait_seconds_count", "")] == 3  # the unknown wait is left out
+    assert counted[("jobsup_job_wait_seconds_bucket", "0.005")] == 3  # the negative one as 0

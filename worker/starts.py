@@ -14,9 +14,9 @@ of a worker's CPU; a pool's jobs, which start as places free, each have their ev
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING
 
+from jobsup.clock import host_seconds
 from jobsup.observe import logs, tracing
 from jobsup.observe.events import emit
 
@@ -42,10 +42,10 @@ class Starts:
         """`running` starts: its span, and its event (held while a batch runs)."""
         job = running.job
         running.traced = tracing.run(job)
-        # The host's clock as seconds (`host_clock`'s, without a datetime's subtraction and a
-        # rounding: 0.35 µs of a job's 12; a held start is rounded if its line is written).
+        # The host's clock as seconds, without a datetime's subtraction and a rounding (0.35 µs
+        # of a job's 12; a held start is rounded if its line is written).
         due = job.due_at
-        waited = None if due is None else time.time() - due.timestamp()
+        waited = None if due is None else host_seconds() - due.timestamp()
         with self.lock:
             if self.held is not None:
                 self.held.append((job.id, job.name, job.attempt, job.queue, waited))
