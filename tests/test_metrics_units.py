@@ -4,6 +4,7 @@ writing each at once would (`jobsup.observe.metrics`, in-memory mode in this pro
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -61,14 +62,12 @@ def test_a_settle_of_several_types_counts_each_job_as_its_own_event_would(defer:
     x, y = "units-settle-x", "units-settle-y"
     each = [(1, x, 1, "q", 0.3), (2, y, 1, "q", None), (3, x, 1, "q", 0.004), (4, x, 1, "r", 7.0)]
     suffix = "deferred" if defer else "at-once"
-    metrics.defer_job_samples(defer)
-    try:
-        for job_id, name, attempt, queue, seconds in each:
-            metrics.record("jobs.succeeded", {"each": [(job_id, name, attempt, f"alone-{queue}-{suffix}", seconds)]})
-        metrics.record("jobs.succeeded", {"each": [(*job[:3], f"settle-{job[3]}-{suffix}", job[4]) for job in each]})
-        metrics.write_deferred()
-    finally:
-        metrics.defer_job_samples(False)
+    events = [
+        ("jobs.succeeded", {"each": [(job_id, name, attempt, f"alone-{queue}-{suffix}", seconds)]})
+        for job_id, name, attempt, queue, seconds in each
+    ]
+    events.append(("jobs.succeeded", {"each": [(*job[:3], f"settle-{job[3]}-{suffix}", job[4]) for job in each]}))
+    recorded(events, defer=defer)
     for queue in ("q", "r"):
         alone, together = by_job(f"alone-{queue}-{suffix}"), by_job(f"settle-{queue}-{suffix}")
         assert together == alone and together, (queue, together, alone)
@@ -77,6 +76,17 @@ def test_a_settle_of_several_types_counts_each_job_as_its_own_event_would(defer:
     assert completed == {x: 2, y: 1}
     timed = {job: v for (name, job, _), v in settled.items() if name == "jobsup_job_duration_seconds_count"}
     assert timed == {x: 2}  # y's run time was not known
+
+
+def recorded(events: list[tuple[str, dict[str, Any]]], *, defer: bool) -> None:
+    """Record `events`, their samples added up and written once (`defer`), or each at once."""
+    metrics.defer_job_samples(defer)
+    try:
+        for kind, fields in events:
+            metrics.record(kind, fields)
+        metrics.write_deferred()
+    finally:
+        metrics.defer_job_samples(False)
 
 
 def by_job(queue: str) -> dict[tuple[str, str, str], float]:
@@ -96,15 +106,12 @@ def test_a_batch_s_starts_count_as_each_start_s_own_event_would(defer: bool) -> 
     none, an unknown one left out) export what one `job.started` per job would."""
     waits = [("q", 0.004), ("r", 7.0), ("q", -0.2), ("q", None), ("r", 0.3), ("q", 0.005)]
     suffix = "deferred" if defer else "at-once"
-    metrics.defer_job_samples(defer)
-    try:
-        for queue, waited in waits:
-            metrics.record("job.started", {"queue": f"alone-start-{queue}-{suffix}", "name": "x", "waited": waited})
-        each = [(n, "x", 1, f"batch-start-{queue}-{suffix}", waited) for n, (queue, waited) in enumerate(waits)]
-        metrics.record("jobs.started", {"each": each})
-        metrics.write_deferred()
-    finally:
-        metrics.defer_job_samples(False)
+    events = [
+        ("job.started", {"queue": f"alone-start-{queue}-{suffix}", "name": "x", "waited": waited})
+        for queue, waited in waits
+    ]
+    each = [(n, "x", 1, f"batch-start-{queue}-{suffix}", waited) for n, (queue, waited) in enumerate(waits)]
+    recorded([*events, ("jobs.started", {"each": each})], defer=defer)
     for queue in ("q", "r"):
         alone, together = samples(f"alone-start-{queue}-{suffix}"), samples(f"batch-start-{queue}-{suffix}")
         assert together == alone and together, (queue, together, alone)
