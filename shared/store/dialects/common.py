@@ -54,6 +54,14 @@ class RowByRowInsert:
         return None  # `insert_jobs`, through SQLAlchemy: only PostgreSQL's runs as driver text
 
 
+class NoDriverText:
+    """Its claim and settles run through SQLAlchemy, which compiles them and keeps that on each
+    engine: nothing of the dialect's own to compile ahead (`Statements.compile_ahead`)."""
+
+    def compile_ahead(self) -> None:
+        return None
+
+
 class NoOwnerLocks:
     """Leases lapse on the database's own clock, which every host shares: nothing to hold."""
 

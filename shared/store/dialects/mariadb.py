@@ -82,7 +82,7 @@ from jobsup.errors import (
 )
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable, decided_elsewhere
 from jobsup.store.dialects import AfterClaim, Connections
-from jobsup.store.dialects.common import NoOwnerLocks, Polling, RowByRowInsert, SequentialChain
+from jobsup.store.dialects.common import NoDriverText, NoOwnerLocks, Polling, RowByRowInsert, SequentialChain
 from jobsup.store.dialects.fences import RowValueFence
 from jobsup.store.dialects.returning import EmulatedReturning
 from jobsup.store.dialects.types import UTCDateTime
@@ -180,7 +180,9 @@ def migration_lock_name(database: object) -> str:
     return f"{MIGRATION_LOCK}.{hashlib.sha256(str(database).encode()).hexdigest()[:40]}"
 
 
-class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerLocks, RowByRowInsert, Polling):
+class MariaDBDialect(
+    EmulatedReturning, SequentialChain, RowValueFence, NoOwnerLocks, RowByRowInsert, Polling, NoDriverText
+):
     name = "mariadb"
     atomic_insert_rows = 1  # its statement() is autocommit, and a bulk insert may be several statements
     bulk_chunk = 0  # built whole, then inserted (not measured side by side here)
@@ -202,9 +204,6 @@ class MariaDBDialect(EmulatedReturning, SequentialChain, RowValueFence, NoOwnerL
     def single_statement_engine(self, engine: Engine) -> Engine:
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         return _configure(create_engine(engine.url, isolation_level="AUTOCOMMIT", connect_args=CONNECT_ARGS, **POOL))
-
-    def compile_ahead(self) -> None:
-        return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.utc_timestamp(6, type_=UTCDateTime))

@@ -52,6 +52,7 @@ from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import (
     FilteredKeyIndex,
     NativeReturning,
+    NoDriverText,
     NoOwnerLocks,
     Polling,
     RowByRowInsert,
@@ -66,7 +67,15 @@ LOCK_HINTS = "WITH (UPDLOCK, READPAST, ROWLOCK)"
 
 
 class SQLServerDialect(
-    NativeReturning, SequentialChain, KeyFence, NoOwnerLocks, RowByRowInsert, Polling, FilteredKeyIndex, SavepointInsert
+    NativeReturning,
+    SequentialChain,
+    KeyFence,
+    NoOwnerLocks,
+    RowByRowInsert,
+    Polling,
+    FilteredKeyIndex,
+    SavepointInsert,
+    NoDriverText,
 ):
     name = "mssql"
     atomic_insert_rows = 1  # its statement() is autocommit: one row per statement
@@ -92,9 +101,6 @@ class SQLServerDialect(
     def single_statement_engine(self, engine: Engine) -> Engine:
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         return create_engine(engine.url, isolation_level="AUTOCOMMIT")
-
-    def compile_ahead(self) -> None:
-        return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         clock = func.coalesce(bindparam("p_now", type_=UTCDateTime), func.sysutcdatetime(type_=UTCDateTime))

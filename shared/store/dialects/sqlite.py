@@ -73,6 +73,7 @@ from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import (
     FilteredKeyIndex,
     NativeReturning,
+    NoDriverText,
     RowByRowInsert,
     SavepointInsert,
     SequentialChain,
@@ -153,7 +154,9 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowInsert, FilteredKeyIndex, SavepointInsert):
+class SQLiteDialect(
+    NativeReturning, SequentialChain, RowValueFence, RowByRowInsert, FilteredKeyIndex, SavepointInsert, NoDriverText
+):
     name = "sqlite"
     transaction_options: Mapping[str, Any] = {_BEGIN: "BEGIN IMMEDIATE"}
     atomic_insert_rows = sys.maxsize  # its statement() is a transaction too (BEGIN IMMEDIATE)
@@ -210,9 +213,6 @@ class SQLiteDialect(NativeReturning, SequentialChain, RowValueFence, RowByRowIns
 
     def single_statement_engine(self, engine: Engine) -> Engine:
         return engine  # the BEGIN hook already decides per connection (see read_options)
-
-    def compile_ahead(self) -> None:
-        return None  # nothing of its own: SQLAlchemy compiles its claim, on each engine
 
     def clock(self, offset: str | None = None) -> ColumnElement[datetime]:
         # No database clock: the host's instant (and each offset from it) is bound.
