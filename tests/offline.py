@@ -59,15 +59,18 @@ class Result:
 
 _CLAIMED = (
     *("id", "name", "queue", "payload", "attempts", "max_attempts", "timeout", "actor", "lease_owner"),
-    *("workflow_id", "batch_id", "triggers", "concurrency_key", "due_at"),  # a plain job: no links
+    *("workflow_id", "batch_id", "triggers", "concurrency_key", "traceparent", "due"),  # a plain job: no links
 )
+_DUE = datetime(2026, 1, 1, tzinfo=UTC)  # as SQL Server's claim returns run_at: an aware datetime
 
 
 class _Row(tuple):  # type: ignore[type-arg]
     """A returned row: a running job of "a" with the given id, in a claim's column order."""
 
     def __new__(cls, job_id: int) -> _Row:
-        return super().__new__(cls, (job_id, "a", "default", "null", 2, 5, None, None, "w", None, None, None, None, 0))
+        return super().__new__(
+            cls, (job_id, "a", "default", "null", 2, 5, None, None, "w", None, None, None, None, None, _DUE)
+        )
 
     def __getattr__(self, name: str) -> Any:
         if name in _CLAIMED:

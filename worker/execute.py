@@ -100,7 +100,7 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
         try:
             # A job enqueued before its type had a template default is given one now, as of
             # when it was due (made only for a type with one: this is every typed job's path).
-            moment = Moment.of(job.name, job.queue, now=_utc(job.due_at)) if registered.params.templated else None
+            moment = Moment.of(job.name, job.queue, now=_as_utc(job.due)) if registered.params.templated else None
             payload = registered.params.make(check(registered.params.schema, payload, job=job.name, moment=moment))
         except Exception as exc:
             # Retried, not discarded: a deploy may bring parameters this payload fits
@@ -115,9 +115,11 @@ def prepare(job: ClaimedJob, cancelled: threading.Event, services: JobServices |
     return Prepared(registered.function, ctx, payload, secrets, registered.is_async, bool(sensitive))
 
 
-def _utc(at: datetime | None) -> datetime | None:
-    """A claim's due time (in whatever zone it was read) in UTC, as templates show it."""
-    return None if at is None else at.astimezone(UTC)
+def _as_utc(seconds: float | None) -> datetime | None:
+    """A claim's due time (seconds since the epoch) as templates show it: in UTC, to the
+    microsecond it was stored with (a float's error at today's epoch seconds is under a
+    quarter of a microsecond, and the conversion rounds to the nearest)."""
+    return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
 def unsealed(job: ClaimedJob, payload: Any) -> Any:

@@ -44,8 +44,8 @@ class Starts:
         running.traced = tracing.run(job)
         # The host's clock as seconds, without a datetime's subtraction and a rounding (0.35 µs
         # of a job's 12; a held start is rounded if its line is written).
-        due = job.due_at
-        waited = None if due is None else host_seconds() - due.timestamp()
+        due = job.due
+        waited = None if due is None else host_seconds() - due
         with self.lock:
             if self.held is not None:
                 self.held.append((job.id, job.name, job.attempt, job.queue, waited))

@@ -156,7 +156,7 @@ class ClaimedJob:
     triggers: str | None = None
     concurrency_key: str | None = None
     traceparent: str | None = None  # the enqueuer's W3C trace context
-    due_at: datetime | None = None  # when it became due, aware in any zone (None when unreadable)
+    due: float | None = None  # when it became due, in seconds since the epoch (None when unreadable)
 
     # Built once per job, not at every look (the worker's path looks several times a job).
     @cached_property

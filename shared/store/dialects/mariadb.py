@@ -245,7 +245,7 @@ class MariaDBDialect(
     def claimed_statement(self) -> Select[Any]:
         # Those the update took: a candidate a pause or breaker holds back now is left pending.
         claimed = job.c.id.in_(bindparam("p_ids", expanding=True)), job.c.lease_owner == bindparam("p_owner")
-        return select(*CLAIM_COLUMNS, job.c.run_at.label("due_at")).where(*claimed)
+        return select(*CLAIM_COLUMNS, job.c.run_at.label("due")).where(*claimed)
 
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
         with db.transaction("claim") as conn:

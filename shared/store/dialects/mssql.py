@@ -136,7 +136,7 @@ class SQLServerDialect(
             update(job)
             .where(job.c.id.in_(candidates.scalar_subquery()))
             .values(claim_values(clock, self.clock("lease")))
-            .returning(*CLAIM_COLUMNS, job.c.run_at.label("due_at"), job.c.priority)
+            .returning(*CLAIM_COLUMNS, job.c.run_at.label("due"), job.c.priority)
         )
 
     def claim(self, db: Connections, params: Mapping[str, Any], after: AfterClaim | None) -> Sequence[Sequence[Any]]:
@@ -146,7 +146,7 @@ class SQLServerDialect(
                 return []
             if after is not None:
                 claimed = after(conn, claimed)
-        return sorted(claimed, key=lambda row: (-row.priority, row.due_at, row.id))
+        return sorted(claimed, key=lambda row: (-row.priority, row.due, row.id))
 
     def lock_rows(self, stmt: Select[Any], *, skip_locked: bool, table: Table | None = None) -> Select[Any]:
         # The update lock is held to the end of the transaction (a shared one would not be).

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    DateTime,
     Engine,
     Float,
     Insert,
@@ -52,7 +51,6 @@ from sqlalchemy import (
     null,
     select,
     text,
-    type_coerce,
     update,
 )
 from sqlalchemy.engine import URL
@@ -213,13 +211,13 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
             .cte("claimed")
         )
         # RETURNING has no order; the batch is run in claim order, so sort it here. An
-        # infinite run_at ('-infinity' is due) cannot become a Python datetime: None instead.
-        # The due time as psycopg reads it, aware in the session's time zone: not put into UTC
-        # row by row (0.5 µs a job of a claim of 100) for a worker that only subtracts it
-        # from its clock (`ClaimedJob.due_at`).
-        due = case((func.isfinite(claimed.c.run_at), claimed.c.run_at), else_=null())
-        due_at = type_coerce(due, DateTime(timezone=True)).label("due_at")
-        returned = [*(claimed.c[column.name] for column in CLAIM_COLUMNS), due_at]
+        # infinite run_at ('-infinity' is due) has no time to wait from: None instead.
+        # The due time as seconds since the epoch (`ClaimedJob.due`): a timestamptz cost the
+        # worker 0.5 µs a row to read in a session zone such as 'Etc/UTC' (psycopg makes a
+        # ZoneInfo datetime) and 0.5 µs more to turn into seconds; a float8 costs 0.2.
+        seconds = cast(func.extract("epoch", claimed.c.run_at), Float)
+        due = case((func.isfinite(claimed.c.run_at), seconds), else_=null()).label("due")
+        returned = [*(claimed.c[column.name] for column in CLAIM_COLUMNS), due]
         order = (claimed.c.priority.desc(), claimed.c.run_at, claimed.c.id)
         return select(*returned).order_by(*order)
 

@@ -262,7 +262,7 @@ class SQLiteDialect(
             update(job)
             .where(job.c.id.in_(bindparam("p_ids", expanding=True)), claimable(clock, recheck=True))
             .values(claim_values(clock, self.clock("lease")))
-            .returning(*CLAIM_COLUMNS, job.c.run_at.label("due_at"))  # an unreadable run_at reads as None
+            .returning(*CLAIM_COLUMNS, job.c.run_at.label("due"))  # an unreadable run_at reads as None
         )
 
     def claim_update(
