@@ -264,3 +264,25 @@ def test_a_claim_larger_than_the_adaptive_most_is_written_before_the_next_claim(
     finally:
         client.close()
         db.dispose()
+
+
+def test_every_claim_of_a_worker_reads_each_type_s_timeout_again(worker: Worker, url: str) -> None:
+    """The per-type timeouts a worker keeps for one claim's jobs (`worker.timeouts`) are read
+    again at its next claim, a batch's or a pool's (both claim through `Worker.claim`): a
+    type's timeout published anew applies from then on, not never."""
+    from jobsup.jobtypes import JobType, Resolver
+    from jobsup.worker.timeouts import Timeouts
+
+    published = {"bookkeeping-timed": JobType("bookkeeping-timed", timeout=9.0)}
+    # Read at each look (ttl 0) where the worker's resolver caches for half a minute.
+    worker.timeouts = Timeouts(Resolver(lambda: dict(published), ttl=0.0), queue_timeout=None)
+    client = jobsup.Client(url)
+    client.enqueue("bookkeeping-timed", allow_unknown=True)
+    [first] = worker.claim(limit=1)
+    assert worker.timeouts.of(first) == 9.0
+    published["bookkeeping-timed"] = JobType("bookkeeping-timed", timeout=4.0)
+    client.enqueue("bookkeeping-timed", allow_unknown=True)
+    [second] = worker.claim(limit=1)
+    assert worker.timeouts.of(second) == 4.0, "the claim kept the type's timeout of an earlier claim"
+    worker.settler.release([first, second])
+    worker.settler.write_here()

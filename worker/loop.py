@@ -184,6 +184,8 @@ class Worker:
         finally:
             lock.release()
         self.idle_backoff = 0.0
+        if jobs:
+            self.timeouts.claimed()  # each type's timeout is read again for what this claim brings
         return jobs
 
     def due_again(self, claimed: Claimed) -> None:
@@ -243,7 +245,6 @@ class Worker:
         """Run a claim's jobs one by one; return how many ran here."""
         self.keeper.hold(jobs, claimed_at)
         self.starts.batch()
-        self.timeouts.claimed()
         ran, failing = 0, set()  # types with a breaker that failed in this batch (the rest goes back)
         for job in jobs:
             if self.stop.requested:
@@ -336,7 +337,6 @@ class Worker:
                 backlog = len(jobs) == wanted
                 if jobs:
                     self.relook = None
-                    self.timeouts.claimed()
                     self.keeper.hold(jobs, claimed_at)
                     ahead.add(jobs)
                     ahead.start(pool)
