@@ -29,14 +29,20 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    text,
     update,
 )
 
 from jobsup.errors import DatabaseError
 from jobsup.store.dialects.returning import LockedReturning
 
-from helpers import create_mariadb_database, drop_mariadb_database, mariadb_database_url, run_together, wait_until
+from helpers import (
+    create_mariadb_database,
+    drop_mariadb_database,
+    mariadb_database_url,
+    mariadb_lock_waiters,
+    run_together,
+    wait_until,
+)
 
 pytestmark = pytest.mark.mariadb
 
@@ -131,8 +137,7 @@ def test_a_row_another_transaction_changed_first_is_judged_on_its_new_values(eng
 
 def lock_waits(engine: Engine) -> int:
     with engine.connect() as conn:
-        found = conn.execute(text("SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'"))
-        return int(found.scalar_one())
+        return len(mariadb_lock_waiters(conn))
 
 
 def compete(url: str, owner: str, batch: int, start: Any, out: Any) -> None:
