@@ -167,6 +167,17 @@ def test_compiling_ahead_leaves_the_claim_and_the_settles_compiled() -> None:
         assert {"driver_text", "named_row"} <= vars(chain).keys()
 
 
+def test_a_settle_run_alone_returns_each_job_s_id_and_status_only() -> None:
+    # What its callers read; the other columns are for the steps, which never run with it.
+    from jobsup.store.dialects.postgresql import PostgreSQLDialect
+    from jobsup.store.statements import Statements
+
+    sql = Statements(PostgreSQLDialect())
+    for chain in (sql.complete, sql.release, sql.fail):
+        assert chain.named_row((1, "succeeded"))._fields == ("id", "status")  # type: ignore[attr-defined]
+        assert len(chain.statement.selected_columns) > 2  # the steps' run returns the rest
+
+
 def test_failure_retries_with_backoff_then_dead_letters(client: jobsup.Client) -> None:
     job_id = client.enqueue("a", max_attempts=2)
     first = claim_one(client, now=T0)

@@ -61,21 +61,29 @@ class Chain(Protocol):
 
     def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
         """Run both writes as a unit of their own (no steps with them); return the
-        compare-and-set's rows (read by position or by column name)."""
+        compare-and-set's rows, each with its id and status first (read by position or by
+        column name; a dialect may return only those two)."""
 
 
 @dataclass(frozen=True)
 class Fused:
     statement: Select[Any]
+    # The same writes returning each changed row's id and status only: all that a caller of
+    # `run_alone` reads (the other columns are the steps'). A worker's settle of 100 jobs read
+    # twelve columns a row, and PostgreSQL wrote them out, for nothing.
+    alone: Select[Any]
 
     @classmethod
     def of(cls, first: Update, then: Callable[[Any], Insert], reads: Sequence[Any] = ()) -> Fused:
         """`then` reads the changed rows in the columns of `first`'s RETURNING and of
         `reads`. The caller gets back only the RETURNING's: every column returned is read and
-        converted in Python for every row."""
+        converted in Python for every row. `first` returns the id and the status first."""
         changed = first.returning(*reads).cte("changed")
         returned = list(changed.c)[: len(first.exported_columns)]  # `reads` come after
-        return cls(select(*returned).add_cte(then(changed).cte("followed")))
+        if [column.name for column in returned[:2]] != ["id", "status"]:
+            raise ValueError("Fused: the compare-and-set must return the id and the status first")
+        followed = then(changed).cte("followed")
+        return cls(select(*returned).add_cte(followed), select(*returned[:2]).add_cte(followed))
 
     def run(self, conn: Connection, params: Mapping[str, Any]) -> Sequence[Row[Any]]:
         return conn.execute(self.statement, params).all()
@@ -93,12 +101,12 @@ class Fused:
         # Imported here: the dialects package imports this module (`Dialect.chain`).
         from jobsup.store.dialects.drivertext import DriverText
 
-        return DriverText.of(self.statement)
+        return DriverText.of(self.alone)
 
     @cached_property
     def named_row(self) -> Callable[[Sequence[Any]], Any]:
         """A driver row named as SQLAlchemy's `Row` names it (the callers read `row.status`)."""
-        named: Any = namedtuple("Row", self.statement.selected_columns.keys())  # type: ignore[misc]
+        named: Any = namedtuple("Row", self.alone.selected_columns.keys())  # type: ignore[misc]
         # What `named._make` does, without its Python frame (a row per job of a settle) and
         # its count of the values: the rows are this statement's own, its columns each.
         return partial(tuple.__new__, named)
