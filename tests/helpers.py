@@ -187,9 +187,12 @@ def lock_waiters(url: str) -> int:
     try:
         with engine.connect() as conn:
             if engine.dialect.name not in ("mysql", "mariadb"):
-                waiting = "wait_event_type = 'Lock' AND datname = current_database()"
-                return int(conn.execute(text(f"SELECT COUNT(*) FROM pg_stat_activity WHERE {waiting}")).scalar_one())
-            return len(mariadb_lock_waiters(conn) & _mariadb_sessions(conn))
+                waiting = text(
+                    "SELECT COUNT(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+                return int(conn.execute(waiting).scalar_one())
+            return len(mariadb_lock_waiters(conn) & mariadb_sessions(conn))
     finally:
         engine.dispose()
 
@@ -208,7 +211,7 @@ def mariadb_lock_waiters(conn: Any) -> set[int]:
     return waiting
 
 
-def _mariadb_sessions(conn: Any) -> set[int]:
+def mariadb_sessions(conn: Any) -> set[int]:
     """The ids of the sessions using this connection's database."""
     rows = conn.execute(text("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"))
     return {int(row[0]) for row in rows}

@@ -80,7 +80,7 @@ class _Row(tuple):  # type: ignore[type-arg]
         if name == "cancel_requested_at":  # nobody asked to cancel it
             return None
         if name == "run_at":
-            return datetime(2026, 1, 1, tzinfo=UTC)
+            return _DUE
         raise AttributeError(name)
 
 

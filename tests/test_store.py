@@ -175,6 +175,7 @@ def test_a_settle_run_alone_returns_each_job_s_id_and_status_only() -> None:
     sql = Statements(PostgreSQLDialect())
     for chain in (sql.complete, sql.release, sql.fail):
         assert chain.named_row((1, "succeeded"))._fields == ("id", "status")  # type: ignore[attr-defined]
+        assert len(chain.driver_text.returned) == 2  # what the driver reads back, too
         assert len(chain.statement.selected_columns) > 2  # the steps' run returns the rest
 
 

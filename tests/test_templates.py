@@ -164,8 +164,8 @@ def test_a_job_waiting_from_before_the_template_gets_it_when_it_runs(url: str) -
 
 @pytest.mark.postgres
 def test_a_waiting_job_s_template_sees_its_due_time_in_utc_whatever_the_session_s_zone(postgres_url: str) -> None:
-    # PostgreSQL's claim hands the due time over in the session's zone: midnight UTC is the
-    # evening before in New York, and the day printed must still be UTC's.
+    # The due time is an instant whatever the session's zone: midnight UTC is the evening
+    # before in New York, and the day printed must be UTC's.
     new_york = "options=-c%20TimeZone%3DAmerica/New_York"
     client = jobsup.Client(postgres_url + ("&" if "?" in postgres_url else "?") + new_york)
     job_id = client.enqueue("templated-report", {"account": "old"}, run_at=datetime(2020, 2, 3, tzinfo=UTC))

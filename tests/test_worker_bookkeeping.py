@@ -277,12 +277,15 @@ def test_every_claim_of_a_worker_reads_each_type_s_timeout_again(worker: Worker,
     # Read at each look (ttl 0) where the worker's resolver caches for half a minute.
     worker.timeouts = Timeouts(Resolver(lambda: dict(published), ttl=0.0), queue_timeout=None)
     client = jobsup.Client(url)
-    client.enqueue("bookkeeping-timed", allow_unknown=True)
-    [first] = worker.claim(limit=1)
-    assert worker.timeouts.of(first) == 9.0
-    published["bookkeeping-timed"] = JobType("bookkeeping-timed", timeout=4.0)
-    client.enqueue("bookkeeping-timed", allow_unknown=True)
-    [second] = worker.claim(limit=1)
-    assert worker.timeouts.of(second) == 4.0, "the claim kept the type's timeout of an earlier claim"
-    worker.settler.release([first, second])
-    worker.settler.write_here()
+    try:
+        client.enqueue("bookkeeping-timed", allow_unknown=True)
+        [first] = worker.claim(limit=1)
+        assert worker.timeouts.of(first) == 9.0
+        published["bookkeeping-timed"] = JobType("bookkeeping-timed", timeout=4.0)
+        client.enqueue("bookkeeping-timed", allow_unknown=True)
+        [second] = worker.claim(limit=1)
+        assert worker.timeouts.of(second) == 4.0, "the claim kept the type's timeout of an earlier claim"
+        worker.settler.release([first, second])
+        worker.settler.write_here()
+    finally:
+        client.close()

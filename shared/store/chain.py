@@ -76,8 +76,9 @@ class Fused:
     @classmethod
     def of(cls, first: Update, then: Callable[[Any], Insert], reads: Sequence[Any] = ()) -> Fused:
         """`then` reads the changed rows in the columns of `first`'s RETURNING and of
-        `reads`. The caller gets back only the RETURNING's: every column returned is read and
-        converted in Python for every row. `first` returns the id and the status first."""
+        `reads`. The caller of `run` gets back only the RETURNING's (every column returned is
+        read and converted in Python for every row), of `run_alone` only the id and the
+        status, which `first` returns first."""
         changed = first.returning(*reads).cte("changed")
         returned = list(changed.c)[: len(first.exported_columns)]  # `reads` come after
         if [column.name for column in returned[:2]] != ["id", "status"]:

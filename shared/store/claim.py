@@ -241,8 +241,9 @@ def claimed_job(row: Any) -> ClaimedJob:
 _new, _set = object.__new__, object.__setattr__
 
 
-_CLAIMED_NAMES = [f.name for f in fields(ClaimedJob)]
-_WIDTH = len(_CLAIMED_NAMES)
+# How many of a claim's columns are the job's (`test_store.py` holds the dict display above to
+# ClaimedJob's fields, in their order).
+_WIDTH = len(fields(ClaimedJob))
 # A claimed job's step fields in one C call (`rows.needs_steps` is a generator over them).
 _step_values, _NO_STEPS = itemgetter(*STEP_FIELDS), (None,) * len(STEP_FIELDS)
-assert len(_CLAIMED_NAMES) == len(CLAIM_COLUMNS) + 1, "a claim returns CLAIM_COLUMNS and the due time"
+assert len(CLAIM_COLUMNS) + 1 == _WIDTH, "a claim returns CLAIM_COLUMNS and the due time"

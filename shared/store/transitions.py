@@ -377,7 +377,8 @@ class Transitions:
         """Run a compare-and-set once per parameter set, each with its in-transaction steps,
         as one unit. `needs_steps`: some of the jobs need the selective steps (`steps.STEPS`:
         `Held.needs_steps`, and types with a breaker), so those run too. One set
-        and no step to run: the chain runs alone (`Chain.run_alone`; PostgreSQL: one round trip)."""
+        and no step to run: the chain runs alone (`Chain.run_alone`; PostgreSQL: one round trip,
+        whose rows have the id and the status only: read nothing else from them)."""
         if len(each) == 1 and not steps.of(transition, needs_steps=needs_steps):
             return chain.run_alone(self.db, each[0], operation)
         matched: list[Row[Any]] = []

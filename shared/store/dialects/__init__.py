@@ -175,9 +175,10 @@ class Dialect(Protocol):
 
     def chain(self, first: Update, then: Callable[[Any], Insert], reads: Sequence[Any] = ()) -> Chain:
         """Prepare, once, a compare-and-set `first` (an UPDATE with RETURNING whose first
-        column is the job id) and the write `then(changed)` that depends on it (`changed`:
-        the rows `first` changed, as it left them, with its RETURNING's columns and those of
-        `reads`; the caller gets back only the RETURNING's)."""
+        columns are the job id and its status) and the write `then(changed)` that depends on
+        it (`changed`: the rows `first` changed, as it left them, with its RETURNING's columns
+        and those of `reads`; the caller gets back only the RETURNING's, or, run alone, only
+        the id and the status: `Chain.run_alone`)."""
 
     def insert_jobs(
         self, conn: Connection, jobs: Sequence[NewJob], clock: dict[str, Any]
