@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 
 from jobsup.store.rows import FAILED, SUCCEEDED, Held, Outcome
 
@@ -192,12 +192,18 @@ def lock_waiters(url: str) -> int:
                     " WHERE wait_event_type = 'Lock' AND datname = current_database()"
                 )
                 return int(conn.execute(waiting).scalar_one())
-            return len(mariadb_lock_waiters(conn) & mariadb_sessions(conn))
+            return mariadb_lock_waits(conn)
     finally:
         engine.dispose()
 
 
-def mariadb_lock_waiters(conn: Any) -> set[int]:
+def mariadb_lock_waits(conn: Any) -> int:
+    """How many sessions of `conn`'s MariaDB database wait for a lock now (not another
+    database's: tests run side by side)."""
+    return len(_mariadb_lock_waiters(conn) & _mariadb_sessions(conn))
+
+
+def _mariadb_lock_waiters(conn: Any) -> set[int]:
     """The thread ids of the MariaDB server's transactions waiting for a lock, from SHOW ENGINE
     INNODB STATUS. Not information_schema.INNODB_TRX: InnoDB refreshes that table's cache only
     once nobody has read it for 0.1 s, so pollers that read it more often (two tests each
@@ -211,7 +217,14 @@ def mariadb_lock_waiters(conn: Any) -> set[int]:
     return waiting
 
 
-def mariadb_sessions(conn: Any) -> set[int]:
+def _mariadb_sessions(conn: Any) -> set[int]:
     """The ids of the sessions using this connection's database."""
     rows = conn.execute(text("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = DATABASE()"))
     return {int(row[0]) for row in rows}
+
+
+def in_new_york(url: str) -> str:
+    """`url` with its sessions in New York's time zone (a PostgreSQL URL): what a session zone
+    other than UTC changes shows there."""
+    zoned = make_url(url).update_query_dict({"options": "-c TimeZone=America/New_York"})
+    return zoned.render_as_string(hide_password=False)

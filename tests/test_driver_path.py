@@ -27,7 +27,7 @@ from jobsup.store.dialects.drivertext import DriverText
 from jobsup.store.rows import LEASE_EXPIRED, SUCCEEDED, Held, Lease, NewJob, Outcome
 from jobsup.store.schema import job
 
-from helpers import claim, fail, release
+from helpers import claim, fail, in_new_york, release
 
 pytestmark = pytest.mark.postgres
 
@@ -222,7 +222,7 @@ def test_a_claim_on_the_driver_returns_what_sqlalchemys_result_returns(
 ) -> None:
     # Typed columns (the due time, whatever the session's time zone) must come back as
     # SQLAlchemy's result processing made them: the worker builds its jobs from these rows.
-    elsewhere = postgres_url + ("&" if "?" in postgres_url else "?") + "options=-c%20TimeZone%3DAmerica/New_York"
+    elsewhere = in_new_york(postgres_url)
     client, watched = jobsup.Client(elsewhere), jobsup.Client(elsewhere)
     event.listen(watched.database.single, "before_cursor_execute", lambda *args: None)
     due = datetime(2026, 12, 6, 1, 2, 3, 456789, tzinfo=timezone(timedelta(hours=-5)))

@@ -23,7 +23,7 @@ from jobsup.store.schema import job, job_definition
 from jobsup.templates import KEY, Moment, render
 from jobsup.worker.execute import execute
 
-from helpers import claim_one, run_jobsup
+from helpers import claim_one, in_new_york, run_jobsup
 
 
 @dataclasses.dataclass
@@ -166,8 +166,7 @@ def test_a_job_waiting_from_before_the_template_gets_it_when_it_runs(url: str) -
 def test_a_waiting_job_s_template_sees_its_due_time_in_utc_whatever_the_session_s_zone(postgres_url: str) -> None:
     # The due time is an instant whatever the session's zone: midnight UTC is the evening
     # before in New York, and the day printed must be UTC's.
-    new_york = "options=-c%20TimeZone%3DAmerica/New_York"
-    client = jobsup.Client(postgres_url + ("&" if "?" in postgres_url else "?") + new_york)
+    client = jobsup.Client(in_new_york(postgres_url))
     job_id = client.enqueue("templated-report", {"account": "old"}, run_at=datetime(2020, 2, 3, tzinfo=UTC))
     with client.database.transaction() as conn:  # as an older deploy, without the field, stored it
         conn.execute(update(job).where(job.c.id == job_id).values(payload=json.dumps({"account": "old"})))
