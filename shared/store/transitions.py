@@ -21,12 +21,12 @@ from sqlalchemy import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
 from jobsup.calendars import Calendar
-from jobsup.errors import ConstraintViolation, DuplicateJob
+from jobsup.errors import DuplicateJob
 from jobsup.events import publishing
 from jobsup.jobtypes import Resolver
 from jobsup.observe.events import emit
 from jobsup.observe.logs import id_ranges
-from jobsup.store import concurrency_keys, firing, steps
+from jobsup.store import concurrency_keys, firing, operators, steps
 from jobsup.store.batches import Batches
 from jobsup.store.chain import Chain, Returning
 from jobsup.store.claim import Claimed, claim_params, claim_rounds
@@ -301,46 +301,14 @@ class Transitions:
         now: datetime | None,
         also: Callable[[Connection, dict[str, Any]], object] | None = None,
     ) -> Sequence[Row[Any]]:
-        """Cancel what `chain` matches, and do `also` in the same transaction. Returns the
-        rows matched: those that ended (status `cancelled`) and the running ones asked to."""
-        params = {**self.dialect.clock_params(now), **which, "p_outcome": "cancelled", "p_error": None}
-        with self.db.transaction("cancel") as conn:
-            if also is not None:
-                also(conn, params)
-            rows = chain.run(conn, params)
-            # Only the jobs that ended: a running one was asked to stop, and ends later.
-            ended = [row for row in rows if row.status == CANCELLED]
-            if ended:
-                steps.run(conn, steps.Change("cancel", ended, params, self))
-            cancelled = [{"outcome": "cancelled", **publishing.job_fields(row)} for row in ended]
-            publishing.publish_each(conn, "job.cancelled", cancelled)
-        for row in rows:
-            if row.status != CANCELLED:
-                emit("job.cancel_requested", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
-        return rows
+        """Cancel what `chain` matches, and do `also` in the same transaction
+        (`operators.cancel_where`)."""
+        return operators.cancel_where(self, chain, which, now, also)
 
     def retry(self, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
         """dead_lettered -> pending, with the job's own budget of attempts again on top of
-        those it used: attempt numbers only go up. Returns the ids retried. A job whose
-        unique key a live job now holds raises `DuplicateJob`."""
-        retried: list[int] = []
-        for job_id in job_ids:
-            params = {**self.dialect.clock_params(now), "p_job": job_id}
-            try:
-                with self.db.transaction("dead_letters") as conn:
-                    rows = self.sql.retry.run(conn, params)
-                    if rows:
-                        steps.run(conn, steps.Change("retry", rows, params, self))
-                    for row in rows:
-                        publishing.publish(
-                            conn, "job.retrying", retry_at=row.run_at.isoformat(), **publishing.job_fields(row)
-                        )
-            except ConstraintViolation:
-                raise DuplicateJob(
-                    f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None
-                ) from None
-            retried.extend(row.id for row in rows)
-        return retried
+        those it used (`operators.retry`)."""
+        return operators.retry(self, job_ids, now=now)
 
     # -- fire: a recurring schedule's slot -> a pending job -----------------------------------------
 

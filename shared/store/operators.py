@@ -1,0 +1,72 @@
+"""The operators' transitions out of a job's end or into it: cancel (waiting or pending ->
+cancelled; a running job is asked to stop) and retry (dead_lettered -> pending). Each is one
+transaction with its in-transaction steps, and announces what it did through the outbox
+(`jobsup.events.publishing`), as `Transitions` does for the worker's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Row
+
+from jobsup.errors import ConstraintViolation, DuplicateJob
+from jobsup.events import publishing
+from jobsup.observe.events import emit
+from jobsup.store import steps
+from jobsup.store.schema import CANCELLED
+
+if TYPE_CHECKING:
+    from jobsup.store.chain import Returning
+    from jobsup.store.transitions import Transitions
+
+
+def cancel_where(
+    t: Transitions,
+    chain: Returning,
+    which: Mapping[str, Any],
+    now: datetime | None,
+    also: Callable[[Connection, dict[str, Any]], object] | None = None,
+) -> Sequence[Row[Any]]:
+    """Cancel what `chain` matches, and do `also` in the same transaction. Returns the rows
+    matched: those that ended (status `cancelled`) and the running ones asked to."""
+    params = {**t.dialect.clock_params(now), **which, "p_outcome": "cancelled", "p_error": None}
+    with t.db.transaction("cancel") as conn:
+        if also is not None:
+            also(conn, params)
+        rows = chain.run(conn, params)
+        # Only the jobs that ended: a running one was asked to stop, and ends later.
+        ended = [row for row in rows if row.status == CANCELLED]
+        if ended:
+            steps.run(conn, steps.Change("cancel", ended, params, t))
+        cancelled = [{"outcome": "cancelled", **publishing.job_fields(row)} for row in ended]
+        publishing.publish_each(conn, "job.cancelled", cancelled)
+    for row in rows:
+        if row.status != CANCELLED:
+            emit("job.cancel_requested", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
+    return rows
+
+
+def retry(t: Transitions, job_ids: Sequence[int], *, now: datetime | None = None) -> list[int]:
+    """dead_lettered -> pending, with the job's own budget of attempts again on top of those
+    it used: attempt numbers only go up. Returns the ids retried. A job whose unique key a
+    live job now holds raises `DuplicateJob`."""
+    retried: list[int] = []
+    for job_id in job_ids:
+        params = {**t.dialect.clock_params(now), "p_job": job_id}
+        try:
+            with t.db.transaction("dead_letters") as conn:
+                rows = t.sql.retry.run(conn, params)
+                if rows:
+                    steps.run(conn, steps.Change("retry", rows, params, t))
+                for row in rows:
+                    publishing.publish(
+                        conn, "job.retrying", retry_at=row.run_at.isoformat(), **publishing.job_fields(row)
+                    )
+        except ConstraintViolation:
+            raise DuplicateJob(
+                f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None
+            ) from None
+        retried.extend(row.id for row in rows)
+    return retried
