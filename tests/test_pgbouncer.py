@@ -130,6 +130,22 @@ def test_enqueue_claim_and_settle_through_pgbouncer(pooled_url: str) -> None:
         client.close()
 
 
+def test_a_settle_is_never_sent_behind_through_pgbouncer(pooled_url: str) -> None:
+    """A worker's large claim sends its successes' settle behind it, prepared on the server
+    session (`jobsup.store.dialects.sent`); through a pooler nothing is sent (the worker
+    writes in line), and nothing was written by the try."""
+    client = jobsup.Client(pooled_url)
+    try:
+        ids = client.enqueue_many([{"name": "a"}] * 3, allow_unknown=True)
+        batch = client.store.transitions.claim("default", "through-pgbouncer", limit=3, lease=60.0)
+        outcomes = [Outcome(job.held, SUCCEEDED) for job in batch]
+        assert client.store.transitions.send_complete(outcomes) is None
+        assert statuses(client, ids) == {"running"}
+        assert client.store.transitions.complete(outcomes) == set(ids)
+    finally:
+        client.close()
+
+
 @pytest.mark.slow
 def test_start_through_pgbouncer_runs_jobs_and_warns_once_about_listen(
     pooled_url: str, record: Path, tmp_path: Path

@@ -87,8 +87,8 @@ class Worker:
         self.claim_size = ClaimSize(given, one_at_a_time=rated)
         # Where many write at once a claim of up to BESIDE_AT_MOST jobs hands its outcomes to
         # the settler's thread, so the next claim overlaps the write (docs/explanation/
-        # performance.md, "The settle beside the next claim"); a larger claim, or one writer
-        # at a time (SQLite), writes here before the next claim.
+        # performance.md, "The settle beside the next claim"); a larger claim's successes are sent
+        # behind it (`Settler.write_behind`); with one writer (SQLite), written before the next claim.
         self.one_writer = db.dialect.one_writer
         self.ending = threading.Event()  # set by the lease thread when it ends the process
         self.starts = Starts(self.label)
@@ -142,6 +142,7 @@ class Worker:
                 if jobs:
                     self.relook = None
                 else:
+                    self.settler.read_behind()  # before a wait: the last claim's successes announced
                     self.due_again(jobs)
                     self.idle()
         except BaseException:
@@ -261,8 +262,10 @@ class Worker:
             ran += 1
         self.starts.announce_held()
         self.settler.release(self.keeper.take_waiting())
-        if self.one_writer or len(jobs) > BESIDE_AT_MOST:
+        if self.one_writer:
             self.settler.write_here()
+        elif len(jobs) > BESIDE_AT_MOST:
+            self.settler.write_behind()
         else:
             self.settler.flush_after_writes()
         return ran

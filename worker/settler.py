@@ -26,9 +26,10 @@ TICK = 0.1  # how often the writer looks at the age of what waits (adding does n
 KEY_RETRY = 0.5  # seconds between tries of a write whose concurrency key another transaction holds
 # Where many write at once, a claim of up to this many jobs has its outcomes written by the
 # settler's thread beside the next claim: its round trip is a large part of a small claim's
-# turn (9-40 % more jobs a second at the defaults). A larger claim's are written by the main
-# thread before it claims again: there the overlap gains little and the two threads' contest
-# for the interpreter cost 7 ms per 1,000 jobs at claim batch 100 (docs/explanation/performance.md).
+# turn (9-40 % more jobs a second at the defaults). A larger claim's are the main thread's
+# (the two threads' contest for the interpreter cost 7 ms per 1,000 jobs at claim batch 100,
+# docs/explanation/performance.md): sent behind the claim where they can be (`write_behind`),
+# else written before the next claim.
 BESIDE_AT_MOST = ADAPTIVE_MOST  # so every claim of the adaptive default size overlaps
 
 Pending = tuple[ClaimedJob, Outcome]
@@ -55,6 +56,9 @@ class Settler:
         # release retried after its first try committed unseen must never meet this worker's
         # new claim of the same job (a release gives the attempt back: the lease is the same).
         self.claim_lock = threading.Lock()
+        # A claim's successes sent by `write_behind`, their reply not read yet: the outcomes,
+        # and the call that reads the reply (`Transitions.send_complete`).
+        self.behind: tuple[list[Pending], Callable[[], set[int]]] | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, name="jobsup-settle", daemon=True).start()
@@ -82,6 +86,7 @@ class Settler:
         beside the next claim, but no further behind (a write that hangs, on a key a caller
         holds or through an outage, holds back the claims after it, and a worker that dies
         leaves at most one claim's successes unwritten, to run again)."""
+        self.read_behind()
         with self.cond:
             self._await(lambda: not self.writing)
         self.flush_soon()
@@ -100,6 +105,61 @@ class Settler:
         finally:
             self._written()
 
+    def write_behind(self) -> None:
+        """`write_here`, except that a claim's successes alone (the common case) are sent and
+        not waited for: the write commits while the next claim's jobs run, and its reply is
+        read (its events sent, its leases forgotten) by the next `write_behind`,
+        `flush_after_writes`, `read_behind` or `drain`, so no write is more than one claim behind. Where the
+        write cannot be sent so (`Transitions.send_complete`), it is written here. Releases
+        and failures are always written here: a release must be written before the next claim
+        (`claim_lock`), and a failure has been already."""
+        self.read_behind()
+        with self.cond:
+            self._await(lambda: not self.writing)
+            batch, self.pending = self.pending, []
+            self.writing += 1
+        try:
+            if batch and all(outcome.kind == SUCCEEDED for _, outcome in batch):
+                try:
+                    read = self.transitions.send_complete([outcome for _, outcome in batch])
+                except DatabaseError as exc:  # sent or not: written here, fenced
+                    emit("db.error", operation="settle", error=exc, retry_in=0.0)
+                    read = None
+                if read is not None:
+                    with self.cond:
+                        self.behind = (batch, read)
+                        hurry = bool(self.draining)  # a drain began meanwhile: it waits for this one
+                    if hurry:
+                        self.read_behind()
+                    return
+            self._write(batch)
+        finally:
+            self._written()
+
+    def read_behind(self) -> None:
+        """Read the reply of the successes `write_behind` sent, if any: their events are
+        sent and their leases forgotten. A reply lost (the connection, or the statement,
+        failed) leaves unknown whether the write committed: it is written again, fenced on
+        each job's owner and attempt, so a write that had committed settles nothing twice."""
+        with self.cond:
+            sent, self.behind = self.behind, None
+            if sent is None:
+                return
+            self.writing += 1
+        batch, read = sent
+        try:
+            outcomes = [outcome for _, outcome in batch]
+            ids = [outcome.held.lease.job_id for outcome in outcomes]
+            with tracing.span("jobsup.settle", {"jobsup.transition": "complete", "jobsup.jobs": len(ids)}, job_ids=ids):
+                try:
+                    read()
+                except DatabaseError as exc:
+                    emit("db.error", operation="settle", error=exc, retry_in=0.0)
+                    self._retrying(lambda: self.transitions.complete(outcomes))
+            self.written([job for job, _ in batch])
+        finally:
+            self._written()
+
     def write_now(self, job: ClaimedJob, outcome: Outcome) -> None:
         """Write one outcome in the calling thread, now."""
         with self.cond:
@@ -111,6 +171,7 @@ class Settler:
 
     def drain(self, timeout: float | None = None) -> bool:
         """Write everything pending now; wait (up to `timeout`) until all writes are done."""
+        self.read_behind()
         with self.cond:
             self.urgent = True
             self.cond.notify_all()

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, Insert, Row, Select, Update, bindparam, selec
 if TYPE_CHECKING:
     from jobsup.store.dialects import Connections
     from jobsup.store.dialects.drivertext import DriverText
+    from jobsup.store.dialects.sent import Numbered, Sent
 
 
 class Returning(Protocol):
@@ -64,6 +65,10 @@ class Chain(Protocol):
         compare-and-set's rows, each with its id and status first (read by position or by
         column name; a dialect may return only those two)."""
 
+    def send_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sent | None:
+        """`run_alone` sent now, its rows (the id and the status only) read later from the
+        `Sent`; None where the chain cannot be sent so (`jobsup.store.dialects.sent`)."""
+
 
 @dataclass(frozen=True)
 class Fused:
@@ -94,8 +99,17 @@ class Fused:
         # cache key walks the whole tree) was most of the settle's Python.
         return self.driver_text.run_alone(db, operation, params, self.named_row)
 
+    def send_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sent | None:
+        from jobsup.store.dialects.sent import send
+
+        return send(db, operation, self.driver_text, self.numbered, params)  # type: ignore[arg-type]
+
     def compile_ahead(self) -> None:
         self.driver_text, self.named_row  # noqa: B018 (made and kept: cached properties)
+
+    @cached_property
+    def numbered(self) -> Numbered:
+        return self.driver_text.numbered()
 
     @cached_property
     def driver_text(self) -> DriverText:
@@ -136,6 +150,9 @@ class Sequential:
 
     def compile_ahead(self) -> None:
         return None  # SQLAlchemy compiles it, and caches that on each engine
+
+    def send_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sent | None:
+        return None  # two statements in a transaction: run in line
 
     def run_alone(self, db: Connections, params: Mapping[str, Any], operation: str) -> Sequence[Any]:
         with db.transaction(operation) as conn:

@@ -148,7 +148,7 @@ class Database:
             try:
                 pooled = engine.raw_connection()
             except driver_error as exc:
-                raise _wrapped_as_sqlalchemy_would(engine, exc, None, None, None) from exc
+                raise wrapped_as_sqlalchemy_would(engine, exc, None, None, None) from exc
             try:
                 cursor = pooled.cursor()
                 try:
@@ -158,7 +158,7 @@ class Database:
                     cursor.close()
                 pooled.commit()  # nothing to send in autocommit; elsewhere the pool's reset would undo it
             except driver_error as exc:
-                raise _wrapped_as_sqlalchemy_would(engine, exc, text, params, pooled) from exc
+                raise wrapped_as_sqlalchemy_would(engine, exc, text, params, pooled) from exc
             except BaseException as exc:  # interrupted (Ctrl-C, a timeout): where the server is, unknown
                 pooled.invalidate(exc)
                 raise
@@ -209,7 +209,7 @@ def _watched(engine: Engine) -> bool:
     )
 
 
-def _wrapped_as_sqlalchemy_would(
+def wrapped_as_sqlalchemy_would(
     engine: Engine, exc: Any, text: str | None, params: Mapping[str, Any] | None, pooled: Any
 ) -> DBAPIError:
     """The driver's `exc` (on `pooled`, else while connecting) as SQLAlchemy's execution

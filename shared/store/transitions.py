@@ -169,6 +169,25 @@ class Transitions:
         """running -> succeeded, storing each result; one transaction. One statement on
         PostgreSQL (a result per row); elsewhere one per distinct result (most often none).
         Returns the ids settled (a stale lease settles nothing)."""
+        groups, needs_steps = self.complete_params(outcomes, now)
+        rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
+        return self.completed(outcomes, {row[0] for row in rows})
+
+    def send_complete(self, outcomes: Sequence[Outcome]) -> Callable[[], set[int]] | None:
+        """`complete`, sent now (`Chain.send_alone`); the call returned reads its reply and
+        returns what `complete` does (raising as it would, and then whether it committed is
+        unknown). None where it cannot be sent so: several statements, steps, or a database
+        or a connection that cannot (`jobsup.store.dialects.sent`)."""
+        groups, needs_steps = self.complete_params(outcomes)
+        if len(groups) != 1 or steps.of("complete", needs_steps=needs_steps):
+            return None
+        sent = self.sql.complete.send_alone(self.db, groups[0], "settle")
+        return None if sent is None else lambda: self.completed(outcomes, {row[0] for row in sent.rows()})
+
+    def complete_params(
+        self, outcomes: Sequence[Outcome], now: datetime | None = None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """`complete`'s parameter sets (one a statement), and whether it needs the selective steps."""
         same = {"p_outcome": SUCCEEDED, "p_error": None, **self.dialect.clock_params(now)}
         if self.sql.results_per_row:
             leases, results = [o.held.lease for o in outcomes], [o.result for o in outcomes]
@@ -181,9 +200,10 @@ class Transitions:
                 {**same, **self.sql.fence_params([o.held.lease for o in group]), "p_result": result}
                 for result, group in by_result.items()
             ]
-        needs_steps = self._has_steps(*(outcome.held for outcome in outcomes))
-        rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
-        settled = {row[0] for row in rows}
+        return groups, self._has_steps(*(outcome.held for outcome in outcomes))
+
+    def completed(self, outcomes: Sequence[Outcome], settled: set[int]) -> set[int]:
+        """Announce `complete`'s write: `settled`, the ids it settled, of `outcomes`'."""
         done = []
         for outcome in outcomes:
             held = outcome.held

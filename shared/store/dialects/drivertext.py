@@ -74,6 +74,14 @@ class DriverText:
         returned = tuple(column.type for column in getattr(statement, "selected_columns", ()))
         return cls(str(compiled), constants, processors, returned, dialect, statement)
 
+    def numbered(self) -> tuple[str, tuple[str, ...]]:
+        """The statement's text with libpq's numbered parameters ($1, $2...), and the names of
+        its parameters in that order (`jobsup.store.dialects.sent`, which sends it without psycopg's cursor)."""
+        from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+        compiled = self.statement.compile(dialect=PGDialect_psycopg(paramstyle="numeric_dollar"))  # type: ignore[no-untyped-call]
+        return str(compiled), tuple(compiled.positiontup)
+
     def bind(self, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         """The text and the driver's parameters for `params` (every parameter the statement
         names but binds itself)."""
