@@ -21,9 +21,11 @@ from tests.chaos.checker import (
     pool_waits,
     rate_windows,
     retention,
+    successes_written,
 )
 from tests.chaos.events import problems
 from tests.chaos.ledger import Ledger
+from tests.chaos.processes import LEASE, Kill
 from tests.chaos.sidechannel import Run
 from tests.chaos.state import EndState, JobRow
 
@@ -108,6 +110,28 @@ def test_an_attempt_missing_from_the_history_or_ended_twice_is_reported_a_releas
     }
     for invariant, end in found.items():
         assert [v.invariant for v in attempt_rows(runs, ended([end]))] == [invariant]
+
+
+def test_a_success_that_ran_again_without_a_fault_to_lose_it_is_reported() -> None:
+    """A worker wrote a returned run's success behind, and it never landed: its attempt ended
+    by the lease's lapse. Reported unless its process was killed, a supervisor stopped, or the
+    database restarted after the run began."""
+    row = rated(1, T0)
+    row.attempts = [(1, "lease_expired", "owner", T0), (2, "succeeded", "owner", T0)]
+    first = Run(1, 1, 7, "rated", 100.0, end=101.0, outcome="ok", extra={"supervisor": 3})
+    again = Run(1, 2, 8, "rated", 120.0, end=121.0, outcome="ok")
+    runs, end = [first, again], ended([row])
+    assert [(v.invariant, v.jobs) for v in successes_written(runs, end, [], [])] == [("n:success-not-written", {1})]
+    assert successes_written(runs, end, [Kill(101.5, 7, "worker-kill9")], []) == []
+    assert successes_written(runs, end, [Kill(101.5, 3, "supervisor-sigterm")], []) == []
+    assert successes_written(runs, end, [], [101.0 + LEASE]) == []
+    # Faults before the run, well after it, or to another worker or supervisor excuse nothing.
+    others = [Kill(99.0, 7, "worker-kill9"), Kill(102.0, 8, "worker-kill9"), Kill(101.5, 4, "supervisor-sigterm")]
+    assert len(successes_written(runs, end, [*others, Kill(102.0 + LEASE, 7, "worker-kill9")], [])) == 1
+    assert len(successes_written(runs, end, [], [80.0, 102.0 + LEASE])) == 1
+    # A run that raised, or was cancelled, has no success to write.
+    raised = Run(1, 1, 7, "rated", 100.0, end=101.0, outcome="raised")
+    assert successes_written([raised, again], end, [], []) == []
 
 
 def test_a_batch_callback_enqueued_but_never_run_is_judged_not_a_crash(tmp_path: Path) -> None:

@@ -43,6 +43,8 @@ def _record(ctx: jobsup.JobContext, payload: Any, event: str, rid: str, **extra:
         attempt=ctx.attempt,
         name=ctx.name,
         key=f"{ctx.name}:{payload['k']}" if payload.get("k") is not None else None,
+        # Whose worker ran it: a stop of that supervisor may lose its success (`checker.successes_written`).
+        **({"supervisor": os.getppid()} if event == "start" else {}),
         **extra,
     )
 

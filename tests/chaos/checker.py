@@ -20,6 +20,7 @@ from typing import Any
 from jobsup.worker.lease import HOLD_WAITING
 from tests.chaos.ledger import Ledger
 from tests.chaos.limits import BREAKER, FLEETING_KEPT, LIMITS, POOLED, RATES
+from tests.chaos.processes import LEASE, Kill
 from tests.chaos.sidechannel import Run
 from tests.chaos.state import FINAL, EndState, JobRow
 
@@ -52,9 +53,11 @@ def check(
     marker: str,
     unmoved: set[int],
     fleeting: Fleeting | None = None,
+    kills: Iterable[Kill] = (),
 ) -> list[Violation]:
     """Every invariant. `unmoved`: the jobs left unfinished when nothing had moved for the
-    quiescent end's stall time (none when it gave up while jobs still finished: slow, not stuck)."""
+    quiescent end's stall time (none when it gave up while jobs still finished: slow, not stuck);
+    `kills`: the campaign's process faults (`Fleet.kills`)."""
     found: list[Violation] = []
     found += overlapping_runs(runs)
     found += key_limits(runs)
@@ -67,6 +70,7 @@ def check(
     found += stuck(end, unmoved)
     found += lost(runs, ledger, end)
     found += attempt_rows(runs, end)
+    found += successes_written(runs, end, kills, restarts(ledger))
     found += pool_waits(runs, end)
     found += bulks(ledger, end)
     found += retention(runs, ledger, end, fleeting or Fleeting())
@@ -511,6 +515,48 @@ def attempt_rows(runs: list[Run], end: EndState) -> list[Violation]:
                     AT_END,
                     f"job {job.id} succeeded, its ended attempts say {ended}",
                     {job.id},
+                )
+            )
+    return found
+
+
+def restarts(ledger: Ledger) -> list[float]:
+    """When each restart of the database ended (the fault's note is written once it has)."""
+    return [at for at, what in ledger.log if "restart the database" in what]
+
+
+def successes_written(
+    runs: list[Run], end: EndState, kills: Iterable[Kill], restarted: Iterable[float]
+) -> list[Violation]:
+    """(n) a run that returned has its attempt ended `succeeded`, unless something that may
+    lose a success came between its start and a lease after its end: its process killed, its
+    supervisor stopped (a grace that ends in a kill), or the database restarted (renewals and
+    writes fail; a write retried past its lease is given up). A worker writes a large claim's
+    successes behind the claim, read back at the next claim's end (`Settler.write_behind`):
+    one sent and never read, or lost on the way, would leave its job to run again, which no
+    other invariant reports."""
+    kills, restarted = list(kills), list(restarted)
+    found = []
+    for run in runs:
+        if run.outcome != "ok" or run.end is None or run.job not in end.jobs:
+            continue
+        ended = {attempt: outcome for attempt, outcome, _, _ in end.jobs[run.job].attempts}
+        if ended.get(run.attempt) == "succeeded":
+            continue
+        # Up to a lease after the run (a write is retried that long), by its worker's death (a
+        # host's loss names every pid) or its supervisor's stop (a grace that ends in a kill).
+        ours = {run.pid, run.extra.get("supervisor")}
+        killed = any(run.start <= k.at <= run.end + LEASE and k.pid in ours for k in kills)
+        # The note comes once the server is back: a restart begun before the run counts too.
+        outage = any(run.start - 10.0 <= at <= run.end + LEASE for at in restarted)
+        if not killed and not outage:
+            found.append(
+                Violation(
+                    "n:success-not-written",
+                    run.end,
+                    f"job {run.job} attempt {run.attempt} returned (pid {run.pid}) and nothing stopped its worker, "
+                    f"but the attempt ended {ended.get(run.attempt)!r}",
+                    {run.job},
                 )
             )
     return found

@@ -25,9 +25,10 @@ from tests.children import child_pids, worker_pids
 ROOT = Path(__file__).resolve().parents[2]
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 MARIADB_ADMIN = "mariadb+pymysql://root@127.0.0.1:3306/mysql"
+LEASE = 8.0  # seconds: every supervisor's
 FAST = [
     "--lease",
-    "8s",
+    f"{LEASE:g}s",
     "--heartbeat",
     "2s",
     "--poll-interval",
