@@ -20,6 +20,7 @@ from tests.chaos.checker import (
     lost,
     pool_waits,
     rate_windows,
+    restarts,
     retention,
     successes_written,
 )
@@ -112,7 +113,7 @@ def test_an_attempt_missing_from_the_history_or_ended_twice_is_reported_a_releas
         assert [v.invariant for v in attempt_rows(runs, ended([end]))] == [invariant]
 
 
-def test_a_success_that_ran_again_without_a_fault_to_lose_it_is_reported() -> None:
+def test_a_success_that_ran_again_without_a_fault_to_lose_it_is_reported(tmp_path: Path) -> None:
     """A worker wrote a returned run's success behind, and it never landed: its attempt ended
     by the lease's lapse. Reported unless its process was killed, a supervisor stopped, or the
     database restarted after the run began."""
@@ -124,11 +125,16 @@ def test_a_success_that_ran_again_without_a_fault_to_lose_it_is_reported() -> No
     assert [(v.invariant, v.jobs) for v in successes_written(runs, end, [], [])] == [("n:success-not-written", {1})]
     assert successes_written(runs, end, [Kill(101.5, 7, "worker-kill9")], []) == []
     assert successes_written(runs, end, [Kill(101.5, 3, "supervisor-sigterm")], []) == []
-    assert successes_written(runs, end, [], [101.0 + LEASE]) == []
+    assert successes_written(runs, end, [], [(101.0 + LEASE - 1.0, 101.0 + LEASE + 2.0)]) == []
+    assert successes_written(runs, end, [], [(95.0, 100.5)]) == []  # under way as the run began
     # Faults before the run, well after it, or to another worker or supervisor excuse nothing.
     others = [Kill(99.0, 7, "worker-kill9"), Kill(102.0, 8, "worker-kill9"), Kill(101.5, 4, "supervisor-sigterm")]
     assert len(successes_written(runs, end, [*others, Kill(102.0 + LEASE, 7, "worker-kill9")], [])) == 1
-    assert len(successes_written(runs, end, [], [80.0, 102.0 + LEASE])) == 1
+    assert len(successes_written(runs, end, [], [(80.0, 82.0), (102.0 + LEASE, 104.0 + LEASE)])) == 1
+    ledger = Ledger(tmp_path)
+    ledger.note("restart the database, 2.5s", fault=True)
+    [(began, back)] = restarts(ledger)
+    assert back - began == 2.5
     # A run that raised, or was cancelled, has no success to write.
     raised = Run(1, 1, 7, "rated", 100.0, end=101.0, outcome="raised")
     assert successes_written([raised, again], end, [], []) == []

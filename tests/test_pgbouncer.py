@@ -136,6 +136,7 @@ def test_a_settle_is_never_sent_behind_through_pgbouncer(pooled_url: str) -> Non
     writes in line), and nothing was written by the try."""
     client = jobsup.Client(pooled_url)
     try:
+        assert pooled(client.store.db) and client.store.db.may_run_on_driver()  # the pooler is why, nothing else
         ids = client.enqueue_many([{"name": "a"}] * 3, allow_unknown=True)
         batch = client.store.transitions.claim("default", "through-pgbouncer", limit=3, lease=60.0)
         outcomes = [Outcome(job.held, SUCCEEDED) for job in batch]

@@ -58,7 +58,7 @@ class Settler:
         self.claim_lock = threading.Lock()
         # A claim's successes sent by `write_behind`, their reply not read yet: the outcomes,
         # and the call that reads the reply (`Transitions.send_complete`).
-        self.behind: tuple[list[Pending], Callable[[], set[int]]] | None = None
+        self.behind: tuple[list[Pending], Callable[[float | None], set[int]]] | None = None
 
     def start(self) -> None:
         threading.Thread(target=self._guarded, name="jobsup-settle", daemon=True).start()
@@ -108,10 +108,11 @@ class Settler:
     def write_behind(self) -> None:
         """`write_here`, except that a claim's successes alone (the common case) are sent and
         not waited for: the write commits while the next claim's jobs run, and its reply is
-        read (its events sent, its leases forgotten) by the next `write_behind`,
-        `flush_after_writes`, `read_behind` or `drain`, so no write is more than one claim behind. Where the
-        write cannot be sent so (`Transitions.send_complete`), it is written here. Releases
-        and failures are always written here: a release must be written before the next claim
+        read (its events sent, its leases forgotten) at the next claim's end, before the
+        worker waits for work, or by a drain, so no write is more than one claim behind. Where
+        the write cannot be sent so (`Transitions.send_complete`: steps to run, several
+        statements, a pooler, something watching the statements), it is written here, as
+        releases and failures always are: a release must be written before the next claim
         (`claim_lock`), and a failure has been already."""
         self.read_behind()
         with self.cond:
@@ -128,7 +129,7 @@ class Settler:
                 if read is not None:
                     with self.cond:
                         self.behind = (batch, read)
-                        hurry = bool(self.draining)  # a drain began meanwhile: it waits for this one
+                        hurry = bool(self.draining)  # a drain waits meanwhile: it reads this one
                     if hurry:
                         self.read_behind()
                     return
@@ -136,15 +137,18 @@ class Settler:
         finally:
             self._written()
 
-    def read_behind(self) -> None:
+    def read_behind(self, deadline: float | None = None) -> bool:
         """Read the reply of the successes `write_behind` sent, if any: their events are
         sent and their leases forgotten. A reply lost (the connection, or the statement,
         failed) leaves unknown whether the write committed: it is written again, fenced on
-        each job's owner and attempt, so a write that had committed settles nothing twice."""
+        each job's owner and attempt, so a write that had committed settles nothing twice.
+        With a `deadline` (monotonic; a worker ending itself), the reply is waited for until
+        then and nothing is written again: the leases stay held, for the supervisor to give
+        back. Returns whether nothing is left unread."""
         with self.cond:
             sent, self.behind = self.behind, None
             if sent is None:
-                return
+                return True
             self.writing += 1
         batch, read = sent
         try:
@@ -152,11 +156,14 @@ class Settler:
             ids = [outcome.held.lease.job_id for outcome in outcomes]
             with tracing.span("jobsup.settle", {"jobsup.transition": "complete", "jobsup.jobs": len(ids)}, job_ids=ids):
                 try:
-                    read()
+                    read(deadline)
                 except DatabaseError as exc:
-                    emit("db.error", operation="settle", error=exc, retry_in=0.0)
+                    emit("db.error", operation="settle", error=exc, retry_in=None if deadline is not None else 0.0)
+                    if deadline is not None:
+                        return False
                     self._retrying(lambda: self.transitions.complete(outcomes))
             self.written([job for job, _ in batch])
+            return True
         finally:
             self._written()
 
@@ -170,12 +177,19 @@ class Settler:
             self._written()
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Write everything pending now; wait (up to `timeout`) until all writes are done."""
-        self.read_behind()
-        with self.cond:
-            self.urgent = True
-            self.cond.notify_all()
-            return self._await(lambda: not self.pending and not self.writing, timeout)
+        """Write everything pending now; wait (up to `timeout`) until all writes are done,
+        those sent behind read back (one may be sent while this waits: then it is read too)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if not self.read_behind(deadline):
+                return False
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            with self.cond:
+                self.urgent = True
+                self.cond.notify_all()
+                done = self._await(lambda: (not self.pending and not self.writing) or self.behind is not None, left)
+                if self.behind is None or not done:
+                    return done and self.behind is None
 
     def _guarded(self) -> None:
         try:

@@ -173,16 +173,18 @@ class Transitions:
         rows = self._run_each("complete", self.sql.complete, groups, "settle", needs_steps) if groups else []
         return self.completed(outcomes, {row[0] for row in rows})
 
-    def send_complete(self, outcomes: Sequence[Outcome]) -> Callable[[], set[int]] | None:
-        """`complete`, sent now (`Chain.send_alone`); the call returned reads its reply and
-        returns what `complete` does (raising as it would, and then whether it committed is
-        unknown). None where it cannot be sent so: several statements, steps, or a database
-        or a connection that cannot (`jobsup.store.dialects.sent`)."""
+    def send_complete(self, outcomes: Sequence[Outcome]) -> Callable[[float | None], set[int]] | None:
+        """`complete`, sent now (`Chain.send_alone`); the call returned reads its reply (by a
+        deadline, if given: `Sent.rows`) and returns what `complete` does, raising as it would
+        (and then whether it committed is unknown). None where it cannot be sent so: several
+        statements, steps, or a database or connection that cannot (`jobsup.store.dialects.sent`)."""
         groups, needs_steps = self.complete_params(outcomes)
         if len(groups) != 1 or steps.of("complete", needs_steps=needs_steps):
             return None
         sent = self.sql.complete.send_alone(self.db, groups[0], "settle")
-        return None if sent is None else lambda: self.completed(outcomes, {row[0] for row in sent.rows()})
+        if sent is None:
+            return None
+        return lambda deadline: self.completed(outcomes, {row[0] for row in sent.rows(deadline)}, behind=True)
 
     def complete_params(
         self, outcomes: Sequence[Outcome], now: datetime | None = None
@@ -202,8 +204,9 @@ class Transitions:
             ]
         return groups, self._has_steps(*(outcome.held for outcome in outcomes))
 
-    def completed(self, outcomes: Sequence[Outcome], settled: set[int]) -> set[int]:
-        """Announce `complete`'s write: `settled`, the ids it settled, of `outcomes`'."""
+    def completed(self, outcomes: Sequence[Outcome], settled: set[int], *, behind: bool = False) -> set[int]:
+        """Announce `complete`'s write: `settled`, the ids it settled, of `outcomes`'
+        (`behind`: sent behind a claim, `send_complete`; said on the event's line)."""
         done = []
         for outcome in outcomes:
             held = outcome.held
@@ -222,6 +225,7 @@ class Transitions:
                 queue=",".join(sorted({queue for _, _, _, queue, _ in done})),
                 worker=outcomes[0].worker,
                 seconds=round(sum(seconds or 0.0 for *_, seconds in done), 6),
+                behind=True if behind else None,  # None: not on the line
                 each=done,
             )
         return settled

@@ -143,6 +143,9 @@ def run(
             print(
                 f"chaos: {kind} seed={seed}: {gone} of {len(fleeting)} fleeting jobs purged by their type's retention"
             )
+        if say:  # invariant n watches what is written behind a claim: say how often it was (PostgreSQL)
+            behind = texts["supervisor logs"].count("behind=True")
+            print(f"chaos: {kind} seed={seed}: {behind} settles written behind a claim")
         monitor.date(found)
         report.write(folder / "report.txt", found, runs.all(), ledger, end, fleet.kills)
         return Outcome(ledger.operations, ledger.faults, found, folder, ledger.t0)

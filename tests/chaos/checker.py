@@ -520,13 +520,19 @@ def attempt_rows(runs: list[Run], end: EndState) -> list[Violation]:
     return found
 
 
-def restarts(ledger: Ledger) -> list[float]:
-    """When each restart of the database ended (the fault's note is written once it has)."""
-    return [at for at, what in ledger.log if "restart the database" in what]
+def restarts(ledger: Ledger) -> list[tuple[float, float]]:
+    """When each restart of the database began and ended (its note is written at the end,
+    with how long it took: `Faults.restart`)."""
+    found = []
+    for at, what in ledger.log:
+        took = re.search(r"restart the database, ([0-9.]+)s", what)
+        if took:
+            found.append((at - float(took.group(1)), at))
+    return found
 
 
 def successes_written(
-    runs: list[Run], end: EndState, kills: Iterable[Kill], restarted: Iterable[float]
+    runs: list[Run], end: EndState, kills: Iterable[Kill], restarted: Iterable[tuple[float, float]]
 ) -> list[Violation]:
     """(n) a run that returned has its attempt ended `succeeded`, unless something that may
     lose a success came between its start and a lease after its end: its process killed, its
@@ -547,8 +553,8 @@ def successes_written(
         # host's loss names every pid) or its supervisor's stop (a grace that ends in a kill).
         ours = {run.pid, run.extra.get("supervisor")}
         killed = any(run.start <= k.at <= run.end + LEASE and k.pid in ours for k in kills)
-        # The note comes once the server is back: a restart begun before the run counts too.
-        outage = any(run.start - 10.0 <= at <= run.end + LEASE for at in restarted)
+        # A restart under way between the run's start and a lease after its end.
+        outage = any(began <= run.end + LEASE and ended >= run.start for began, ended in restarted)
         if not killed and not outage:
             found.append(
                 Violation(

@@ -21,13 +21,16 @@ caller runs the statement in line.
 from __future__ import annotations
 
 import select
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from psycopg import abc, errors, pq
 from psycopg.adapt import PyFormat, Transformer
 
+from jobsup.errors import DatabaseUnavailable
 from jobsup.store.dialects.pooler import POOLED
+from jobsup.store.faults import OPERATIONS
 
 if TYPE_CHECKING:
     from jobsup.store.database import Database
@@ -40,13 +43,18 @@ PREPARED = "jobsup_sent"  # in a pooled connection's `info`: its statements prep
 class Sent:
     """One statement sent on a connection of the pool, its reply not read yet."""
 
-    def __init__(self, db: Database, operation: str, pooled: Any, transformer: abc.Transformer) -> None:
+    def __init__(
+        self, db: Database, operation: str, pooled: Any, transformer: abc.Transformer, text: str, params: Any
+    ) -> None:
         self.db, self.operation, self.pooled, self.transformer = db, operation, pooled, transformer
+        self.text, self.params = text, params  # for the errors, as `driver_run` reports them
 
-    def rows(self) -> list[tuple[Any, ...]]:
-        """Wait for the reply; its rows, each a tuple. An error is raised as `driver_run`
-        raises it (the statement's own, or a lost connection's: whether it committed is then
-        unknown). The connection goes back to the pool either way; after an error, closed."""
+    def rows(self, deadline: float | None = None) -> list[tuple[Any, ...]]:
+        """Wait for the reply (until `deadline`, on the monotonic clock, if given); its rows,
+        each a tuple. An error is raised as `driver_run` raises it: the statement's own, a
+        lost connection's, or `DatabaseUnavailable` once the deadline has passed; after any
+        of them whether the statement committed is unknown. The connection goes back to the
+        pool either way; after an error, closed."""
         from jobsup.store.database import wrapped_as_sqlalchemy_would
 
         engine, pooled = self.db.single, self.pooled
@@ -57,7 +65,10 @@ class Sent:
                     pgconn.consume_input()
                     if not pgconn.is_busy():
                         break
-                    select.select([pgconn.socket], [], [])  # waits without the interpreter's lock
+                    wait = None if deadline is None else deadline - time.monotonic()
+                    if wait is not None and wait <= 0:
+                        raise DatabaseUnavailable(f"{self.operation}: no reply in the time given (perhaps written)")
+                    select.select([pgconn.socket], [], [], wait)  # waits without the interpreter's lock
                 results = []
                 while (result := pgconn.get_result()) is not None:
                     results.append(result)
@@ -70,12 +81,11 @@ class Sent:
                 rows: list[tuple[Any, ...]] = self.transformer.load_rows(0, result.ntuples, tuple)
                 return rows
             except engine.dialect.loaded_dbapi.Error as exc:
-                # Whatever the error, the connection's state is ours alone to know: a new one
-                # costs less than finding out.
-                pooled.invalidate(exc)
-                raise wrapped_as_sqlalchemy_would(engine, exc, None, None, None) from exc
-            except BaseException as exc:  # interrupted: where the server is, unknown
-                pooled.invalidate(exc)
+                wrapped = wrapped_as_sqlalchemy_would(engine, exc, self.text, self.params, pooled)
+                _invalidate(pooled, exc)  # whatever the error: the state of the session is ours alone to know
+                raise wrapped from exc
+            except BaseException as exc:  # interrupted, or no reply in time: where the server is, unknown
+                _invalidate(pooled, exc)
                 raise
             finally:
                 pooled.close()
@@ -87,6 +97,7 @@ def send(db: Database, operation: str, text: DriverText, numbered: Numbered, par
     the module), and then nothing was sent."""
     from jobsup.store.database import wrapped_as_sqlalchemy_would
 
+    assert operation in OPERATIONS, f"add {operation!r} to faults.OPERATIONS"
     if not db.may_run_on_driver():
         return None
     engine = db.single
@@ -121,11 +132,17 @@ def send(db: Database, operation: str, text: DriverText, numbered: Numbered, par
             while pgconn.flush():  # psycopg's connections are nonblocking: the rest of what was sent
                 select.select([], [pgconn.socket], [])
         except driver_error as exc:
-            pooled.invalidate(exc)
+            wrapped = wrapped_as_sqlalchemy_would(engine, exc, positional, bound, pooled)
+            _invalidate(pooled, exc)
             pooled.close()
-            raise wrapped_as_sqlalchemy_would(engine, exc, None, None, None) from exc
+            raise wrapped from exc
         except BaseException as exc:
-            pooled.invalidate(exc)
+            _invalidate(pooled, exc)
             pooled.close()
             raise
-    return Sent(db, operation, pooled, transformer)
+    return Sent(db, operation, pooled, transformer, positional, bound)
+
+
+def _invalidate(pooled: Any, exc: BaseException) -> None:
+    if pooled.is_valid:  # a lost connection: the pool has invalidated it already, with the older ones
+        pooled.invalidate(exc)
