@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import jobsup
-from tests.chaos.limits import BREAKER, FLEETING_KEPT, LIMITS, RATES
+from jobsup.events import publishing
+from tests.chaos.limits import BREAKER, FLEETING_KEPT, LIMITS, RATES, UNPUBLISHED
 from tests.chaos.sidechannel import TICK, run_id, write
 
 OUTAGE = "CHAOS_OUTAGE"  # a file whose presence makes `fragile` fail: the partner is down
@@ -172,3 +173,12 @@ class Sealed:
 def secret(ctx: jobsup.JobContext, params: Sealed) -> None:
     opened = hashlib.sha256(params.token.encode()).hexdigest() == os.environ.get(SECRET_DIGEST)
     _run(ctx, {"s": params.s}, opened=opened)
+
+
+@jobsup.on_worker_start
+def unpublished() -> None:
+    """The workers of a supervisor started with `UNPUBLISHED` write no events (the supervisor
+    itself still does: its sweeps and fires are every queue's), so their settles have no
+    outbox step and are sent behind their claims (`limits.QUIET`)."""
+    if os.environ.get(UNPUBLISHED):
+        publishing.disable()

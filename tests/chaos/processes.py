@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
+from tests.chaos.limits import UNPUBLISHED
 from tests.children import child_pids, worker_pids
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +168,7 @@ class Fleet:
             [*command, *FAST, *args],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=environment(self.env),
+            env=environment({**self.env, **({UNPUBLISHED: "1"} if role == "behind" else {})}),
             cwd=ROOT,
             start_new_session=True,
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 import jobsup
 from tests.chaos.ledger import Ledger
+from tests.chaos.limits import QUIET
 
 K1_KEYS = ["a", "b", "c", "d", "e"]
 K3_KEYS = ["x", "y"]
@@ -42,6 +43,7 @@ class Workload:
             (1, self.secret),
             (2, self.fleeting),
             (1, self.bulk),
+            (2, self.quiet),
         ]
 
     def step(self) -> str | None:
@@ -99,6 +101,13 @@ class Workload:
         self.ledger.bulks[tag] = (size, ids)
         self.ledger.took("plain", ids)
         return f"enqueue bulk tag={tag} ({len(ids)})"
+
+    def quiet(self) -> str:
+        """Short plain jobs, enough for large claims, on the queue whose worker publishes no
+        events: its claims' successes are written behind each claim (`limits.QUIET`)."""
+        specs = [{"name": "plain", "queue": QUIET, "payload": {"s": 0}} for _ in range(self.rng.randint(40, 160))]
+        ids = self.ledger.took("plain", self.client.enqueue_many(specs))
+        return f"enqueue quiet ({len(ids)})"
 
     def keyed(self) -> str:
         ids = []
