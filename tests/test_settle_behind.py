@@ -216,6 +216,35 @@ def test_a_drain_from_another_thread_reads_the_write_in_flight(
         locker.dispose()
 
 
+def test_a_write_sent_while_a_drain_waits_is_read_before_the_drain_returns(
+    worker: Worker, client: jobsup.Client, seen: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """The lease thread's drain looks for a write in flight, finds none, and the main thread
+    sends one before the drain waits for the writes under way: the drain reads it too."""
+    ids = client.enqueue_many([{"name": "behind-noop"}] * LARGE)
+    claimed = worker.claim(limit=LARGE)
+    first_look, sent = threading.Event(), threading.Event()
+    read_behind = worker.settler.read_behind
+
+    def drains_first_look(deadline: float | None = None) -> bool:
+        found = read_behind(deadline)
+        if threading.current_thread() is drain and not first_look.is_set():
+            first_look.set()
+            sent.wait(10)  # the window: the main thread's claim ends, and its write is sent, now
+        return found
+
+    worker.settler.read_behind = drains_first_look  # type: ignore[method-assign]
+    drained: list[bool] = []
+    drain = threading.Thread(target=lambda: drained.append(worker.settler.drain()))
+    drain.start()
+    assert first_look.wait(10)
+    worker.run_batch(claimed, time.monotonic())  # sent behind: no drain was waiting yet to read it
+    sent.set()
+    drain.join(10)
+    assert drained == [True] and worker.settler.behind is None
+    assert sorted(succeeded_events(seen)) == sorted(ids) and worker.keeper.known_ids() == set()
+
+
 def test_a_drain_with_a_deadline_stops_waiting_for_the_reply_then_and_leaves_the_leases_held(
     worker: Worker, client: jobsup.Client, postgres_url: str
 ) -> None:
@@ -229,9 +258,14 @@ def test_a_drain_with_a_deadline_stops_waiting_for_the_reply_then_and_leaves_the
     try:
         worker.run_batch(claimed, time.monotonic())
         wait_until(lambda: len(waiting_for_a_lock(conn)) == 1, timeout=10, what="the write to wait for the lock")
-        assert worker.settler.drain(timeout=0.3) is False
+        drained: list[bool] = []
+        drain = threading.Thread(target=lambda: drained.append(worker.settler.drain(timeout=0.3)))
+        drain.start()
+        drain.join(10)  # were the deadline not kept, the drain would wait for the lock, for ever
+        assert not drain.is_alive() and drained == [False]
         assert worker.settler.behind is None and worker.settler.writing == 0
         assert worker.keeper.known_ids() == set(ids)
+        assert worker.db.single.pool.checkedout() == 0  # the connection given up went back to the pool
     finally:
         conn.rollback()
         conn.close()

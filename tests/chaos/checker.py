@@ -520,6 +520,11 @@ def attempt_rows(runs: list[Run], end: EndState) -> list[Violation]:
     return found
 
 
+# Seconds a kill's note may come before the signal reaches a process (a host's kill signals
+# its supervisor and then each child: in a CI run a worker ran a job as its host was killed).
+KILL_SLACK = 1.0
+
+
 def restarts(ledger: Ledger) -> list[tuple[float, float]]:
     """When each restart of the database began and ended (its note is written at the end,
     with how long it took: `Faults.restart`)."""
@@ -546,13 +551,14 @@ def successes_written(
     for run in runs:
         if run.outcome != "ok" or run.end is None or run.job not in end.jobs:
             continue
-        ended = {attempt: outcome for attempt, outcome, _, _ in end.jobs[run.job].attempts}
-        if ended.get(run.attempt) == "succeeded":
+        outcomes = {attempt: outcome for attempt, outcome, _, _ in end.jobs[run.job].attempts}
+        if outcomes.get(run.attempt) == "succeeded":
             continue
         # Up to a lease after the run (a write is retried that long), by its worker's death (a
         # host's loss names every pid) or its supervisor's stop (a grace that ends in a kill).
+        # A kill is noted just before its signals are sent: a job may still run meanwhile.
         ours = {run.pid, run.extra.get("supervisor")}
-        killed = any(run.start <= k.at <= run.end + LEASE and k.pid in ours for k in kills)
+        killed = any(run.start - KILL_SLACK <= k.at <= run.end + LEASE and k.pid in ours for k in kills)
         # A restart under way between the run's start and a lease after its end.
         outage = any(began <= run.end + LEASE and ended >= run.start for began, ended in restarted)
         if not killed and not outage:
@@ -561,7 +567,7 @@ def successes_written(
                     "n:success-not-written",
                     run.end,
                     f"job {run.job} attempt {run.attempt} returned (pid {run.pid}) and nothing stopped its worker, "
-                    f"but the attempt ended {ended.get(run.attempt)!r}",
+                    f"but the attempt ended {outcomes.get(run.attempt)!r}",
                     {run.job},
                 )
             )

@@ -194,4 +194,4 @@ class Faults:
             return None
         started = time.time()
         self.restart_database()
-        return f"restart the database, {time.time() - started:.1f}s"
+        return f"restart the database, {time.time() - started:.3f}s"
