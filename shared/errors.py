@@ -75,6 +75,13 @@ class LockBusy(DatabaseError):
     key held by a caller's open transaction): nothing was written; try again."""
 
 
+class Deadlock(DatabaseError):
+    """The database rolled this transaction back to end a deadlock with another: nothing of
+    it was written, and the same transaction run again usually goes through. jobsup runs its
+    own operators' transactions again (`jobsup.store.operators`); in a caller's transaction
+    it is the caller's to run again."""
+
+
 class ConstraintViolation(DatabaseError):
     """The database refused a write that breaks one of its constraints."""
 

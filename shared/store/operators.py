@@ -11,11 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Row
 
-from jobsup.errors import ConstraintViolation, DuplicateJob
+from jobsup.errors import ConstraintViolation, Deadlock, DuplicateJob
 from jobsup.events import publishing
 from jobsup.observe.events import emit
 from jobsup.store import steps
 from jobsup.store.schema import CANCELLED
+
+# An operator's transaction the database chose as a deadlock's victim (a cancel against a
+# worker's renewal of the same rows, on MariaDB in a CI run) is run again, up to this many
+# times in all: it wrote nothing, and the other transaction has gone on.
+DEADLOCK_TRIES = 3
 
 if TYPE_CHECKING:
     from jobsup.store.chain import Returning
@@ -32,16 +37,22 @@ def cancel_where(
     """Cancel what `chain` matches, and do `also` in the same transaction. Returns the rows
     matched: those that ended (status `cancelled`) and the running ones asked to."""
     params = {**t.dialect.clock_params(now), **which, "p_outcome": "cancelled", "p_error": None}
-    with t.db.transaction("cancel") as conn:
-        if also is not None:
-            also(conn, params)
-        rows = chain.run(conn, params)
-        # Only the jobs that ended: a running one was asked to stop, and ends later.
-        ended = [row for row in rows if row.status == CANCELLED]
-        if ended:
-            steps.run(conn, steps.Change("cancel", ended, params, t))
-        cancelled = [{"outcome": "cancelled", **publishing.job_fields(row)} for row in ended]
-        publishing.publish_each(conn, "job.cancelled", cancelled)
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            with t.db.transaction("cancel") as conn:
+                if also is not None:
+                    also(conn, params)
+                rows = chain.run(conn, params)
+                # Only the jobs that ended: a running one was asked to stop, and ends later.
+                ended = [row for row in rows if row.status == CANCELLED]
+                if ended:
+                    steps.run(conn, steps.Change("cancel", ended, params, t))
+                cancelled = [{"outcome": "cancelled", **publishing.job_fields(row)} for row in ended]
+                publishing.publish_each(conn, "job.cancelled", cancelled)
+            break
+        except Deadlock:
+            if attempt == DEADLOCK_TRIES:
+                raise
     for row in rows:
         if row.status != CANCELLED:
             emit("job.cancel_requested", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
@@ -56,14 +67,20 @@ def retry(t: Transitions, job_ids: Sequence[int], *, now: datetime | None = None
     for job_id in job_ids:
         params = {**t.dialect.clock_params(now), "p_job": job_id}
         try:
-            with t.db.transaction("dead_letters") as conn:
-                rows = t.sql.retry.run(conn, params)
-                if rows:
-                    steps.run(conn, steps.Change("retry", rows, params, t))
-                for row in rows:
-                    publishing.publish(
-                        conn, "job.retrying", retry_at=row.run_at.isoformat(), **publishing.job_fields(row)
-                    )
+            for attempt in range(1, DEADLOCK_TRIES + 1):
+                try:
+                    with t.db.transaction("dead_letters") as conn:
+                        rows = t.sql.retry.run(conn, params)
+                        if rows:
+                            steps.run(conn, steps.Change("retry", rows, params, t))
+                        for row in rows:
+                            publishing.publish(
+                                conn, "job.retrying", retry_at=row.run_at.isoformat(), **publishing.job_fields(row)
+                            )
+                    break
+                except Deadlock:
+                    if attempt == DEADLOCK_TRIES:
+                        raise
         except ConstraintViolation:
             raise DuplicateJob(
                 f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None

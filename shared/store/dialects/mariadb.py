@@ -76,6 +76,7 @@ from jobsup.errors import (
     DatabaseBusy,
     DatabaseError,
     DatabaseUnavailable,
+    Deadlock,
     LockBusy,
     SchemaOutdated,
     UnsupportedDatabase,
@@ -117,11 +118,12 @@ _KEEPALIVE = (
 # shutting down; the server is full (1040) or takes no writes for now, as in a failover
 # (1290, 1836), in a read-only transaction (1792, PostgreSQL's 25006 too) or on a Galera
 # node out of its cluster (1047): each a wait-and-retry, never a refusal of the write
-# itself. A deadlock and a lock wait timeout stay plain DatabaseErrors, as on PostgreSQL.
+# itself. A deadlock is `Deadlock` and a lock wait timeout `LockBusy`, as on PostgreSQL.
 _NO_TABLE = 1146
 _UNAVAILABLE = {1053, 1927, 2002, 2003, 2006, 2013, 2055, 4031}
 _BUSY = {1040, 1047, 1290, 1792, 1836}
 _LOCK_WAIT_TIMEOUT = 1205
+_DEADLOCK = 1213
 
 
 def check_version(version: str) -> None:
@@ -320,6 +322,8 @@ class MariaDBDialect(
             return DatabaseBusy
         if number == _LOCK_WAIT_TIMEOUT:
             return LockBusy
+        if number == _DEADLOCK:
+            return Deadlock
         if error.connection_invalidated or number in _UNAVAILABLE:
             return DatabaseUnavailable
         return DatabaseError

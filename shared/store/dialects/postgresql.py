@@ -56,7 +56,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, LockBusy, SchemaOutdated
+from jobsup.errors import DatabaseBusy, DatabaseError, DatabaseUnavailable, Deadlock, LockBusy, SchemaOutdated
 from jobsup.store.chain import Chain, Fused
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
 from jobsup.store.dialects import AfterClaim, Connections
@@ -93,6 +93,7 @@ _UNAVAILABLE_STATES = {"08", "57"}  # connection exceptions, operator interventi
 _BUSY_STATES = {"53300", "25006"}
 _UNDEFINED_TABLE = "42P01"
 _LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout
+_DEADLOCK = "40P01"
 
 
 # `jobsup start` checks a listen_url by sending this channel a notification (no queue can be
@@ -304,6 +305,8 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
             return DatabaseBusy
         if state == _LOCK_NOT_AVAILABLE:
             return LockBusy
+        if state == _DEADLOCK:
+            return Deadlock
         if error.connection_invalidated or state[:2] in _UNAVAILABLE_STATES or lost:
             return DatabaseUnavailable
         return DatabaseError
