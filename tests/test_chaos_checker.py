@@ -125,11 +125,11 @@ def test_a_success_that_ran_again_without_a_fault_to_lose_it_is_reported(tmp_pat
     assert [(v.invariant, v.jobs) for v in successes_written(runs, end, [], [])] == [("n:success-not-written", {1})]
     assert successes_written(runs, end, [Kill(101.5, 7, "worker-kill9")], []) == []
     assert successes_written(runs, end, [Kill(101.5, 3, "supervisor-sigterm")], []) == []
-    assert successes_written(runs, end, [Kill(99.99, 3, "host-kill9")], []) == []  # noted as the run began
+    assert successes_written(runs, end, [Kill(99.95, 3, "host-kill9")], []) == []  # timed as the run began
     assert successes_written(runs, end, [], [(101.0 + LEASE - 1.0, 101.0 + LEASE + 2.0)]) == []
     assert successes_written(runs, end, [], [(95.0, 100.5)]) == []  # under way as the run began
     # Faults before the run, well after it, or to another worker or supervisor excuse nothing.
-    others = [Kill(98.0, 7, "worker-kill9"), Kill(102.0, 8, "worker-kill9"), Kill(101.5, 4, "supervisor-sigterm")]
+    others = [Kill(99.5, 7, "worker-kill9"), Kill(102.0, 8, "worker-kill9"), Kill(101.5, 4, "supervisor-sigterm")]
     assert len(successes_written(runs, end, [*others, Kill(102.0 + LEASE, 7, "worker-kill9")], [])) == 1
     assert len(successes_written(runs, end, [], [(80.0, 82.0), (102.0 + LEASE, 104.0 + LEASE)])) == 1
     ledger = Ledger(tmp_path)

@@ -224,24 +224,24 @@ def test_a_write_sent_while_a_drain_waits_is_read_before_the_drain_returns(
     ids = client.enqueue_many([{"name": "behind-noop"}] * LARGE)
     claimed = worker.claim(limit=LARGE)
     first_look, sent = threading.Event(), threading.Event()
-    read_behind = worker.settler.read_behind
+    read_behind, waited = worker.settler.read_behind, []
 
     def drains_first_look(deadline: float | None = None) -> bool:
         found = read_behind(deadline)
         if threading.current_thread() is drain and not first_look.is_set():
             first_look.set()
-            sent.wait(10)  # the window: the main thread's claim ends, and its write is sent, now
+            waited.append(sent.wait(10))  # the window: the main thread's claim ends, its write sent, now
         return found
 
     worker.settler.read_behind = drains_first_look  # type: ignore[method-assign]
     drained: list[bool] = []
-    drain = threading.Thread(target=lambda: drained.append(worker.settler.drain()))
+    drain = threading.Thread(target=lambda: drained.append(worker.settler.drain(timeout=30)), daemon=True)
     drain.start()
     assert first_look.wait(10)
     worker.run_batch(claimed, time.monotonic())  # sent behind: no drain was waiting yet to read it
     sent.set()
-    drain.join(10)
-    assert drained == [True] and worker.settler.behind is None
+    drain.join(30)
+    assert waited == [True] and drained == [True] and worker.settler.behind is None
     assert sorted(succeeded_events(seen)) == sorted(ids) and worker.keeper.known_ids() == set()
 
 

@@ -5,6 +5,8 @@ transaction with its in-transaction steps, and announces what it did through the
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -50,9 +52,8 @@ def cancel_where(
                 cancelled = [{"outcome": "cancelled", **publishing.job_fields(row)} for row in ended]
                 publishing.publish_each(conn, "job.cancelled", cancelled)
             break
-        except Deadlock:
-            if attempt == DEADLOCK_TRIES:
-                raise
+        except Deadlock as exc:
+            _again(attempt, "cancel", exc)
     for row in rows:
         if row.status != CANCELLED:
             emit("job.cancel_requested", job=row.id, name=row.name, queue=row.queue, attempt=row.attempts)
@@ -78,12 +79,22 @@ def retry(t: Transitions, job_ids: Sequence[int], *, now: datetime | None = None
                                 conn, "job.retrying", retry_at=row.run_at.isoformat(), **publishing.job_fields(row)
                             )
                     break
-                except Deadlock:
-                    if attempt == DEADLOCK_TRIES:
-                        raise
+                except Deadlock as exc:
+                    _again(attempt, "dead_letters", exc)
         except ConstraintViolation:
             raise DuplicateJob(
                 f"job {job_id} cannot be retried: a live job holds its unique key", existing_id=None
             ) from None
         retried.extend(row.id for row in rows)
     return retried
+
+
+def _again(attempt: int, operation: str, exc: Deadlock) -> None:
+    """After a deadlock's try `attempt`: raise it if it was the last, else wait a moment,
+    a random one (two operators' transactions that deadlocked each other would meet again
+    in step), before the next."""
+    if attempt == DEADLOCK_TRIES:
+        raise exc
+    wait = random.uniform(0.0, 0.05 * attempt)
+    emit("db.error", operation=operation, error=exc, retry_in=round(wait, 3))
+    time.sleep(wait)

@@ -313,7 +313,7 @@ def events_problems(
     ]
     for job_id in sorted(quiet):
         kinds = [event["type"] for event in per_job.get(job_id, [])]
-        if (kinds and kinds[0] != "job.enqueued") or "job.succeeded" in kinds:
+        if ((kinds or drained) and (not kinds or kinds[0] != "job.enqueued")) or "job.succeeded" in kinds:
             said = f"job {job_id} (queue {QUIET}, its worker publishes nothing): events {kinds[:5]}"
             found.append(checker.Violation("h:events", checker.AT_END, said, {job_id}))
     return found

@@ -520,9 +520,10 @@ def attempt_rows(runs: list[Run], end: EndState) -> list[Violation]:
     return found
 
 
-# Seconds a kill's note may come before the signal reaches a process (a host's kill signals
-# its supervisor and then each child: in a CI run a worker ran a job as its host was killed).
-KILL_SLACK = 1.0
+# Seconds a kill's time may come before its signal takes the process (each is timed just
+# before its signal is sent; a host's children were once all timed before the first signal,
+# and a worker ran a job in between, in a CI run).
+KILL_SLACK = 0.1
 
 
 def restarts(ledger: Ledger) -> list[tuple[float, float]]:

@@ -187,9 +187,8 @@ class Fleet:
             os.killpg(pid, signal.SIGKILL)
 
     def lose_host(self, supervisor: Supervisor) -> None:
-        now = time.time()
         for pid in [supervisor.pid, *child_pids(supervisor.pid)]:
-            self.kills.append(Kill(now, pid, "host-kill9"))
+            self.kills.append(Kill(time.time(), pid, "host-kill9"))  # each just before its signal
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -46,7 +46,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from jobsup.errors import DatabaseError, DatabaseUnavailable, LockBusy, SchemaOutdated, UnsupportedDatabase
+from jobsup.errors import DatabaseError, DatabaseUnavailable, Deadlock, LockBusy, SchemaOutdated, UnsupportedDatabase
 from jobsup.store.claim import CLAIM_COLUMNS, CLAIM_ORDER, claim_values, claimable
 from jobsup.store.dialects import AfterClaim, Connections
 from jobsup.store.dialects.common import (
@@ -177,6 +177,8 @@ class SQLServerDialect(
         state = str(getattr(error.orig, "args", [""])[0])
         if "(1222)" in str(error.orig):  # lock request time out period exceeded
             return LockBusy
+        if "(1205)" in str(error.orig):  # chosen as a deadlock's victim
+            return Deadlock
         if state == "42S02":
             return SchemaOutdated
         if state.startswith("08") or error.connection_invalidated:
