@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -62,10 +63,9 @@ def worker(postgres_url: str) -> Iterator[Worker]:
 
 
 @pytest.fixture
-def client(postgres_url: str) -> Iterator[jobsup.Client]:
-    made = jobsup.Client(postgres_url)
-    yield made
-    made.close()
+def url(postgres_url: str) -> str:
+    """PostgreSQL's alone (the conftest's `client` is on it): only there is a write sent behind."""
+    return postgres_url
 
 
 def run_claim(worker: Worker, limit: int = LARGE) -> list[ClaimedJob]:
@@ -169,15 +169,6 @@ def test_a_renewal_between_the_commit_and_the_read_forgets_the_jobs_and_the_read
     assert sorted(succeeded_events(seen)) == sorted(ids)
 
 
-def held_uncommitted(locker: Any, job_id: int) -> Any:
-    """Lock `job_id`'s row in a transaction of `locker`'s: a write sent behind that covers it
-    waits for the lock, uncommitted, until the transaction ends."""
-    conn = locker.engine.connect()
-    conn.begin()
-    conn.execute(text("SELECT id FROM jobsup_job WHERE id = :id FOR UPDATE"), {"id": job_id})
-    return conn
-
-
 def waiting_for_a_lock(conn: Any) -> list[int]:
     """The backends of this database waiting for a lock in a statement that writes attempts."""
     return list(
@@ -190,30 +181,42 @@ def waiting_for_a_lock(conn: Any) -> list[int]:
     )
 
 
+@contextmanager
+def a_write_waiting_for_a_lock(worker: Worker, client: jobsup.Client, url: str) -> Iterator[tuple[list[int], Any]]:
+    """A claim run, its successes sent behind it, and the write waiting, uncommitted, for the
+    lock on its last job's row that a transaction of the test's holds until it ends: the ids,
+    and that transaction's connection."""
+    ids = client.enqueue_many([{"name": "behind-noop"}] * LARGE)
+    claimed = worker.claim(limit=LARGE)
+    locker = Database(url)
+    conn = locker.engine.connect()
+    try:
+        conn.begin()
+        conn.execute(text("SELECT id FROM jobsup_job WHERE id = :id FOR UPDATE"), {"id": ids[-1]})
+        worker.run_batch(claimed, time.monotonic())
+        assert worker.settler.behind is not None
+        wait_until(lambda: len(waiting_for_a_lock(conn)) == 1, timeout=10, what="the write to wait for the lock")
+        yield ids, conn
+    finally:
+        conn.close()  # rolls back what is still open
+        locker.dispose()
+
+
 def test_a_drain_from_another_thread_reads_the_write_in_flight(
     worker: Worker, client: jobsup.Client, postgres_url: str, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:
     """The lease thread drains when it ends the process; the reply it reads is the main
     thread's write in flight."""
-    ids = client.enqueue_many([{"name": "behind-noop"}] * LARGE)
-    claimed = worker.claim(limit=LARGE)
-    locker = Database(postgres_url)
-    conn = held_uncommitted(locker, ids[-1])
-    try:
-        worker.run_batch(claimed, time.monotonic())
-        wait_until(lambda: len(waiting_for_a_lock(conn)) == 1, timeout=10, what="the write to wait for the lock")
+    with a_write_waiting_for_a_lock(worker, client, postgres_url) as (ids, conn):
         drained: list[bool] = []
-        drain = threading.Thread(target=lambda: drained.append(worker.settler.drain()))
+        drain = threading.Thread(target=lambda: drained.append(worker.settler.drain(timeout=30)), daemon=True)
         drain.start()
         wait_until(lambda: worker.settler.writing == 1, timeout=10, what="the drain to read the reply")
         assert not drained and not succeeded_events(seen)
         conn.rollback()
-        drain.join(10)
-        assert drained == [True] and sorted(succeeded_events(seen)) == sorted(ids)
-        assert worker.keeper.known_ids() == set() and set(statuses(client, ids)) == {"succeeded"}
-    finally:
-        conn.close()
-        locker.dispose()
+        drain.join(30)
+    assert drained == [True] and sorted(succeeded_events(seen)) == sorted(ids)
+    assert worker.keeper.known_ids() == set() and set(statuses(client, ids)) == {"succeeded"}
 
 
 def test_a_write_sent_while_a_drain_waits_is_read_before_the_drain_returns(
@@ -224,7 +227,7 @@ def test_a_write_sent_while_a_drain_waits_is_read_before_the_drain_returns(
     ids = client.enqueue_many([{"name": "behind-noop"}] * LARGE)
     claimed = worker.claim(limit=LARGE)
     first_look, sent = threading.Event(), threading.Event()
-    read_behind, waited = worker.settler.read_behind, []
+    read_behind, waited = worker.settler.read_behind, list[bool]()
 
     def drains_first_look(deadline: float | None = None) -> bool:
         found = read_behind(deadline)
@@ -251,44 +254,24 @@ def test_a_drain_with_a_deadline_stops_waiting_for_the_reply_then_and_leaves_the
     """A worker ending itself (a job that will not stop) drains for a bounded time: a reply
     that does not come by then is not waited for, nor written again; the leases stay held,
     for the supervisor to give back once the process is gone."""
-    ids = client.enqueue_many([{"name": "behind-noop"}] * LARGE)
-    claimed = worker.claim(limit=LARGE)
-    locker = Database(postgres_url)
-    conn = held_uncommitted(locker, ids[-1])
-    try:
-        worker.run_batch(claimed, time.monotonic())
-        wait_until(lambda: len(waiting_for_a_lock(conn)) == 1, timeout=10, what="the write to wait for the lock")
+    with a_write_waiting_for_a_lock(worker, client, postgres_url) as (ids, _):
         drained: list[bool] = []
-        drain = threading.Thread(target=lambda: drained.append(worker.settler.drain(timeout=0.3)))
+        drain = threading.Thread(target=lambda: drained.append(worker.settler.drain(timeout=0.3)), daemon=True)
         drain.start()
         drain.join(10)  # were the deadline not kept, the drain would wait for the lock, for ever
         assert not drain.is_alive() and drained == [False]
         assert worker.settler.behind is None and worker.settler.writing == 0
         assert worker.keeper.known_ids() == set(ids)
-        assert worker.db.single.pool.checkedout() == 0  # the connection given up went back to the pool
-    finally:
-        conn.rollback()
-        conn.close()
-        locker.dispose()
+        assert worker.db.single.pool.checkedout() == 0  # type: ignore[attr-defined]  # the connection given up went back to the pool
 
 
 def test_a_write_whose_connection_is_lost_before_it_commits_is_written_again(
     worker: Worker, client: jobsup.Client, postgres_url: str, seen: list[tuple[str, dict[str, Any]]]
 ) -> None:
-    ids = client.enqueue_many([{"name": "behind-noop"}] * LARGE)
-    claimed = worker.claim(limit=LARGE)
-    locker = Database(postgres_url)
-    conn = held_uncommitted(locker, ids[-1])
-    try:
-        worker.run_batch(claimed, time.monotonic())
-        assert worker.settler.behind is not None
-        wait_until(lambda: len(waiting_for_a_lock(conn)) == 1, timeout=10, what="the write to wait for the lock")
+    with a_write_waiting_for_a_lock(worker, client, postgres_url) as (ids, conn):
         conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": waiting_for_a_lock(conn)[0]})
         conn.rollback()
         worker.settler.read_behind()  # the reply is lost: written again, in line
-    finally:
-        conn.close()
-        locker.dispose()
     assert any(kind == "db.error" and fields["operation"] == "settle" for kind, fields in seen)
     assert set(statuses(client, ids)) == {"succeeded"}
     assert attempts(client, ids) == {job_id: [(1, "succeeded")] for job_id in ids}
