@@ -96,10 +96,7 @@ class Settler:
         (the same bound as `flush_after_writes`: a write that hangs holds the claims after it
         back); with one writer at a time, or a large claim, a hand-over to the settler's
         thread would only add a thread switch."""
-        with self.cond:
-            self._await(lambda: not self.writing)
-            batch, self.pending = self.pending, []
-            self.writing += 1
+        batch = self._take_pending()
         try:
             self._write(batch)
         finally:
@@ -115,10 +112,7 @@ class Settler:
         releases and failures always are: a release must be written before the next claim
         (`claim_lock`), and a failure has been already."""
         self.read_behind()
-        with self.cond:
-            self._await(lambda: not self.writing)
-            batch, self.pending = self.pending, []
-            self.writing += 1
+        batch = self._take_pending()
         try:
             if batch and all(outcome.kind == SUCCEEDED for _, outcome in batch):
                 try:
@@ -211,6 +205,15 @@ class Settler:
                 self._write(batch)
             finally:
                 self._written()
+
+    def _take_pending(self) -> list[Pending]:
+        """What is pending, to write in the calling thread, once the writes under way have
+        ended; counted as a write under way (`_written` ends it)."""
+        with self.cond:
+            self._await(lambda: not self.writing)
+            batch, self.pending = self.pending, []
+            self.writing += 1
+        return batch
 
     def _await(self, done: Callable[[], bool], timeout: float | None = None) -> bool:
         """Wait, holding `cond`, until `done()` (up to `timeout`); return whether it is."""

@@ -103,7 +103,7 @@ def send(db: Database, operation: str, text: DriverText, numbered: Numbered, par
     engine = db.single
     driver_error = engine.dialect.loaded_dbapi.Error
     positional, names = numbered
-    _, bound = text.bind(params)
+    _, bound = text.bind(params)  # before a connection is taken: a bad value leaves none out
     with db.errors():
         try:
             pooled = engine.raw_connection()
