@@ -165,6 +165,7 @@ def test_compiling_ahead_leaves_the_claim_and_the_settles_compiled() -> None:
     assert "claim_text" in vars(fresh.dialect)
     for chain in (fresh.complete, fresh.release, fresh.fail):
         assert {"driver_text", "named_row"} <= vars(chain).keys()
+    assert "numbered" in vars(fresh.complete)  # the text a settle sent behind its claim goes as
 
 
 def test_a_settle_run_alone_returns_each_job_s_id_and_status_only() -> None:

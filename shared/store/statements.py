@@ -79,7 +79,7 @@ class Statements(StepStatements):
         before it forks: its workers inherit it; on PostgreSQL 7 ms a worker)."""
         self.dialect.compile_ahead()
         for chain in (self.complete, self.release, self.fail):
-            chain.compile_ahead()
+            chain.compile_ahead(sent=chain is self.complete)  # only successes are sent behind
 
     # -- the lease fence -------------------------------------------------------------------
 
