@@ -373,3 +373,20 @@ def test_a_success_outcome_alone_is_what_send_complete_takes(worker: Worker, cli
     claimed = worker.claim(limit=3)
     read = worker.store.transitions.send_complete([Outcome(job.held, SUCCEEDED, worker="t") for job in claimed])
     assert read is not None and read(None) == set(ids)
+
+
+def test_a_worker_s_writes_sent_behind_go_out_on_one_connection_of_its_pool(
+    worker: Worker, client: jobsup.Client
+) -> None:
+    """The pool lends the connection given back last: the write sent behind and the claim
+    each keep to a connection of their own, so each statement is prepared, and planned for
+    its first values (slower on a young table), on one connection, not on both in turn."""
+    from jobsup.store.dialects.sent import PREPARED
+
+    for _ in range(4):
+        client.enqueue_many([{"name": "behind-noop"}] * LARGE)
+        run_claim(worker)
+    worker.settler.read_behind()
+    records = list(worker.db.single.pool._pool.queue)  # type: ignore[attr-defined]  # all checked in
+    assert len(records) == 2
+    assert [bool(record.info.get(PREPARED)) for record in records].count(True) == 1

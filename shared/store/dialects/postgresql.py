@@ -170,9 +170,19 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
 
     def single_statement_engine(self, engine: Engine) -> Engine:
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
+        # The connection given back last is lent first: a worker's claim and the write it sent
+        # behind the claim before (`jobsup.store.dialects.sent`) each keep to a connection, so
+        # each is prepared, and planned for its first values (on a young table the settle's
+        # first plans scan it: 2.5-3 ms against 1.2), on one connection rather than on both in
+        # turn, as a first-in-first-out pool had them.
         return watch(
             create_engine(
-                engine.url, isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=4, connect_args=CONNECT_ARGS
+                engine.url,
+                isolation_level="AUTOCOMMIT",
+                pool_size=4,
+                max_overflow=4,
+                pool_use_lifo=True,
+                connect_args=CONNECT_ARGS,
             )
         )
 
