@@ -1,40 +1,46 @@
-"""A worker opens the connections its first claim and that claim's write use at once while
-it boots (`jobsup.worker.boot.open_ahead`), not in the middle of its first batch. On real
-databases: PostgreSQL, where a connection takes milliseconds, and SQLite, where nothing is
-opened ahead."""
+"""A worker on PostgreSQL opens the connections its first claim and that claim's write use at
+once while it boots (`jobsup.worker.boot.open_ahead`), not in the middle of its first batch.
+On real databases: PostgreSQL, where a connection takes milliseconds, and SQLite, where
+nothing is opened ahead."""
 
 from __future__ import annotations
 
-import socket
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from sqlalchemy import text
+from sqlalchemy import event, make_url, text
 
 from jobsup.store.database import Database
 from jobsup.worker.boot import CONNECTIONS_AT_ONCE, open_ahead
 
-BACKENDS = text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
+@contextmanager
+def counting_connects(db: Database) -> Iterator[list[object]]:
+    """The connections `db`'s single statements' pool opens meanwhile."""
+    opened: list[object] = []
 
-def _backends(postgres_url: str) -> int:
-    watcher = Database(postgres_url)
+    def connected(dbapi_connection: object, record: object) -> None:
+        opened.append(dbapi_connection)
+
+    event.listen(db.single, "connect", connected)
     try:
-        with watcher.read() as conn:
-            return int(conn.execute(BACKENDS).scalar_one())
+        yield opened
     finally:
-        watcher.dispose()
+        event.remove(db.single, "connect", connected)
 
 
 def test_a_worker_on_postgresql_opens_its_connections_before_its_first_claim(postgres_url: str) -> None:
     db = Database(postgres_url, role="worker")
     try:
-        before = _backends(postgres_url)
-        open_ahead(db)
-        assert db.single.pool.checkedin() == CONNECTIONS_AT_ONCE  # open, idle in the pool
-        assert _backends(postgres_url) == before + CONNECTIONS_AT_ONCE
-        with db.statement("claim") as first, db.statement("settle") as second:  # both at once: none new
-            first.execute(text("SELECT 1"))
-            second.execute(text("SELECT 1"))
-        assert _backends(postgres_url) == before + CONNECTIONS_AT_ONCE
+        with counting_connects(db) as opened:
+            open_ahead(db)
+            assert len(opened) == CONNECTIONS_AT_ONCE
+            assert db.single.pool.checkedin() == CONNECTIONS_AT_ONCE  # open, idle in the pool
+            with db.statement("claim") as first, db.statement("settle") as second:  # both at once
+                first.execute(text("SELECT 1"))
+                second.execute(text("SELECT 1"))
+            assert len(opened) == CONNECTIONS_AT_ONCE  # none opened now
     finally:
         db.dispose()
 
@@ -42,20 +48,26 @@ def test_a_worker_on_postgresql_opens_its_connections_before_its_first_claim(pos
 def test_a_worker_on_sqlite_opens_nothing_ahead(sqlite_url: str) -> None:
     db = Database(sqlite_url, role="worker")
     try:
-        open_ahead(db)
-        assert db.single.pool.checkedin() == 0
+        with counting_connects(db) as opened:
+            open_ahead(db)
+        assert opened == [] and db.single.pool.checkedin() == 0
     finally:
         db.dispose()
 
 
-def test_a_database_that_does_not_answer_leaves_the_worker_booting(postgres_url: str) -> None:
-    with socket.socket() as unused:  # a port nothing listens on
-        unused.bind(("127.0.0.1", 0))
-        port = unused.getsockname()[1]
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/jobsup"
-    db = Database(url, role="worker")
+def test_a_database_that_refuses_the_second_connection_leaves_the_first_in_the_pool(postgres_url: str) -> None:
+    """Best effort: the worker boots, and what was opened goes back to the pool, not lost
+    checked out (a role allowed one connection: the second is refused by the server)."""
+    role = f"jobsup_one_{uuid.uuid4().hex[:8]}"
+    admin = Database(postgres_url)
+    with admin.statement() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN CONNECTION LIMIT 1"))
+    db = Database(make_url(postgres_url).set(username=role, password=None), role="worker")
     try:
-        open_ahead(db)  # the first claim reports the outage, with its back-off
-        assert db.single.pool.checkedout() == 0
+        open_ahead(db)  # the first claim reports the refusal, with its back-off
+        assert (db.single.pool.checkedin(), db.single.pool.checkedout()) == (1, 0)
     finally:
         db.dispose()
+        with admin.statement() as conn:
+            conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()

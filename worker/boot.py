@@ -19,6 +19,10 @@ from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
 
+# On PostgreSQL a claim and the write of the claim before it (sent behind it, or written
+# beside it by the settler's thread: `jobsup.worker.settler`) are under way at once, each on
+# a connection of the single statements' pool (`Database.single`).
+CONNECTIONS_AT_ONCE = 2
 _SUPERVISOR_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -68,7 +72,8 @@ def boot(
     for db in inherited:
         db.dispose(close=False)
     setproctitle(f"jobsup: worker {spec.label} booting")
-    # 4. Our own engine, created after the fork, and proof of life for the lease sweep.
+    # 4. Our own engine, created after the fork, proof of life for the lease sweep, and the
+    #    connections a claim and its write use at once, opened now.
     db = Database(spec.settings.database_url, role="worker", listen_url=spec.settings.listen_url)
     owner_lock = db.dialect.hold_owner(db, spec.worker_id)
     open_ahead(db)
@@ -79,20 +84,15 @@ def boot(
     return worker
 
 
-# A claim and the write of the claim before it, sent behind it or written beside it by the
-# settler's thread (`jobsup.worker.settler`), are under way at once, each on a connection of
-# the single statements' pool (`Database.single`).
-CONNECTIONS_AT_ONCE = 2
-
-
 def open_ahead(db: Database) -> None:
-    """Open now the connections the worker's claims and writes use at once, so that the
-    first write does not open one in the middle of the worker's first batch (a new PostgreSQL
-    connection took 2.5-4 ms here). Best effort: an outage is the first claim's to report,
-    with its back-off. With one writer at a time (SQLite) nothing is under way at once."""
-    if db.dialect.one_writer:
+    """On PostgreSQL, open now the connections the worker's claims and writes use at once, so
+    that the first write does not open one in the middle of the worker's first batch (a new
+    connection took 2.5-4 ms here); leaving the block gives them back to the pool, open.
+    Best effort: an outage is the first claim's to report, with its back-off. Elsewhere a
+    claim and its write run in transactions of the other pool, or one at a time (SQLite):
+    nothing measured asked for it there."""
+    if db.dialect.name != "postgresql":
         return
     with contextlib.suppress(DatabaseError), db.errors(), contextlib.ExitStack() as opened:
         for _ in range(CONNECTIONS_AT_ONCE):
             opened.enter_context(db.single.connect())  # each held, so the next is another
-    # Given back to the pool on leaving, open.

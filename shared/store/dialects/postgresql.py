@@ -174,7 +174,9 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
         # behind the claim before (`jobsup.store.dialects.sent`) each keep to a connection, so
         # each is prepared, and planned for its first values (on a young table the settle's
         # first plans scan it: 2.5-3 ms against 1.2), on one connection rather than on both in
-        # turn, as a first-in-first-out pool had them.
+        # turn, as a first-in-first-out pool had them. The price: a connection beyond those in
+        # use sits idle at the bottom, where a server's idle timeout may close it; its next use
+        # then fails as a lost connection does, and is retried as one is.
         return watch(
             create_engine(
                 engine.url,
