@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from sqlalchemy import event, make_url, text
 
 from jobsup.store.database import Database
-from jobsup.worker.boot import CONNECTIONS_AT_ONCE, open_ahead
+from jobsup.worker.boot import open_ahead
 
 
 @contextmanager
@@ -35,12 +35,12 @@ def test_a_worker_on_postgresql_opens_its_connections_before_its_first_claim(pos
     try:
         with counting_connects(db) as opened:
             open_ahead(db)
-            assert len(opened) == CONNECTIONS_AT_ONCE
-            assert db.single.pool.checkedin() == CONNECTIONS_AT_ONCE  # open, idle in the pool
+            assert len(opened) == db.dialect.connections_ahead == 2
+            assert db.single.pool.checkedin() == 2  # open, idle in the pool
             with db.statement("claim") as first, db.statement("settle") as second:  # both at once
                 first.execute(text("SELECT 1"))
                 second.execute(text("SELECT 1"))
-            assert len(opened) == CONNECTIONS_AT_ONCE  # none opened now
+            assert len(opened) == 2  # none opened now
     finally:
         db.dispose()
 

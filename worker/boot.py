@@ -19,10 +19,6 @@ from jobsup.worker.slot import Slot
 from jobsup.worker.spec import WorkerSpec
 from jobsup.worker.stop import StopRequest
 
-# On PostgreSQL a claim and the write of the claim before it (sent behind it, or written
-# beside it by the settler's thread: `jobsup.worker.settler`) are under way at once, each on
-# a connection of the single statements' pool (`Database.single`).
-CONNECTIONS_AT_ONCE = 2
 _SUPERVISOR_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP, signal.SIGQUIT)
 
 
@@ -85,14 +81,11 @@ def boot(
 
 
 def open_ahead(db: Database) -> None:
-    """On PostgreSQL, open now the connections the worker's claims and writes use at once, so
-    that the first write does not open one in the middle of the worker's first batch (a new
-    connection took 2.5-4 ms here); leaving the block gives them back to the pool, open.
-    Best effort: an outage is the first claim's to report, with its back-off. Elsewhere a
-    claim and its write run in transactions of the other pool, or one at a time (SQLite):
-    nothing measured asked for it there."""
-    if db.dialect.name != "postgresql":
-        return
+    """Open now the connections the worker's claims and writes use at once
+    (`Dialect.connections_ahead`: on PostgreSQL two, none elsewhere), so that the first write
+    does not open one in the middle of the worker's first batch (a new PostgreSQL connection
+    took 2.5-4 ms here); leaving the block gives them back to the pool, open. Best effort: an
+    outage is the first claim's to report, with its back-off."""
     with contextlib.suppress(DatabaseError), db.errors(), contextlib.ExitStack() as opened:
-        for _ in range(CONNECTIONS_AT_ONCE):
+        for _ in range(db.dialect.connections_ahead):
             opened.enter_context(db.single.connect())  # each held, so the next is another

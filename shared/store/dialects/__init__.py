@@ -87,6 +87,9 @@ class Dialect(Protocol):
     # One writer at a time (SQLite): a worker writes its outcomes before it claims again,
     # rather than beside the claim, which would only queue the two on the write lock.
     one_writer: bool
+    # How many connections of the single statements' pool a worker opens while it boots
+    # (`jobsup.worker.boot.open_ahead`): those its claims and their writes use at once.
+    connections_ahead: int
     # A locking read (FOR UPDATE SKIP LOCKED) sees rows committed after the snapshot its
     # statement's subqueries read (MariaDB; SQL Server): what a subquery decided must be
     # confirmed by a later statement (the outbox relay's claim; MariaDB's job claim,

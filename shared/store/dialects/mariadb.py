@@ -193,6 +193,7 @@ class MariaDBDialect(
     transaction_options: Mapping[str, Any] = {}  # the engine runs READ COMMITTED already
     migration_options: Mapping[str, Any] = {}
     one_writer = False
+    connections_ahead = 0  # its claims and their writes run in transactions, or one at a time
     locking_reads_outrun_snapshot = True
     locks_in_process = False
     default_poll_interval = 1.0

@@ -84,6 +84,7 @@ class SQLServerDialect(
     statement_options: Mapping[str, Any] = {}
     transaction_options: Mapping[str, Any] = {}
     one_writer = False
+    connections_ahead = 0  # its claims and their writes run in transactions, or one at a time
     locking_reads_outrun_snapshot = True
     locks_in_process = False
     default_poll_interval = 1.0

@@ -154,6 +154,9 @@ class PostgreSQLDialect(NativeReturning, ArrayFence, NoOwnerLocks, UnnestInsert,
     transaction_options: Mapping[str, Any] = {}
     migration_options: Mapping[str, Any] = {}
     one_writer = False
+    # A claim and the write of the claim before it (sent behind it, or written beside it by
+    # the settler's thread) are under way at once, each on a connection of this pool.
+    connections_ahead = 2
     locking_reads_outrun_snapshot = False
     locks_in_process = False
     default_poll_interval = 5.0  # LISTEN/NOTIFY wakes idle workers; polling is the fallback

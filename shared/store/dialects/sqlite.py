@@ -323,6 +323,7 @@ class SQLiteDialect(
         """Nothing more to do: the migration's transaction began with BEGIN EXCLUSIVE."""
 
     one_writer = True
+    connections_ahead = 0  # its claims and their writes run in transactions, or one at a time
     locking_reads_outrun_snapshot = False
     locks_in_process = True
     default_poll_interval = 1.0
