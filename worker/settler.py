@@ -181,9 +181,11 @@ class Settler:
             with self.cond:
                 self.urgent = True
                 self.cond.notify_all()
-                done = self._await(lambda: (not self.pending and not self.writing) or self.behind is not None, left)
-                if self.behind is None or not done:
-                    return done and self.behind is None
+                if not self._await(lambda: (not self.pending and not self.writing) or self.behind is not None, left):
+                    return False
+                if self.behind is None:
+                    return True
+                # A write was sent behind meanwhile: read it too, on the next turn.
 
     def _guarded(self) -> None:
         try:
