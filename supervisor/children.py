@@ -165,7 +165,9 @@ class Children:
         return [
             child
             for child in list(self.alive.values())  # a snapshot: the loop's thread reaps meanwhile
-            if not child.killed and child.slot.memory.running() and now - child.slot.memory.renewed_at > late
+            if not child.killed
+            and (since := child.slot.memory.oldest_running_lease()) is not None
+            and now - since > late
         ]
 
     def failing_boot(self) -> list[Slot]:

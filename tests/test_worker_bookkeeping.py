@@ -86,6 +86,34 @@ def test_a_new_claim_does_not_put_off_the_renewal_of_older_leases(worker: Worker
     assert worker.keeper.renewed_at == t0  # the older lease sets how fresh they all are
 
 
+def test_a_job_claimed_after_an_outage_is_judged_by_its_own_fresh_lease(worker: Worker, url: str) -> None:
+    """An older lease (an outcome whose write waited through an outage) keeps the worker's
+    last renewal back; a job claimed once the database answered again holds a fresh lease
+    and must run, neither released, cancelled as lease lost, nor killed by the supervisor.
+    (Found by the fault campaign on MariaDB: a success thrown away and run again.)"""
+    client = jobsup.Client(url)
+    client.enqueue_many([{"name": "a"}, {"name": "a"}])
+    old, fresh = claim(client, OWNER, limit=1), claim(client, OWNER, limit=1)
+    keeper, settings = worker.keeper, worker.settings
+    now = time.monotonic()
+    # Renewed before the outage: within two heartbeats of lapsing (not yet within one, when
+    # the lease thread would end this process).
+    stale = now - settings.lease + 1.5 * settings.heartbeat
+    keeper.hold(old, stale)
+    keeper.hold(fresh, now)
+    assert keeper.renewed_at == stale
+    running = keeper.begin(fresh[0], None)
+    assert running is not None  # not released as stale
+    keeper._enforce(running, time.monotonic())
+    assert running.cancelled_at is None and running.reason is None  # not cancelled as lease lost
+    # What the supervisor watches: the running job's lease as of its claim, not the renewal.
+    assert worker.slot.oldest_running_lease() == now
+    keeper.end(running)
+    assert worker.slot.oldest_running_lease() is None
+    # The older lease itself is still judged by its own last renewal: too stale to start.
+    assert keeper.begin(old[0], None) is None
+
+
 def test_a_retry_in_that_raises_falls_back_to_the_default_backoff(url: str) -> None:
     def broken(attempt: int) -> float:
         raise ZeroDivisionError("the job type's own bug")

@@ -249,13 +249,27 @@ def test_a_plain_job_that_returns_an_awaitable_has_it_awaited_not_stored_unrun()
 def test_a_slot_entry_says_how_its_attempt_ends_and_a_reused_entry_forgets_it() -> None:
     slot = SlotTable(1, 2).slot(0)
     slot.reset()
-    slot.start(7, 1, None)
-    slot.start(8, 3, 5.0)
+    slot.start(7, 1, None, 10.0)
+    slot.start(8, 3, 5.0, 12.0)
     slot.ending(8, exits.TIMED_OUT)
     assert slot.entries() == [(7, 1, None, 0), (8, 3, 5.0, exits.TIMED_OUT)]
     slot.finish(8)
-    slot.start(9, 1, None)  # the freed entry, reused
+    slot.start(9, 1, None, 14.0)  # the freed entry, reused
     assert slot.entries() == [(7, 1, None, 0), (9, 1, None, 0)]
+
+
+def test_a_slot_judges_each_running_lease_by_the_later_of_its_claim_and_the_last_renewal() -> None:
+    slot = SlotTable(1, 3).slot(0)
+    slot.reset()
+    assert slot.oldest_running_lease() is None
+    slot.renewed(11.0)
+    slot.start(7, 1, None, 10.0)  # claimed before the last renewal: good as of the renewal
+    slot.start(8, 1, None, 12.0)  # claimed after it: good as of its claim
+    assert slot.oldest_running_lease() == 11.0
+    slot.finish(7)
+    assert slot.oldest_running_lease() == 12.0
+    slot.renewed(13.0)
+    assert slot.oldest_running_lease() == 13.0
 
 
 def test_a_cancel_event_behaves_as_a_threading_event_across_threads() -> None:

@@ -43,6 +43,7 @@ class Running:
     job: ClaimedJob
     timeout: float | None
     started: float = field(default_factory=time.monotonic)
+    claimed_at: float = 0.0  # its own claim set its lease (monotonic): see `LeaseKeeper.claimed_at`
     cancelled: threading.Event = field(default_factory=CancelEvent)
     reason: str | None = None  # why it was cancelled: see jobsup.worker.execute
     cancelled_at: float | None = None
@@ -91,6 +92,10 @@ class LeaseKeeper:
         self.tick = min(0.25, self.heartbeat / 4)
         self.lock = threading.Lock()
         self.held: dict[int, ClaimedJob] = {}  # the jobs of every lease this worker holds
+        # When each held lease was set by its claim. A lease is good from the later of that and
+        # `renewed_at`: a job claimed after an outage holds a fresh lease even while an older
+        # one (an outcome whose write waited through the outage) keeps `renewed_at` back.
+        self.claimed_at: dict[int, float] = {}
         self.waiting: dict[int, ClaimedJob] = {}  # claimed, not started, in claim order
         # A pool's waiting jobs (claimed ahead, `jobsup.worker.ahead`): since when each waits,
         # from its claim's return (a claim slow to come back has not kept it from a place).
@@ -122,6 +127,7 @@ class LeaseKeeper:
             self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)
             by_id = {job.id: job for job in jobs}
             self.held.update(by_id)
+            self.claimed_at.update((job.id, claimed_at) for job in jobs)
             self.waiting.update(by_id)
             if self.pooled:
                 self.waiting_since.update((job.id, returned_at) for job in jobs)
@@ -140,11 +146,12 @@ class LeaseKeeper:
                 return None
             del self.waiting[job.id]
             now, since = time.monotonic(), self.waiting_since.pop(job.id, None) if self.pooled else None
-            lapsing = now >= self.renewed_at + self.lease - 2 * self.heartbeat
+            claimed_at = self.claimed_at.get(job.id, 0.0)
+            lapsing = now >= max(self.renewed_at, claimed_at) + self.lease - 2 * self.heartbeat
             stale = lapsing or (since is not None and now >= since + HOLD_WAITING)
             if not stale:
-                running = self.running[job.id] = Running(job, timeout, now)
-                self.slot.start(job.id, job.attempt, timeout)
+                running = self.running[job.id] = Running(job, timeout, now, claimed_at)
+                self.slot.start(job.id, job.attempt, timeout, claimed_at)
                 if named:
                     self._show(running)
         if stale:
@@ -192,6 +199,7 @@ class LeaseKeeper:
             for job in jobs:
                 if self.held.get(job.id) is job:
                     del self.held[job.id]
+                    del self.claimed_at[job.id]
                 if self.waiting.get(job.id) is job:
                     del self.waiting[job.id]
                     self.waiting_since.pop(job.id, None)
@@ -272,7 +280,7 @@ class LeaseKeeper:
         self.settler.release(unstarted)
 
     def _enforce(self, running: Running, now: float) -> None:
-        lapses_at = self.renewed_at + self.lease
+        lapses_at = max(self.renewed_at, running.claimed_at) + self.lease
         if now >= lapses_at - 2 * self.heartbeat:
             self._cancel(running, LEASE_LOST, now)
         if now >= lapses_at - self.heartbeat:
@@ -338,11 +346,11 @@ class LeaseKeeper:
         cancelled itself is released when its supervisor buries the worker, unless the
         leases of all are about to lapse (then theirs ended like the rest)."""
         now = time.monotonic()
-        lapsing = now >= self.renewed_at + self.lease - 2 * self.heartbeat
         with self.lock:
             for running in self.running.values():
                 if running.cancelled_at is not None:
                     continue
+                lapsing = now >= max(self.renewed_at, running.claimed_at) + self.lease - 2 * self.heartbeat
                 if not running.returned and running.timeout is not None and now >= running.started + running.timeout:
                     code = exits.TIMED_OUT  # its own timeout passed too: not a bystander
                 else:

@@ -9,7 +9,9 @@ import math
 import mmap
 
 _HEADER = 3  # words: booted, renewed_at, capacity
-_ENTRY = 4  # words: job id, attempt, timeout (NaN: none), how it ends (an exit code; 0: as the exit says)
+# words: job id, attempt, timeout (NaN: none), how it ends (an exit code; 0: as the exit says),
+# when its own claim set its lease
+_ENTRY = 5
 _WORD = 8
 
 
@@ -35,13 +37,14 @@ class Slot:
         """Leases known good as of the monotonic instant `at`."""
         self._floats[1] = at
 
-    def start(self, job_id: int, attempt: int, timeout: float | None) -> None:
+    def start(self, job_id: int, attempt: int, timeout: float | None, claimed_at: float) -> None:
         for entry in range(self.capacity):
             base = _HEADER + _ENTRY * entry
             if self._ints[base + 1] == 0:
                 self._ints[base] = job_id
                 self._floats[base + 2] = math.nan if timeout is None else timeout
                 self._ints[base + 3] = 0
+                self._floats[base + 4] = claimed_at
                 self._ints[base + 1] = attempt
                 return
         raise RuntimeError("more jobs running than the worker's slot can hold")
@@ -71,6 +74,17 @@ class Slot:
     @property
     def renewed_at(self) -> float:
         return float(self._floats[1])
+
+    def oldest_running_lease(self) -> float | None:
+        """Since when (monotonic) the oldest lease of the jobs running now is known good: for
+        each, the later of the last renewal and its own claim. None: nothing runs."""
+        renewed, oldest = float(self._floats[1]), None
+        for entry in range(self.capacity):
+            base = _HEADER + _ENTRY * entry
+            if self._ints[base + 1] != 0:
+                good = max(renewed, float(self._floats[base + 4]))
+                oldest = good if oldest is None else min(oldest, good)
+        return oldest
 
     def running(self) -> dict[int, int]:
         """The jobs running now: job id -> attempt."""
