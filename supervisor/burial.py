@@ -36,7 +36,10 @@ def burial_of(death: Death, lease: float) -> Burial:
     for job_id, attempt, timeout, ends in death.running:
         kind, error = _ending(ends if ended_itself and ends else death.code, death, timeout)
         charged[job_id] = (attempt, kind, error)
-    renewed = child.slot.memory.renewed_at or child.started
+    # Until the freshest lease of a running job lapses (a burial tried longer matches only
+    # the dead owner's leases; a job claimed after an outage beside older ones is released).
+    memory = child.slot.memory
+    renewed = max(memory.leases(), default=memory.renewed_at) or child.started
     return Burial(child.worker_id, child.slot.label, charged, lapses_at=renewed + lease)
 
 

@@ -165,9 +165,7 @@ class Children:
         return [
             child
             for child in list(self.alive.values())  # a snapshot: the loop's thread reaps meanwhile
-            if not child.killed
-            and (since := child.slot.memory.oldest_running_lease()) is not None
-            and now - since > late
+            if not child.killed and (leases := child.slot.memory.leases()) and now - min(leases) > late
         ]
 
     def failing_boot(self) -> list[Slot]:

@@ -1,8 +1,9 @@
-"""The supervisor's lease enforcement, from a thread of its own: it kills a worker whose
-lease renewal is overdue while it runs a job, which is what the worker's own lease threads
-failed to do (a job that holds the GIL starves them). It reads only the workers' slots, so
-neither a slow database nor a busy supervisor can make it late, and it keeps watching while
-the supervisor shuts down. The loop reaps the killed worker, and its burial closes its
+"""The supervisor's lease enforcement, from a thread of its own: it kills a worker running a
+job whose lease is overdue (counted from the later of the job's claim and the worker's last
+renewal: `Children.overdue`), which is what the worker's own lease threads failed to do (a
+job that holds the GIL starves them). It reads only the workers' slots, so neither a slow
+database nor a busy supervisor can make it late, and it keeps watching while the supervisor
+shuts down. The loop reaps the killed worker, and its burial closes its
 leases."""
 
 from __future__ import annotations

@@ -70,7 +70,10 @@ TRANSITIONS: dict[str, tuple[Callable[[Transitions], Any], list[str], dict[str, 
     ),
     "renew": (
         lambda t: t.renew([HELD.lease], lease=60.0),
-        ["SET lease_expires_at=dateadd(", "concat(jobsup_job.id, ':', jobsup_job.attempts) IN (:p_fence_keys_1)"],
+        [
+            "SET lease_expires_at=CASE WHEN (jobsup_job.lease_expires_at > dateadd(",
+            "concat(jobsup_job.id, ':', jobsup_job.attempts) IN (:p_fence_keys_1)",
+        ],
         {"p_fence_keys_1": "7:2", "p_owner": "w"},
     ),
     "complete": (

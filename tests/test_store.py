@@ -262,6 +262,22 @@ def test_expired_leases_return_jobs_and_dead_letter_the_last_attempt(client: job
     assert succeed(client, [first]) == set() and succeed(client, [second]) == set()
 
 
+def test_a_renewal_begun_before_a_new_claim_of_the_same_lease_does_not_shorten_it(client: jobsup.Client) -> None:
+    """A release gives the attempt back, so the worker's new claim of the job holds the same
+    lease; a renewal whose clock was fixed before that claim extends nothing backwards (the
+    worker counts the new lease from its claim)."""
+    job_id = client.enqueue("a")
+    first = claim_one(client, "w1", now=T0)
+    assert release(client, [first], now=T0 + timedelta(seconds=1)) == {job_id}
+    again = claim_one(client, "w1", now=T0 + timedelta(seconds=30))  # expires at T0+90
+    assert again.lease == first.lease
+    renew = client.store.transitions.renew
+    assert renew([first.lease], lease=60.0, now=T0 + timedelta(seconds=2)) == {job_id}  # still "renewed"
+    expire = client.store.transitions.sweep.expire
+    assert expire(now=T0 + timedelta(seconds=89)) == 0  # not lapsed at T0+62, as the renewal would have it
+    assert expire(now=T0 + timedelta(seconds=91)) == 1
+
+
 def test_a_lapsed_batch_charges_only_the_job_that_was_running(client: jobsup.Client) -> None:
     """A lost host's worker held a batch: the first job of its latest claim was running; the
     others were waiting (or done and not yet written) and never used an attempt."""

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 import jobsup
+from jobsup import exits
 from jobsup.errors import DatabaseUnavailable
 from jobsup.settings import QueueConfig, Settings
 from jobsup.store import faults
@@ -107,9 +108,13 @@ def test_a_job_claimed_after_an_outage_is_judged_by_its_own_fresh_lease(worker: 
     keeper._enforce(running, time.monotonic())
     assert running.cancelled_at is None and running.reason is None  # not cancelled as lease lost
     # What the supervisor watches: the running job's lease as of its claim, not the renewal.
-    assert worker.slot.oldest_running_lease() == now
+    assert worker.slot.leases() == [now]
+    # Were the worker to end itself for another job, this one is a bystander with a fresh
+    # lease: released, not charged as lease lost.
+    keeper.bystanders()
+    assert worker.slot.entries() == [(running.job.id, running.job.attempt, None, exits.SHUTDOWN_FORCED)]
     keeper.end(running)
-    assert worker.slot.oldest_running_lease() is None
+    assert worker.slot.leases() == []
     # The older lease itself is still judged by its own last renewal: too stale to start.
     assert keeper.begin(old[0], None) is None
 

@@ -261,15 +261,34 @@ def test_a_slot_entry_says_how_its_attempt_ends_and_a_reused_entry_forgets_it() 
 def test_a_slot_judges_each_running_lease_by_the_later_of_its_claim_and_the_last_renewal() -> None:
     slot = SlotTable(1, 3).slot(0)
     slot.reset()
-    assert slot.oldest_running_lease() is None
+    assert slot.leases() == []
     slot.renewed(11.0)
     slot.start(7, 1, None, 10.0)  # claimed before the last renewal: good as of the renewal
     slot.start(8, 1, None, 12.0)  # claimed after it: good as of its claim
-    assert slot.oldest_running_lease() == 11.0
+    assert slot.leases() == [11.0, 12.0]
     slot.finish(7)
-    assert slot.oldest_running_lease() == 12.0
+    slot.start(9, 1, None, 14.0)  # the freed entry, reused: its own claim, not the last one's
+    assert slot.leases() == [14.0, 12.0]
     slot.renewed(13.0)
-    assert slot.oldest_running_lease() == 13.0
+    assert slot.leases() == [14.0, 13.0]
+
+
+def test_the_supervisor_judges_a_worker_by_the_oldest_lease_it_runs_and_buries_it_by_the_newest() -> None:
+    from jobsup.settings import QueueConfig, Settings
+    from jobsup.supervisor.burial import burial_of
+    from jobsup.supervisor.children import Child, Children, Death
+
+    settings = Settings(database_url="sqlite:///unused.db", lease=60.0, heartbeat=10.0, queues={"q": QueueConfig()})
+    children = Children(settings, fork_child=lambda spec, memory: 0)  # never forks here
+    [slot] = children.slots
+    slot.memory.reset()
+    child = children.alive[1] = Child(1, slot, "owner")
+    slot.memory.renewed(100.0)  # the last renewal, held back by an older lease
+    slot.memory.start(7, 1, None, 150.0)  # claimed after the outage
+    assert children.overdue(160.0 + 0.1, lease=60.0, heartbeat=10.0) == []  # the renewal alone says overdue
+    assert children.overdue(150.0 + 55.1, lease=60.0, heartbeat=10.0) == [child]
+    burial = burial_of(Death(child, 0, True, slot.memory.entries()), lease=60.0)
+    assert burial.lapses_at == 150.0 + 60.0
 
 
 def test_a_cancel_event_behaves_as_a_threading_event_across_threads() -> None:

@@ -75,16 +75,15 @@ class Slot:
     def renewed_at(self) -> float:
         return float(self._floats[1])
 
-    def oldest_running_lease(self) -> float | None:
-        """Since when (monotonic) the oldest lease of the jobs running now is known good: for
-        each, the later of the last renewal and its own claim. None: nothing runs."""
-        renewed, oldest = float(self._floats[1]), None
+    def leases(self) -> list[float]:
+        """For each job running now, since when (monotonic) its lease is known good: the later
+        of the last renewal and its own claim."""
+        renewed, found = float(self._floats[1]), []
         for entry in range(self.capacity):
             base = _HEADER + _ENTRY * entry
             if self._ints[base + 1] != 0:
-                good = max(renewed, float(self._floats[base + 4]))
-                oldest = good if oldest is None else min(oldest, good)
-        return oldest
+                found.append(max(renewed, float(self._floats[base + 4])))
+        return found
 
     def running(self) -> dict[int, int]:
         """The jobs running now: job id -> attempt."""
