@@ -36,11 +36,11 @@ def burial_of(death: Death, lease: float) -> Burial:
     for job_id, attempt, timeout, ends in death.running:
         kind, error = _ending(ends if ended_itself and ends else death.code, death, timeout)
         charged[job_id] = (attempt, kind, error)
-    # Until the freshest lease of a running job lapses (a burial tried longer matches only
-    # the dead owner's leases; a job claimed after an outage beside older ones is released).
-    memory = child.slot.memory
-    renewed = max(memory.leases(), default=memory.renewed_at) or child.started
-    return Burial(child.worker_id, child.slot.label, charged, lapses_at=renewed + lease)
+    # Tried until the freshest lease of a job it ran lapses: a job claimed after an outage
+    # holds a lease fresher than the last renewal, and trying past a lapse is harmless (the
+    # write matches only this dead owner's leases).
+    good_as_of = death.leases_good_as_of or child.started
+    return Burial(child.worker_id, child.slot.label, charged, lapses_at=good_as_of + lease)
 
 
 def _ending(code: int | None, death: Death, timeout: float | None) -> tuple[str, str]:

@@ -65,6 +65,16 @@ class Death:
     status: int
     booted: bool  # it had finished booting
     running: list[tuple[int, int, float | None, int]]  # the jobs it was running: see Slot.entries
+    # Since when (monotonic) the freshest lease of those is known good (see Slot.leases); the
+    # last renewal when it ran nothing; 0.0 when it never claimed.
+    leases_good_as_of: float
+
+    @classmethod
+    def of(cls, child: Child, status: int) -> Death:
+        """What its slot says as the worker is reaped (its replacement resets the slot)."""
+        memory = child.slot.memory
+        good_as_of = max(memory.leases(), default=memory.renewed_at)
+        return cls(child, status, memory.booted, memory.entries(), good_as_of)
 
     @property
     def code(self) -> int | None:
@@ -133,8 +143,7 @@ class Children:
                 continue
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
-            memory = child.slot.memory
-            deaths.append(Death(child, status, memory.booted, memory.entries()))
+            deaths.append(Death.of(child, status))
         return deaths
 
     def note_booted(self) -> None:

@@ -3,8 +3,7 @@ job whose lease is overdue (counted from the later of the job's claim and the wo
 renewal: `Children.overdue`), which is what the worker's own lease threads failed to do (a
 job that holds the GIL starves them). It reads only the workers' slots, so neither a slow
 database nor a busy supervisor can make it late, and it keeps watching while the supervisor
-shuts down. The loop reaps the killed worker, and its burial closes its
-leases."""
+shuts down. The loop reaps the killed worker, and its burial closes its leases."""
 
 from __future__ import annotations
 

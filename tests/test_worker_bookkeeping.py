@@ -119,6 +119,21 @@ def test_a_job_claimed_after_an_outage_is_judged_by_its_own_fresh_lease(worker: 
     assert keeper.begin(old[0], None) is None
 
 
+def test_a_renewal_that_ended_while_a_claim_was_on_its_way_does_not_vouch_for_its_leases(
+    worker: Worker, url: str
+) -> None:
+    client = jobsup.Client(url)
+    client.enqueue_many([{"name": "a"}, {"name": "a"}])
+    keeper = worker.keeper
+    keeper.hold(claim(client, OWNER, limit=1), time.monotonic())  # an older lease, still held
+    began = time.monotonic()  # a claim begins: its clock is read from here on
+    fresh = claim(client, OWNER, limit=1)
+    keeper._renew(time.monotonic())  # a renewal begun and ended meanwhile: it did not renew `fresh`
+    assert keeper.renewed_at > began
+    keeper.hold(fresh, began)
+    assert keeper.renewed_at == began and worker.slot.renewed_at == began
+
+
 def test_a_retry_in_that_raises_falls_back_to_the_default_backoff(url: str) -> None:
     def broken(attempt: int) -> float:
         raise ZeroDivisionError("the job type's own bug")
@@ -139,6 +154,7 @@ def test_a_claim_waits_while_a_release_of_its_worker_is_being_retried(worker: Wo
     job_id = client.enqueue("a")
     [job] = claim(client, OWNER, limit=1)
     worker.keeper.hold([job], time.monotonic())
+    armed = time.monotonic()
     for engine in (worker.db.engine, worker.db.single):
         faults.install(engine, "worker", "worker:release@0s+1s")  # its first tries fail
     worker.settler.add(job, Outcome(job.held, RELEASED))
@@ -148,6 +164,8 @@ def test_a_claim_waits_while_a_release_of_its_worker_is_being_retried(worker: Wo
     claimed = worker.claim()  # waits until the release is written, then claims the job anew
     writing.join(10)
     assert [j.id for j in claimed] == [job_id]
+    # Its lease counts from when the claim began, after the wait: not a second stale already.
+    assert claimed.began >= armed + 1.0
     assert [(a.attempt, a.outcome) for a in client.get(job_id).history] == [(1, "released"), (1, None)]  # type: ignore[union-attr]
 
 

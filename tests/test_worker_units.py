@@ -278,17 +278,21 @@ def test_the_supervisor_judges_a_worker_by_the_oldest_lease_it_runs_and_buries_i
     from jobsup.supervisor.burial import burial_of
     from jobsup.supervisor.children import Child, Children, Death
 
-    settings = Settings(database_url="sqlite:///unused.db", lease=60.0, heartbeat=10.0, queues={"q": QueueConfig()})
+    settings = Settings(
+        database_url="sqlite:///unused.db", lease=60.0, heartbeat=10.0, queues={"q": QueueConfig(concurrency=2)}
+    )
     children = Children(settings, fork_child=lambda spec, memory: 0)  # never forks here
     [slot] = children.slots
     slot.memory.reset()
-    child = children.alive[1] = Child(1, slot, "owner")
+    no_such_pid = 2**31 - 1  # nothing here signals it, and nothing could be hit if it did
+    child = children.alive[no_such_pid] = Child(no_such_pid, slot, "owner")
     slot.memory.renewed(100.0)  # the last renewal, held back by an older lease
     slot.memory.start(7, 1, None, 150.0)  # claimed after the outage
     assert children.overdue(160.0 + 0.1, lease=60.0, heartbeat=10.0) == []  # the renewal alone says overdue
     assert children.overdue(150.0 + 55.1, lease=60.0, heartbeat=10.0) == [child]
-    burial = burial_of(Death(child, 0, True, slot.memory.entries()), lease=60.0)
-    assert burial.lapses_at == 150.0 + 60.0
+    slot.memory.start(8, 1, None, 90.0)  # claimed before the renewal: good as of it, the oldest
+    assert children.overdue(100.0 + 55.1, lease=60.0, heartbeat=10.0) == [child]
+    assert burial_of(Death.of(child, 0), lease=60.0).lapses_at == 150.0 + 60.0  # the freshest: tried until it lapses
 
 
 def test_a_cancel_event_behaves_as_a_threading_event_across_threads() -> None:

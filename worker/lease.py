@@ -122,6 +122,11 @@ class LeaseKeeper:
                 # Otherwise older leases (outcomes not yet written) set when all are renewed.
                 self.renewed_at, self.next_renewal = claimed_at, claimed_at + self.heartbeat
                 self.slot.renewed(claimed_at)
+            elif claimed_at < self.renewed_at:
+                # A renewal that ended while this claim was on its way did not cover its leases:
+                # they are known good from the claim only (the next renewal moves all on).
+                self.renewed_at = claimed_at
+                self.slot.renewed(claimed_at)
             # A renewal already under way does not cover these leases: it must not claim
             # they were set later than their claim.
             self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)

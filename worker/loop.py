@@ -137,7 +137,8 @@ class Worker:
                     continue
                 claimed_at = time.monotonic()
                 jobs = self.claim()
-                ran = self.run_batch(jobs, claimed_at) if jobs else 0
+                # Its leases count from the claim's start, not from before it waited for a release.
+                ran = self.run_batch(jobs, jobs.began) if jobs else 0
                 self.claim_size.after(len(jobs), ran, time.monotonic() - claimed_at)
                 if jobs:
                     self.relook = None
@@ -335,12 +336,11 @@ class Worker:
                 claiming = hold <= 0
             if claiming:
                 free_since = None
-                claimed_at = time.monotonic()
                 jobs = self.claim(limit=wanted)
                 backlog = len(jobs) == wanted
                 if jobs:
                     self.relook = None
-                    self.keeper.hold(jobs, claimed_at)
+                    self.keeper.hold(jobs, jobs.began)
                     ahead.add(jobs)
                     ahead.start(pool)
                 self.due_again(jobs)

@@ -197,10 +197,12 @@ class Claimed(list[ClaimedJob]):
     """A claim's jobs, and when the earliest job it put back is due again (None: it put none
     back), so that a worker that got none looks again then rather than at its next poll.
     `unsure`: a later round failed and may have committed unseen (its jobs would be the
-    worker's without its knowing)."""
+    worker's without its knowing). `began`: when the claim began (monotonic), before its
+    clock was read, so each of its leases holds at least its length from then."""
 
     next_due: datetime | None = None
     unsure: bool = False
+    began: float = 0.0
 
 
 _CLAIM_ROUNDS = 20

@@ -171,8 +171,8 @@ class Statements(StepStatements):
 
     @cached_property
     def renew(self) -> Returning:
-        """Extends the leases, never shortens one. A release gives the attempt back, so its
-        worker's new claim of the job holds the same lease: a renewal begun before that claim
+        """Extends the leases, never shortens one. A release (or a rate limit's put-back) gives
+        the attempt back, so its worker's new claim of the job holds the same lease: a renewal begun before that claim
         (its clock fixed then) must not pull the claim's expiry back under the worker, which
         counts the lease from the claim (`jobsup.worker.lease`)."""
         expires = self.dialect.clock("lease")

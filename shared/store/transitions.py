@@ -12,6 +12,7 @@ transition takes an optional `now`; without it the reference clock is used.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -139,6 +140,7 @@ class Transitions:
     def claim(self, queue: str, owner: str, *, limit: int = 1, lease: float, now: datetime | None = None) -> Claimed:
         """Claim up to `limit` due jobs of `queue` for `owner`, each for `lease` seconds, in
         the order they should run."""
+        began = time.monotonic()  # before the clock is read: SQLite binds it here, not when it writes
         params = claim_params(self.dialect, queue=queue, owner=owner, limit=limit, lease=lease, now=now)
         run = steps.of("claim", needs_steps=self.resolver.rate_limited(queue))
         dropped: dict[int, datetime] = {}
@@ -150,7 +152,9 @@ class Transitions:
             dropped.update(change.dropped)
             return [row for row in rows if row.id not in change.dropped] if change.dropped else rows
 
-        return claim_rounds(lambda p: self.dialect.claim(self.db, p, after if run else None), params, dropped)
+        claimed = claim_rounds(lambda p: self.dialect.claim(self.db, p, after if run else None), params, dropped)
+        claimed.began = began
+        return claimed
 
     def renew(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> Renewed:
         """Extend the leases still held; return the ids renewed (missing ones were lost),
