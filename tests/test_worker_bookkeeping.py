@@ -130,8 +130,11 @@ def test_a_renewal_that_ended_while_a_claim_was_on_its_way_does_not_vouch_for_it
     fresh = claim(client, OWNER, limit=1)
     keeper._renew(time.monotonic())  # a renewal begun and ended meanwhile: it did not renew `fresh`
     assert keeper.renewed_at > began
+    renewal_due = keeper.next_renewal
     keeper.hold(fresh, began)
     assert keeper.renewed_at == began and worker.slot.renewed_at == began
+    # The next renewal is due a heartbeat after the claim, not after the renewal that missed it.
+    assert keeper.next_renewal == began + worker.settings.heartbeat < renewal_due
 
 
 def test_a_retry_in_that_raises_falls_back_to_the_default_backoff(url: str) -> None:

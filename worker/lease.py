@@ -124,8 +124,10 @@ class LeaseKeeper:
                 self.slot.renewed(claimed_at)
             elif claimed_at < self.renewed_at:
                 # A renewal that ended while this claim was on its way did not cover its leases:
-                # they are known good from the claim only (the next renewal moves all on).
+                # all are judged from the claim until the next renewal, due a heartbeat after it
+                # (not after that renewal), so the older ones are not judged stale meanwhile.
                 self.renewed_at = claimed_at
+                self.next_renewal = min(self.next_renewal, claimed_at + self.heartbeat)
                 self.slot.renewed(claimed_at)
             # A renewal already under way does not cover these leases: it must not claim
             # they were set later than their claim.
@@ -250,11 +252,11 @@ class LeaseKeeper:
             self._end_stuck_orphan(now)
 
     def _renew(self, now: float) -> None:
-        with self.lock:
+        with self.lock:  # (`hold` moves `next_renewal` too)
             jobs, self.unrenewed = list(self.held.values()), None
-        if not jobs:
-            self.next_renewal = now + self.heartbeat
-            return
+            if not jobs:
+                self.next_renewal = now + self.heartbeat
+                return
         try:
             renewed = self.transitions.renew([job.lease for job in jobs], lease=self.lease)
         except DatabaseError as exc:
@@ -276,7 +278,9 @@ class LeaseKeeper:
                 del self.waiting[job.id]
                 self.waiting_since.pop(job.id, None)
             self.slot.renewed(self.renewed_at)
-        self.next_renewal = now + self.heartbeat
+            # A heartbeat after the time the leases are judged from: sooner than `now` when a
+            # claim's leases did not take part.
+            self.next_renewal = self.renewed_at + self.heartbeat
         for r in running:
             emit("job.lease_lost", job=r.job.id, name=r.job.name, attempt=r.job.attempt)
             self._cancel(r, LEASE_LOST, now)

@@ -1,6 +1,6 @@
 """A worker's slot: a few words of shared memory the worker writes (booted, leases last good,
-the jobs it runs, when each was claimed and how each ends) and its supervisor reads. What it is for and how it is
-written safely: docs/internals.md, "A worker's slot".
+the jobs it runs, when each was claimed and how each ends) and its supervisor reads. What it
+is for and how it is written safely: docs/internals.md, "A worker's slot".
 """
 
 from __future__ import annotations

@@ -166,12 +166,14 @@ def claim_values(clock: ColumnElement[datetime], lease_expires_at: ColumnElement
 
 
 def claim_rounds(
-    claim: Callable[[dict[str, Any]], Sequence[Any]], params: dict[str, Any], dropped: dict[int, datetime]
+    claim: Callable[[dict[str, Any]], Sequence[Any]], params: dict[str, Any], dropped: dict[int, datetime], began: float
 ) -> Claimed:
     """Run `claim` (one dialect claim with `params`) again while its steps put rows back
     (`dropped` grows): they are no longer due, and a queue whose head is one rate-limited
-    type would otherwise idle until the next poll with jobs of other types due."""
+    type would otherwise idle until the next poll with jobs of other types due. `began`:
+    see `Claimed`."""
     claimed = Claimed()
+    claimed.began = began
     for _ in range(_CLAIM_ROUNDS):
         before = len(dropped)
         try:
@@ -202,7 +204,7 @@ class Claimed(list[ClaimedJob]):
 
     next_due: datetime | None = None
     unsure: bool = False
-    began: float = 0.0
+    began: float = 0.0  # set by every claim that returns jobs (`claim_rounds`); empty ones hold none
 
 
 _CLAIM_ROUNDS = 20

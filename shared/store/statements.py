@@ -172,9 +172,9 @@ class Statements(StepStatements):
     @cached_property
     def renew(self) -> Returning:
         """Extends the leases, never shortens one. A release (or a rate limit's put-back) gives
-        the attempt back, so its worker's new claim of the job holds the same lease: a renewal begun before that claim
-        (its clock fixed then) must not pull the claim's expiry back under the worker, which
-        counts the lease from the claim (`jobsup.worker.lease`)."""
+        the attempt back, so its worker's new claim of the job holds the same lease: a renewal
+        begun before that claim (its clock fixed then) must not pull the claim's expiry back
+        under the worker, which counts the lease from the claim (`jobsup.worker.lease`)."""
         expires = self.dialect.clock("lease")
         later = case((job.c.lease_expires_at > expires, job.c.lease_expires_at), else_=expires)
         return self.dialect.returning(

@@ -152,9 +152,7 @@ class Transitions:
             dropped.update(change.dropped)
             return [row for row in rows if row.id not in change.dropped] if change.dropped else rows
 
-        claimed = claim_rounds(lambda p: self.dialect.claim(self.db, p, after if run else None), params, dropped)
-        claimed.began = began
-        return claimed
+        return claim_rounds(lambda p: self.dialect.claim(self.db, p, after if run else None), params, dropped, began)
 
     def renew(self, leases: Sequence[Lease], *, lease: float, now: datetime | None = None) -> Renewed:
         """Extend the leases still held; return the ids renewed (missing ones were lost),
