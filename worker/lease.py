@@ -134,7 +134,7 @@ class LeaseKeeper:
             self.unrenewed = claimed_at if self.unrenewed is None else min(self.unrenewed, claimed_at)
             by_id = {job.id: job for job in jobs}
             self.held.update(by_id)
-            self.claimed_at.update((job.id, claimed_at) for job in jobs)
+            self.claimed_at.update(dict.fromkeys(by_id, claimed_at))
             self.waiting.update(by_id)
             if self.pooled:
                 self.waiting_since.update((job.id, returned_at) for job in jobs)
@@ -154,7 +154,7 @@ class LeaseKeeper:
             del self.waiting[job.id]
             now, since = time.monotonic(), self.waiting_since.pop(job.id, None) if self.pooled else None
             claimed_at = self.claimed_at.get(job.id, 0.0)
-            lapsing = now >= max(self.renewed_at, claimed_at) + self.lease - 2 * self.heartbeat
+            lapsing = now >= self._lapses_at(claimed_at) - 2 * self.heartbeat
             stale = lapsing or (since is not None and now >= since + HOLD_WAITING)
             if not stale:
                 running = self.running[job.id] = Running(job, timeout, now, claimed_at)
@@ -288,8 +288,13 @@ class LeaseKeeper:
             self._cancel(r, CANCELLED, now)
         self.settler.release(unstarted)
 
+    def _lapses_at(self, claimed_at: float) -> float:
+        """When a lease this worker claimed at `claimed_at` lapses, as far as it knows: a
+        lease's length after the later of that claim and the last renewal that covered it."""
+        return max(self.renewed_at, claimed_at) + self.lease
+
     def _enforce(self, running: Running, now: float) -> None:
-        lapses_at = max(self.renewed_at, running.claimed_at) + self.lease
+        lapses_at = self._lapses_at(running.claimed_at)
         if now >= lapses_at - 2 * self.heartbeat:
             self._cancel(running, LEASE_LOST, now)
         if now >= lapses_at - self.heartbeat:
@@ -359,7 +364,7 @@ class LeaseKeeper:
             for running in self.running.values():
                 if running.cancelled_at is not None:
                     continue
-                lapsing = now >= max(self.renewed_at, running.claimed_at) + self.lease - 2 * self.heartbeat
+                lapsing = now >= self._lapses_at(running.claimed_at) - 2 * self.heartbeat
                 if not running.returned and running.timeout is not None and now >= running.started + running.timeout:
                     code = exits.TIMED_OUT  # its own timeout passed too: not a bystander
                 else:
