@@ -198,6 +198,7 @@ class Loop:
     def __init__(self, depth: str, db: Any, owner: str) -> None:
         from jobsup.context import JobContext
         from jobsup.settings import load
+        from jobsup.worker.boot import open_ahead
         from jobsup.worker.loop import Worker
         from jobsup.worker.slot import SlotTable
         from jobsup.worker.spec import WorkerSpec
@@ -206,6 +207,10 @@ class Loop:
         self.depth, self.owner = depth, owner
         spec = WorkerSpec(load(), "default", 1, owner, os.getppid())
         self.worker = Worker(spec, db, StopRequest(), SlotTable(1, 1).slot(0), owner_lock=None)
+        if depth == "worker":
+            # As a worker boots: the claim's connection and the one a write sent behind holds,
+            # both open before the run, so that no backend joins the run midway.
+            open_ahead(db)
         self.transitions, self.services = self.worker.store.transitions, self.worker.services
         self.shared_context = JobContext(0, "floor-noop", "default", 1, 1, {}, None)
 
