@@ -172,6 +172,35 @@ def test_a_claim_waits_while_a_release_of_its_worker_is_being_retried(worker: Wo
     assert [(a.attempt, a.outcome) for a in client.get(job_id).history] == [(1, "released"), (1, None)]  # type: ignore[union-attr]
 
 
+def test_a_turn_whose_claim_waited_for_a_release_runs_the_jobs_it_claims(url: str) -> None:
+    """The loop holds a claim's jobs from when the claim began (`Claimed.began`), not from
+    before it waited for a release of its worker to be written: counted from before the wait,
+    a wait past the lease's margin (the lease less two heartbeats) makes the fresh jobs look
+    stale, and they are given back unrun."""
+    settings = Settings(database_url=url, lease=4.0, heartbeat=1.0, queues={"default": QueueConfig()})
+    db = Database(url, role="worker")
+    slot = SlotTable(1, 1).slot(0)
+    slot.reset()
+    worker = Worker(WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), slot, None)
+    client = jobsup.Client(url)
+    try:
+        job_id = client.enqueue("bookkeeping-noop")
+        lock = worker.settler.claim_lock
+        lock.acquire()  # as a release of this worker's, retried through an outage, holds it
+        released = threading.Timer(2.5, lock.release)  # past the margin of 4 - 2 x 1 s
+        released.start()
+        try:
+            worker.turn()
+            # The settler's thread is not started: its write, here (on SQLite `run_batch` wrote it).
+            worker.settler.write_here()
+        finally:
+            released.join()
+        assert client.get(job_id).status == "succeeded"  # type: ignore[union-attr]
+    finally:
+        client.close()
+        db.dispose()
+
+
 def test_orphans_are_the_leases_the_worker_does_not_know(worker: Worker, url: str) -> None:
     client = jobsup.Client(url)
     known, orphan = client.enqueue("a"), client.enqueue("a")

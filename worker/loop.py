@@ -1,14 +1,13 @@
 """The worker's main thread: claim, run, hand the outcome over.
 
-A claim takes as many jobs as `jobsup.worker.claimsize` says (one while the queue is shallow,
-more for a backlog of short jobs, or a fixed ``claim_batch``); a batch's jobs run one by one, each
-under its own lease, and the jobs still waiting are released if the one running takes long
-(see `jobsup.worker.lease`). With a queue's ``concurrency`` above one, `run_concurrently`
-claims for its free places (and, for short jobs, ahead: `jobsup.worker.ahead`) and runs them at
-once in its pool (`jobsup.worker.pool`). Every write goes through the settler (`jobsup.worker.settler`):
-a failure at once, successes and releases in the background or before the next claim.
-Between jobs the loop stops when asked to, or when its supervisor is gone; on the way out it
-releases what it has not started and waits for its writes.
+A claim takes as many jobs as `jobsup.worker.claimsize` says (one while the queue is shallow, more for a
+backlog of short jobs, or a fixed ``claim_batch``); a batch's jobs run one by one, each under its own lease,
+and the jobs still waiting are released if the one running takes long (see `jobsup.worker.lease`). With a
+queue's ``concurrency`` above one, `run_concurrently` claims for its free places (and, for short jobs,
+ahead: `jobsup.worker.ahead`) and runs them at once in its pool (`jobsup.worker.pool`). Every write goes
+through the settler (`jobsup.worker.settler`): a failure at once, successes and releases in the
+background or before the next claim. Between jobs the loop stops when asked to, or when its supervisor
+is gone; on the way out it releases what it has not started and waits for its writes.
 """
 
 from __future__ import annotations
@@ -131,21 +130,10 @@ class Worker:
                 if os.getppid() != self.spec.supervisor_pid:
                     return self.finish(exits.PARENT_GONE)
                 if self.ending.is_set():
-                    # The lease thread is ending the process: claim nothing, and leave it the
-                    # GIL for the writes it drains before it exits.
+                    # The lease thread is ending the process: claim nothing; leave it the GIL to drain writes.
                     time.sleep(3600)
                     continue
-                claimed_at = time.monotonic()
-                jobs = self.claim()
-                # Its leases count from the claim's start, not from before it waited for a release.
-                ran = self.run_batch(jobs, jobs.began) if jobs else 0
-                self.claim_size.after(len(jobs), ran, time.monotonic() - claimed_at)
-                if jobs:
-                    self.relook = None
-                else:
-                    self.settler.read_behind()  # before a wait: the last claim's successes announced
-                    self.due_again(jobs)
-                    self.idle()
+                self.turn()
         except BaseException:
             # A crash: what was already finished is still written, for a bounded time.
             self.starts.announce_held()
@@ -153,6 +141,20 @@ class Worker:
             self.settler.drain(timeout=min(5.0, self.settings.heartbeat / 2))
             metrics.write_deferred()
             raise
+
+    def turn(self) -> None:
+        """One turn of the loop: claim, run what came (or wait for work, if nothing did)."""
+        claimed_at = time.monotonic()
+        jobs = self.claim()
+        # Its leases count from the claim's start, not from before it waited for a release.
+        ran = self.run_batch(jobs, jobs.began) if jobs else 0
+        self.claim_size.after(len(jobs), ran, time.monotonic() - claimed_at)
+        if jobs:
+            self.relook = None
+        else:
+            self.settler.read_behind()  # before a wait: the last claim's successes announced
+            self.due_again(jobs)
+            self.idle()
 
     def claim(self, limit: int | None = None) -> Claimed:
         lock = self.settler.claim_lock
@@ -167,18 +169,16 @@ class Worker:
                     self.spec.queue, self.spec.worker_id, limit=limit or self.claim_size.size, lease=self.settings.lease
                 )
             if jobs.unsure:
-                # A later round failed and may have committed unseen: look for its leases now,
-                # not at the next claim, which the jobs this one returned may put off for longer
-                # than a lease.
+                # A later round failed and may have committed unseen: look for its leases now, not at
+                # the next claim, which the jobs this one returned may put off for longer than a lease.
                 self.claim_unsure = True
                 try:
                     self.release_orphans(also=jobs)
                 except DatabaseError as exc:  # still unsure: the next claim looks again
                     emit("db.error", operation="claim", worker=self.label, error=exc)
         except DatabaseError as exc:
-            # The claim may have committed with its reply lost: its leases would be this
-            # worker's without its knowing, unrenewed, so they are looked for once the
-            # database answers, well before they could lapse.
+            # The claim may have committed with its reply lost: its leases would be this worker's without
+            # its knowing, unrenewed, so they are looked for once the database answers, well before they could lapse.
             self.claim_unsure = True
             self.idle_backoff = min(max(0.5, self.idle_backoff * 2), 30.0, self.settings.heartbeat)
             emit("db.error", operation="claim", worker=self.label, error=exc, retry_in=self.idle_backoff)
