@@ -30,15 +30,21 @@ from helpers import claim, wait_until
 OWNER = "test-host:default#1:bookkeeping"
 
 
-@pytest.fixture
-def worker(url: str) -> Iterator[Worker]:
-    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
-    spec = WorkerSpec(settings, "default", 1, OWNER, os.getppid())
+def new_worker(url: str, *, queue: str = "default", lease: float = 60.0, heartbeat: float = 10.0) -> Worker:
+    """A `Worker` of `queue` in this process, none of its threads started; its `db` is the
+    caller's to dispose of."""
+    settings = Settings(database_url=url, lease=lease, heartbeat=heartbeat, queues={queue: QueueConfig()})
     slot = SlotTable(1, 1).slot(0)
     slot.reset()
-    db = Database(url, role="worker")
-    yield Worker(spec, db, StopRequest(), slot, None)
-    db.dispose()
+    spec = WorkerSpec(settings, queue, 1, OWNER, os.getppid())
+    return Worker(spec, Database(url, role="worker"), StopRequest(), slot, None)
+
+
+@pytest.fixture
+def worker(url: str) -> Iterator[Worker]:
+    worker = new_worker(url)
+    yield worker
+    worker.db.dispose()
 
 
 def test_a_release_already_written_is_not_written_again_when_a_failure_is_retried(worker: Worker, url: str) -> None:
@@ -177,11 +183,7 @@ def test_a_turn_whose_claim_waited_for_a_release_runs_the_jobs_it_claims(url: st
     before it waited for a release of its worker to be written: counted from before the wait,
     a wait past the lease's margin (the lease less two heartbeats) makes the fresh jobs look
     stale, and they are given back unrun."""
-    settings = Settings(database_url=url, lease=4.0, heartbeat=1.0, queues={"default": QueueConfig()})
-    db = Database(url, role="worker")
-    slot = SlotTable(1, 1).slot(0)
-    slot.reset()
-    worker = Worker(WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), slot, None)
+    worker = new_worker(url, lease=4.0, heartbeat=1.0)
     client = jobsup.Client(url)
     try:
         job_id = client.enqueue("bookkeeping-noop")
@@ -198,7 +200,7 @@ def test_a_turn_whose_claim_waited_for_a_release_runs_the_jobs_it_claims(url: st
         assert client.get(job_id).status == "succeeded"  # type: ignore[union-attr]
     finally:
         client.close()
-        db.dispose()
+        worker.db.dispose()
 
 
 def test_orphans_are_the_leases_the_worker_does_not_know(worker: Worker, url: str) -> None:
@@ -245,11 +247,7 @@ def test_a_later_claim_round_whose_reply_was_lost_gives_its_jobs_back_at_once(
     """A claim's second round (the rate window put a row back) commits, then its reply is
     lost: the worker looks for the lease it holds without knowing right away, rather than
     leaving it to lapse and be charged an attempt for a job that never started."""
-    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"rate-lost": QueueConfig()})
-    slot = SlotTable(1, 1).slot(0)
-    slot.reset()
-    db = Database(url, role="worker")
-    worker = Worker(WorkerSpec(settings, "rate-lost", 1, OWNER, os.getppid()), db, StopRequest(), slot, None)
+    worker = new_worker(url, queue="rate-lost")
     client = jobsup.Client(url)
     first, _put_back = client.enqueue("rate-lost"), client.enqueue("rate-lost")
     plain = client.enqueue("rate-lost-plain", queue="rate-lost", allow_unknown=True)  # round 2 claims it
@@ -273,7 +271,7 @@ def test_a_later_claim_round_whose_reply_was_lost_gives_its_jobs_back_at_once(
         assert [(a.attempt, a.outcome) for a in after.history] == [(1, "released")]
         assert not worker.claim_unsure
     finally:
-        db.dispose()
+        worker.db.dispose()
 
 
 @jobsup.job("bookkeeping-noop")
@@ -284,15 +282,11 @@ def bookkeeping_noop(ctx: jobsup.JobContext, payload: object) -> None:
 def writing_worker(url: str, fault: str) -> tuple[Database, Worker]:
     """A worker of the default queue with its settler's thread started (its lease threads
     not), whose settle writes meet `fault`."""
-    settings = Settings(database_url=url, lease=60.0, heartbeat=10.0, queues={"default": QueueConfig()})
-    db = Database(url, role="worker")
-    worker = Worker(
-        WorkerSpec(settings, "default", 1, OWNER, os.getppid()), db, StopRequest(), SlotTable(1, 1).slot(0), None
-    )
+    worker = new_worker(url)
     worker.settler.start()
-    for engine in (db.engine, db.single):
+    for engine in (worker.db.engine, worker.db.single):
         faults.install(engine, "worker", fault)
-    return db, worker
+    return worker.db, worker
 
 
 @pytest.mark.parametrize("server", ["postgres_url", "mariadb_url"])

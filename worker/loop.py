@@ -144,11 +144,11 @@ class Worker:
 
     def turn(self) -> None:
         """One turn of the loop: claim, run what came (or wait for work, if nothing did)."""
-        claimed_at = time.monotonic()
+        started = time.monotonic()  # how long the turn took, for the claim's size
         jobs = self.claim()
         # Its leases count from the claim's start, not from before it waited for a release.
         ran = self.run_batch(jobs, jobs.began) if jobs else 0
-        self.claim_size.after(len(jobs), ran, time.monotonic() - claimed_at)
+        self.claim_size.after(len(jobs), ran, time.monotonic() - started)
         if jobs:
             self.relook = None
         else:
